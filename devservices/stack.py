@@ -1,0 +1,416 @@
+"""The development services: a real MariaDB and a real Kafka broker on loopback.
+
+`python -m devservices.stack up|down|status` installs what is missing (Debian packages, the
+Kafka jars from Maven Central), initialises data dirs once under `.devstack/`, starts each
+service in the background, waits until it really answers and prints where it listens.
+`up` is a no-op for a service that already runs; `down` stops only processes this script
+started (their pid files live in `.devstack/`). Tests import the start/stop functions to
+restart a server mid-stream.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STATE = ROOT / ".devstack"
+KAFKA_POM_DIR = ROOT / "devservices" / "kafka"
+
+MARIADB_PORT = 13306
+KAFKA_PORT = 19092
+KAFKA_CONTROLLER_PORT = 19093
+HOST = "127.0.0.1"
+
+ADMIN_USER = "dev_admin"
+ADMIN_PASSWORD = "dev_admin"
+MONITOR_USER = "oncewatch"
+# Schemas the monitor may SELECT from: the simulated shop and the test schemas.
+MONITORED_SCHEMAS = ("shop", "owtest")
+
+DEBIAN_PACKAGES = {
+    "mariadbd": ["mariadb-server", "mariadb-client"],
+    "chromium": ["chromium"],
+}
+
+
+class StackError(RuntimeError):
+    """A dev service could not be installed or started; the message says where to look."""
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    pidfile: Path
+    logfile: Path
+    marker: str  # a string that must appear in the pid's command line for it to be ours
+
+
+MARIADB = Service("mariadb", STATE / "mariadb" / "mariadbd.pid", STATE / "mariadb" / "mariadbd.log",
+                  str(STATE / "mariadb" / "my.cnf"))
+KAFKA = Service("kafka", STATE / "kafka" / "kafka.pid", STATE / "kafka" / "kafka.log",
+                str(STATE / "kafka" / "server.properties"))
+
+MONITOR_PASSWORD_FILE = STATE / "secrets" / "mysql_monitor_password"
+
+
+def log(msg: str) -> None:
+    print(f"[devstack] {msg}", flush=True)
+
+
+# ---------------------------------------------------------------- installs
+
+def ensure_debian_packages() -> None:
+    missing = [pkg for binary, pkgs in DEBIAN_PACKAGES.items()
+               if shutil.which(binary) is None and not Path(f"/usr/sbin/{binary}").exists()
+               for pkg in pkgs]
+    need_promtool = not promtool_path().exists()
+    if not missing and not need_promtool:
+        return
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    log(f"installing Debian packages: {' '.join(missing) or '(promtool only)'}")
+    # Debian's postinst would start a system-wide MariaDB; we run our own on another port.
+    policy = Path("/usr/sbin/policy-rc.d")
+    created_policy = not policy.exists()
+    if created_policy:
+        policy.write_text("#!/bin/sh\nexit 101\n")
+        policy.chmod(0o755)
+    try:
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+        if missing:
+            subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+                           check=True, env=env)
+        if need_promtool:
+            install_promtool(env)
+    finally:
+        if created_policy:
+            policy.unlink(missing_ok=True)
+
+
+def promtool_path() -> Path:
+    return STATE / "bin" / "promtool"
+
+
+def install_promtool(env: dict[str, str]) -> None:
+    """promtool comes from Debian's prometheus package, unpacked without installing the server."""
+    work = STATE / "prometheus-deb"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    subprocess.run(["apt-get", "download", "-qq", "prometheus"], check=True, cwd=work, env=env)
+    deb = next(work.glob("prometheus_*.deb"))
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(work / "x")], check=True)
+    promtool_path().parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(work / "x" / "usr" / "bin" / "promtool", promtool_path())
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def ensure_kafka_jars() -> Path:
+    lib = KAFKA_POM_DIR / "lib"
+    if not any(lib.glob("kafka_2.13-*.jar")):
+        log("fetching Apache Kafka jars from Maven Central")
+        subprocess.run(["mvn", "-q", "-B", "-f", str(KAFKA_POM_DIR / "pom.xml"),
+                        "dependency:copy-dependencies"], check=True)
+    return lib
+
+
+# ---------------------------------------------------------------- process helpers
+
+def read_pid(svc: Service) -> int | None:
+    try:
+        pid = int(svc.pidfile.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except FileNotFoundError:
+        return None
+    return pid if svc.marker in cmdline else None
+
+
+def spawn(svc: Service, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+    svc.logfile.parent.mkdir(parents=True, exist_ok=True)
+    with open(svc.logfile, "ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env)
+    svc.pidfile.write_text(str(proc.pid))
+    return proc
+
+
+def stop(svc: Service, timeout: float = 60.0, sig: int = signal.SIGTERM) -> bool:
+    """Stop a service this script started; True when it was running."""
+    pid = read_pid(svc)
+    if pid is None:
+        return False
+    os.kill(pid, sig)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if read_pid(svc) is None:
+            break
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.2)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+    svc.pidfile.unlink(missing_ok=True)
+    return True
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((HOST, port)) == 0
+
+
+def wait_until(what: str, ready, proc: subprocess.Popen, svc: Service, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise StackError(f"{what} exited during start-up; see {svc.logfile}")
+        try:
+            if ready():
+                return
+        except Exception as exc:  # noqa: BLE001 - any failure means "not ready yet"
+            last_error = exc
+        time.sleep(0.5)
+    raise StackError(f"{what} did not answer within {timeout:.0f}s ({last_error}); see {svc.logfile}")
+
+
+# ---------------------------------------------------------------- MariaDB
+
+def mariadb_dir() -> Path:
+    return STATE / "mariadb"
+
+
+def mariadb_socket() -> Path:
+    return mariadb_dir() / "mysqld.sock"
+
+
+def write_mariadb_config() -> Path:
+    d = mariadb_dir()
+    cnf = d / "my.cnf"
+    cnf.write_text(f"""[mariadbd]
+datadir={d / 'data'}
+socket={mariadb_socket()}
+pid-file={d / 'mariadbd.server.pid'}
+port={MARIADB_PORT}
+bind-address={HOST}
+user=root
+skip-name-resolve
+log-error={d / 'error.log'}
+server_id=1
+log_bin={d / 'data' / 'binlog'}
+binlog_format=ROW
+binlog_row_image=FULL
+binlog_row_metadata=FULL
+gtid_domain_id=0
+gtid_strict_mode=ON
+log_slave_updates=ON
+innodb_buffer_pool_size=128M
+innodb_log_file_size=64M
+max_connections=200
+character-set-server=utf8mb4
+collation-server=utf8mb4_unicode_ci
+""")
+    return cnf
+
+
+def mariadb_admin_sql(sql: str) -> str:
+    """Run SQL as the OS-root MariaDB account over the unix socket (set-up only)."""
+    out = subprocess.run(["mariadb", f"--socket={mariadb_socket()}", "-uroot", "-N", "-B", "-e", sql],
+                         check=True, capture_output=True, text=True)
+    return out.stdout
+
+
+def monitor_password() -> str:
+    if not MONITOR_PASSWORD_FILE.exists():
+        MONITOR_PASSWORD_FILE.parent.mkdir(parents=True, exist_ok=True)
+        MONITOR_PASSWORD_FILE.write_text(secrets.token_urlsafe(18) + "\n")
+        MONITOR_PASSWORD_FILE.chmod(0o600)
+    return MONITOR_PASSWORD_FILE.read_text().strip()
+
+
+def mariadb_up() -> None:
+    svc = MARIADB
+    if read_pid(svc) is not None:
+        log(f"mariadb already running on {HOST}:{MARIADB_PORT}")
+        return
+    if port_open(MARIADB_PORT):
+        raise StackError(f"port {MARIADB_PORT} is taken by a process this script did not start")
+    d = mariadb_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    cnf = write_mariadb_config()
+    fresh = not (d / "data" / "mysql").exists()
+    if fresh:
+        log("initialising MariaDB data dir")
+        subprocess.run(["mariadb-install-db", f"--defaults-file={cnf}", "--auth-root-authentication-method=socket",
+                        "--skip-test-db"], check=True, capture_output=True)
+    proc = spawn(svc, [mariadbd_binary(), f"--defaults-file={cnf}"])
+    wait_until("mariadb", lambda: mariadb_admin_sql("SELECT 1").strip() == "1", proc, svc, 120)
+    ensure_mariadb_users()
+    log(f"mariadb listening on {HOST}:{MARIADB_PORT} (binlog ROW/FULL, GTID; monitor user "
+        f"'{MONITOR_USER}', password file {MONITOR_PASSWORD_FILE.relative_to(ROOT)})")
+
+
+def mariadbd_binary() -> str:
+    for candidate in ("mariadbd", "/usr/sbin/mariadbd"):
+        path = shutil.which(candidate) or (candidate if Path(candidate).exists() else None)
+        if path:
+            return path
+    raise StackError("mariadbd not found; run `python -m devservices.stack up` as root to install it")
+
+
+def ensure_mariadb_users() -> None:
+    pw = monitor_password().replace("'", "''")
+    schema_grants = "".join(
+        f"CREATE DATABASE IF NOT EXISTS `{s}`; GRANT SELECT ON `{s}`.* TO '{MONITOR_USER}'@'127.0.0.1';"
+        for s in MONITORED_SCHEMAS)
+    mariadb_admin_sql(
+        f"CREATE USER IF NOT EXISTS '{ADMIN_USER}'@'127.0.0.1' IDENTIFIED BY '{ADMIN_PASSWORD}';"
+        f"GRANT ALL PRIVILEGES ON *.* TO '{ADMIN_USER}'@'127.0.0.1' WITH GRANT OPTION;"
+        f"CREATE USER IF NOT EXISTS '{MONITOR_USER}'@'127.0.0.1' IDENTIFIED BY '{pw}';"
+        f"ALTER USER '{MONITOR_USER}'@'127.0.0.1' IDENTIFIED BY '{pw}';"
+        f"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{MONITOR_USER}'@'127.0.0.1';"
+        f"{schema_grants} FLUSH PRIVILEGES;")
+
+
+def mariadb_down() -> bool:
+    return stop(MARIADB)
+
+
+# ---------------------------------------------------------------- Kafka
+
+def kafka_dir() -> Path:
+    return STATE / "kafka"
+
+
+def write_kafka_config() -> Path:
+    d = kafka_dir()
+    props = d / "server.properties"
+    props.write_text(f"""process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers={HOST}:{KAFKA_CONTROLLER_PORT}
+listeners=PLAINTEXT://{HOST}:{KAFKA_PORT},CONTROLLER://{HOST}:{KAFKA_CONTROLLER_PORT}
+advertised.listeners=PLAINTEXT://{HOST}:{KAFKA_PORT}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs={d / 'data'}
+num.partitions=3
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+message.max.bytes=2097152
+log.retention.hours=168
+""")
+    return props
+
+
+def kafka_java_argv(lib: Path, main: str, *args: str, heap: str = "512m") -> list[str]:
+    return ["java", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            "-cp", f"{lib}/*", main, *args]
+
+
+def kafka_ready() -> bool:
+    from kafka import KafkaAdminClient  # the venv's kafka-python; imported late so `status` needs none
+
+    admin = KafkaAdminClient(bootstrap_servers=f"{HOST}:{KAFKA_PORT}", request_timeout_ms=5000,
+                             client_id="devstack-probe")
+    try:
+        admin.list_topics()
+        return True
+    finally:
+        admin.close()
+
+
+def kafka_up() -> None:
+    svc = KAFKA
+    if read_pid(svc) is not None:
+        log(f"kafka already running on {HOST}:{KAFKA_PORT}")
+        return
+    if port_open(KAFKA_PORT):
+        raise StackError(f"port {KAFKA_PORT} is taken by a process this script did not start")
+    lib = ensure_kafka_jars()
+    d = kafka_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    props = write_kafka_config()
+    if not (d / "data" / "meta.properties").exists():
+        log("formatting Kafka KRaft storage")
+        cluster_id = subprocess.run(kafka_java_argv(lib, "kafka.tools.StorageTool", "random-uuid", heap="256m"),
+                                    check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        subprocess.run(kafka_java_argv(lib, "kafka.tools.StorageTool", "format", "-c", str(props),
+                                       "-t", cluster_id or uuid.uuid4().hex, "--standalone", heap="256m"),
+                       check=True, capture_output=True)
+    proc = spawn(svc, kafka_java_argv(lib, "kafka.Kafka", str(props)))
+    wait_until("kafka", kafka_ready, proc, svc, 120)
+    log(f"kafka listening on {HOST}:{KAFKA_PORT} (KRaft single node, controller on {KAFKA_CONTROLLER_PORT})")
+
+
+def kafka_down() -> bool:
+    return stop(KAFKA)
+
+
+# ---------------------------------------------------------------- commands
+
+def up() -> None:
+    ensure_debian_packages()
+    mariadb_up()
+    kafka_up()
+
+
+def down() -> None:
+    for name, fn in (("kafka", kafka_down), ("mariadb", mariadb_down)):
+        log(f"{name} stopped" if fn() else f"{name} was not started by this script")
+
+
+def status() -> int:
+    rc = 0
+    for svc, port in ((MARIADB, MARIADB_PORT), (KAFKA, KAFKA_PORT)):
+        pid = read_pid(svc)
+        if pid is None:
+            rc = 1
+            log(f"{svc.name}: stopped")
+        else:
+            log(f"{svc.name}: running (pid {pid}) on {HOST}:{port}, "
+                f"{'answering' if port_open(port) else 'NOT answering'}")
+    return rc
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or argv[0] not in ("up", "down", "status"):
+        print("usage: python -m devservices.stack up|down|status", file=sys.stderr)
+        return 2
+    try:
+        if argv[0] == "up":
+            up()
+        elif argv[0] == "down":
+            down()
+        else:
+            return status()
+    except (StackError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", None)
+        log(f"error: {exc}{(': ' + detail.decode(errors='replace').strip()) if isinstance(detail, bytes) else ''}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
