@@ -1,0 +1,42 @@
+# The two commands of the README, and the steps they are made of.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test venv services services-down status unit bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+services: venv
+	$(PY) -m devservices.stack up
+
+services-down:
+	$(PY) -m devservices.stack down
+
+status:
+	$(PY) -m devservices.stack status
+
+## make test: everything the tests need, then the whole suite.
+test: services
+	$(PY) -m pytest
+
+## unit tests only (no servers)
+unit: venv
+	$(PY) -m pytest -m "not integration"
+
+## make demo: services, a workload, the monitor.
+demo: services
+	$(PY) -m oncewatch.demo
+
+bench: services
+	$(PY) bench/binlog_ingest.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,71 @@
+"""The `oncewatch` command: check a config, bootstrap, tail, run the monitor, read findings.
+
+Exit codes (also in the README): 0 done; 1 unexpected internal error; 2 bad config or usage;
+3 a source refused us or lost data we need (purged binlog, access denied).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Callable
+
+from oncewatch import logs
+from oncewatch.config import ConfigError, describe, load
+
+EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_SOURCE = 0, 1, 2, 3
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    cfg = load(args.config)
+    print(json.dumps(describe(cfg), indent=2, default=str))
+    return EXIT_OK
+
+
+def cmd_tail_binlog(args: argparse.Namespace) -> int:
+    """Print each committed transaction of the watched tables as one JSON line (demo, debugging)."""
+    from collectors.binlog import BinlogCollector
+    from oncewatch.records import plain
+
+    cfg = load(args.config)
+    collector = BinlogCollector(cfg.mysql, None)
+    _on_signals(collector.stop)
+    for tx in collector.transactions():
+        for row in tx.rows:
+            print(json.dumps(plain(row.to_dict()), ensure_ascii=False), flush=True)
+    return EXIT_OK
+
+
+def _on_signals(stop: Callable[[], None]) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="oncewatch", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("check-config", help="validate a config file and print it resolved, secrets masked")
+    c.add_argument("config")
+    c.set_defaults(func=cmd_check_config)
+    t = sub.add_parser("tail-binlog", help="print committed row changes of the watched tables as JSON lines")
+    t.add_argument("--config", required=True)
+    t.set_defaults(func=cmd_tail_binlog)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    logs.setup()
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"oncewatch: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

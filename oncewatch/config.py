@@ -1,0 +1,351 @@
+"""The one TOML file that describes a shop to oncewatch (DESIGN §5), loaded into frozen objects.
+
+Everything is validated at load time; every error names the dotted key and what is wrong
+(`ConfigError: mysql.port: expected an integer, got 'abc'`). Secrets are never read from
+the TOML itself: `password_env` names an environment variable, `password_file` a file.
+`describe()` gives the resolved config with secrets masked, for `oncewatch check-config`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+MASK = "********"
+
+
+class ConfigError(ValueError):
+    """The config file is wrong; the message names the key and what to change."""
+
+
+# ---------------------------------------------------------------- reading helpers
+
+class Section:
+    """A view of one TOML table that tracks the keys it was asked for, to reject unknown ones."""
+
+    def __init__(self, data: Any, path: str):
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path or 'the file'}: expected a table, got {type(data).__name__}")
+        self.data = data
+        self.path = path
+        self.used: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+    def _get(self, name: str, default: Any, required: bool) -> Any:
+        self.used.add(name)
+        if name not in self.data:
+            if required:
+                raise ConfigError(f"{self.key(name)}: missing (required)")
+            return default
+        return self.data[name]
+
+    def str(self, name: str, default: str | None = None, *, required: bool = False,
+            choices: tuple[str, ...] | None = None) -> str:
+        value = self._get(name, default, required)
+        if not isinstance(value, str) or (required and not value):
+            raise ConfigError(f"{self.key(name)}: expected a non-empty string, got {value!r}")
+        if choices and value not in choices:
+            raise ConfigError(f"{self.key(name)}: must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    def opt_str(self, name: str) -> str | None:
+        value = self._get(name, None, False)
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"{self.key(name)}: expected a string, got {value!r}")
+        return value
+
+    def int(self, name: str, default: int | None = None, *, required: bool = False,
+            minimum: int | None = None, maximum: int | None = None) -> int:
+        value = self._get(name, default, required)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{self.key(name)}: expected an integer, got {value!r}")
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+            raise ConfigError(f"{self.key(name)}: must be between {minimum} and {maximum}, got {value}")
+        return value
+
+    def float(self, name: str, default: float | None = None, *, required: bool = False,
+              minimum: float = 0.0) -> float:
+        value = self._get(name, default, required)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{self.key(name)}: expected a number, got {value!r}")
+        if value < minimum:
+            raise ConfigError(f"{self.key(name)}: must be at least {minimum}, got {value}")
+        return float(value)
+
+    def bool(self, name: str, default: bool) -> bool:
+        value = self._get(name, default, False)
+        if not isinstance(value, bool):
+            raise ConfigError(f"{self.key(name)}: expected true or false, got {value!r}")
+        return value
+
+    def str_list(self, name: str, default: list[str] | None = None, *, required: bool = False,
+                 nonempty: bool = False) -> tuple[str, ...]:
+        value = self._get(name, default if default is not None else [], required)
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"{self.key(name)}: expected a list of non-empty strings, got {value!r}")
+        if nonempty and not value:
+            raise ConfigError(f"{self.key(name)}: must list at least one entry")
+        return tuple(value)
+
+    def section(self, name: str, *, required: bool = False) -> Section:
+        return Section(self._get(name, {}, required), self.key(name))
+
+    def sections(self, name: str) -> list[Section]:
+        value = self._get(name, [], False)
+        if not isinstance(value, list):
+            raise ConfigError(f"{self.key(name)}: expected an array of tables ([[{self.key(name)}]])")
+        return [Section(v, f"{self.key(name)}[{i}]") for i, v in enumerate(value)]
+
+    def table(self, name: str) -> dict[str, Any]:
+        value = self._get(name, {}, False)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{self.key(name)}: expected a table, got {value!r}")
+        return value
+
+    def done(self) -> None:
+        unknown = sorted(set(self.data) - self.used)
+        if unknown:
+            raise ConfigError(f"{self.key(unknown[0])}: unknown key (misspelt? see README 'Configuration')")
+
+
+def qualified_table(value: str, key: str) -> str:
+    if value.count(".") != 1 or not all(value.split(".")):
+        raise ConfigError(f"{key}: expected 'schema.table', got {value!r}")
+    return value
+
+
+# ---------------------------------------------------------------- secrets
+
+@dataclass(frozen=True)
+class Secret:
+    """Where a secret comes from; the value is read when needed and never printed."""
+
+    env: str | None = None
+    file: str | None = None
+
+    def value(self) -> str:
+        if self.env:
+            if self.env not in os.environ:
+                raise ConfigError(f"environment variable {self.env} is not set (named by password_env)")
+            return os.environ[self.env]
+        if self.file:
+            try:
+                return Path(self.file).read_text().strip()
+            except OSError as exc:
+                raise ConfigError(f"password_file {self.file}: cannot read it ({exc.strerror})") from exc
+        return ""
+
+    def __repr__(self) -> str:
+        return f"Secret(env={self.env!r}, file={self.file!r})"
+
+
+def read_secret(s: Section, base: Path) -> Secret:
+    if "password" in s.data:
+        s.used.add("password")
+        raise ConfigError(f"{s.key('password')}: secrets are not read from the config file; "
+                          f"use password_env = \"VAR\" or password_file = \"/path\"")
+    env, file = s.opt_str("password_env"), s.opt_str("password_file")
+    if env and file:
+        raise ConfigError(f"{s.key('password_env')}: give password_env or password_file, not both")
+    if file and not Path(file).is_absolute():
+        file = str((base / file).resolve())
+    return Secret(env=env, file=file)
+
+
+# ---------------------------------------------------------------- sections
+
+@dataclass(frozen=True)
+class MySQLConfig:
+    host: str
+    port: int
+    user: str
+    password: Secret
+    server_id: int
+    tables: tuple[str, ...]
+    commit_time_columns: dict[str, str]
+    connect_timeout: float
+    read_timeout: float
+    heartbeat_seconds: float
+    reconnect_max_seconds: float
+
+    @property
+    def schemas(self) -> tuple[str, ...]:
+        return tuple(sorted({t.split(".")[0] for t in self.tables}))
+
+    def table_names(self) -> tuple[str, ...]:
+        return tuple(sorted({t.split(".")[1] for t in self.tables}))
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    name: str
+    format: str  # json | debezium | canal
+    paths: dict[str, str]  # logical key -> dotted payload path (json format)
+    required: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    bootstrap_servers: tuple[str, ...]
+    client_id: str
+    topics: tuple[TopicConfig, ...]
+    consumer_groups: tuple[str, ...]
+    max_record_bytes: int
+    offsets_poll_seconds: float
+    request_timeout_seconds: float
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    path: str
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class Config:
+    source: str
+    mysql: MySQLConfig
+    kafka: KafkaConfig | None
+    store: StoreConfig
+    metrics: MetricsConfig
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the resolved config (secrets masked), printed on exports."""
+        return hashlib.sha256(repr(describe(self)).encode()).hexdigest()
+
+
+JSON_PATH_KEYS = ("event_type", "trade_no", "order_key", "effect_id", "amount", "status")
+TOPIC_FORMATS = ("json", "debezium", "canal")
+
+
+def _mysql(s: Section, base: Path) -> MySQLConfig:
+    tables = tuple(qualified_table(t, s.key("tables")) for t in s.str_list("tables", required=True, nonempty=True))
+    columns = s.table("commit_time_columns")
+    for table, column in columns.items():
+        if table not in tables:
+            raise ConfigError(f"{s.key('commit_time_columns')}.{table}: not one of mysql.tables")
+        if not isinstance(column, str):
+            raise ConfigError(f"{s.key('commit_time_columns')}.{table}: expected a column name")
+    cfg = MySQLConfig(
+        host=s.str("host", "127.0.0.1"),
+        port=s.int("port", 3306, minimum=1, maximum=65535),
+        user=s.str("user", required=True),
+        password=read_secret(s, base),
+        server_id=s.int("server_id", 4242, minimum=1, maximum=2**32 - 1),
+        tables=tables,
+        commit_time_columns=dict(columns),
+        connect_timeout=s.float("connect_timeout_seconds", 5.0, minimum=0.1),
+        read_timeout=s.float("read_timeout_seconds", 30.0, minimum=1.0),
+        heartbeat_seconds=s.float("heartbeat_seconds", 5.0, minimum=0.5),
+        reconnect_max_seconds=s.float("reconnect_max_seconds", 30.0, minimum=0.1),
+    )
+    s.done()
+    return cfg
+
+
+def _topic(s: Section) -> TopicConfig:
+    name = s.str("name", required=True)
+    fmt = s.str("format", "json", choices=TOPIC_FORMATS)
+    paths_section = s.section("paths")
+    paths = {k: paths_section.str(k) for k in JSON_PATH_KEYS if k in paths_section.data}
+    paths_section.done()
+    required = s.str_list("required", ["event_type"] if fmt == "json" else [])
+    for r in required:
+        if fmt == "json" and r not in paths:
+            raise ConfigError(f"{s.key('required')}: '{r}' has no entry in {paths_section.path}")
+    s.done()
+    return TopicConfig(name=name, format=fmt, paths=paths, required=required)
+
+
+def _kafka(s: Section) -> KafkaConfig:
+    topics = tuple(_topic(t) for t in s.sections("topics"))
+    if not topics:
+        raise ConfigError(f"{s.key('topics')}: configure at least one [[kafka.topics]]")
+    names = [t.name for t in topics]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{s.key('topics')}: topic listed twice")
+    cfg = KafkaConfig(
+        bootstrap_servers=s.str_list("bootstrap_servers", required=True, nonempty=True),
+        client_id=s.str("client_id", "oncewatch"),
+        topics=topics,
+        consumer_groups=s.str_list("consumer_groups"),
+        max_record_bytes=s.int("max_record_bytes", 1_048_576, minimum=1),
+        offsets_poll_seconds=s.float("offsets_poll_seconds", 5.0, minimum=0.1),
+        request_timeout_seconds=s.float("request_timeout_seconds", 10.0, minimum=1.0),
+    )
+    s.done()
+    return cfg
+
+
+def _listen(s: Section, default_port: int) -> MetricsConfig:
+    cfg = MetricsConfig(host=s.str("host", "127.0.0.1"), port=s.int("port", default_port, minimum=0, maximum=65535))
+    s.done()
+    return cfg
+
+
+# Sections read by other modules (checks, dashboards) register a parser here so that this
+# module stays the one place that decides what the file may contain.
+EXTRA_SECTIONS: dict[str, Any] = {}
+
+
+def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = None) -> Config:
+    base = base or Path.cwd()
+    root = Section(data, "")
+    mysql = _mysql(root.section("mysql", required=True), base)
+    kafka_section = root.section("kafka")
+    kafka = _kafka(kafka_section) if kafka_section.data else None
+    store_s = root.section("store")
+    store_path = store_s.str("path", "oncewatch.db")
+    store_s.done()
+    if store_path != ":memory:" and not Path(store_path).is_absolute():
+        store_path = str((base / store_path).resolve())
+    metrics = _listen(root.section("metrics"), 9464)
+    extra = {}
+    for name, parser in EXTRA_SECTIONS.items():
+        extra[name] = parser(root.section(name), mysql)
+    root.done()
+    return Config(source=source, mysql=mysql, kafka=kafka, store=StoreConfig(store_path),
+                  metrics=metrics, extra=extra)
+
+
+def load(path: str | Path) -> Config:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read the config file ({exc.strerror})") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: not valid TOML ({exc})") from exc
+    return parse(data, source=str(p), base=p.resolve().parent)
+
+
+def describe(cfg: Any) -> Any:
+    """The resolved config as plain data, secrets masked (only where they come from is shown)."""
+    if isinstance(cfg, Secret):
+        where = f"env {cfg.env}" if cfg.env else f"file {cfg.file}" if cfg.file else "none"
+        return f"{MASK} (from {where})"
+    if is_dataclass(cfg):
+        return {f.name: describe(getattr(cfg, f.name)) for f in fields(cfg)}
+    if isinstance(cfg, dict):
+        return {k: describe(v) for k, v in cfg.items()}
+    if isinstance(cfg, (list, tuple)):
+        return [describe(v) for v in cfg]
+    return cfg
+
+
+__all__ = ["Config", "ConfigError", "MySQLConfig", "KafkaConfig", "TopicConfig", "Secret", "Section",
+           "load", "parse", "describe", "EXTRA_SECTIONS", "qualified_table"]
