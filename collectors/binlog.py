@@ -91,14 +91,14 @@ def gtid_text(gset: dict[int, tuple[int, int]]) -> str:
 
 
 def connection_settings(cfg: MySQLConfig) -> dict[str, Any]:
-    return {"host": cfg.host, "port": cfg.port, "user": cfg.user, "passwd": cfg.password.value(),
+    return {"host": cfg.host, "port": cfg.port, "user": cfg.user, "password": cfg.password.value(),
             "connect_timeout": cfg.connect_timeout, "read_timeout": cfg.read_timeout}
 
 
 def connect(cfg: MySQLConfig, **extra: Any) -> pymysql.Connection:
     """A plain client connection as the monitor user (bootstrap, status queries)."""
     s = connection_settings(cfg)
-    return pymysql.connect(host=s["host"], port=s["port"], user=s["user"], password=s["passwd"],
+    return pymysql.connect(host=s["host"], port=s["port"], user=s["user"], password=s["password"],
                            connect_timeout=s["connect_timeout"], read_timeout=s["read_timeout"],
                            autocommit=True, **extra)
 

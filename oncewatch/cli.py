@@ -38,6 +38,33 @@ def cmd_tail_binlog(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run the monitor until SIGTERM/SIGINT, or with --until-idle until both streams are read to their
+    ends and nothing changed for that many seconds."""
+    from collectors.binlog import BinlogError
+    from oncewatch.monitor import Monitor
+
+    cfg = load(args.config)
+    monitor = Monitor(cfg)
+    _on_signals(monitor.stop)
+    try:
+        monitor.run(until_idle=args.until_idle)
+    except BinlogError as exc:
+        print(f"oncewatch: {exc}", file=sys.stderr)
+        return EXIT_SOURCE
+    return EXIT_OK
+
+
+def cmd_bootstrap(args: argparse.Namespace) -> int:
+    """Re-read the watched tables and restart the binlog tail from that snapshot's position."""
+    from oncewatch.monitor import Monitor
+
+    cfg = load(args.config)
+    position = Monitor(cfg).bootstrap()
+    print(json.dumps({"bootstrapped_at": position.to_dict()}))
+    return EXIT_OK
+
+
 def _on_signals(stop: Callable[[], None]) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop())
@@ -52,6 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tail-binlog", help="print committed row changes of the watched tables as JSON lines")
     t.add_argument("--config", required=True)
     t.set_defaults(func=cmd_tail_binlog)
+    r = sub.add_parser("run", help="run the monitor (collectors, checks, store, /metrics)")
+    r.add_argument("--config", required=True)
+    r.add_argument("--until-idle", type=float, metavar="SECONDS",
+                   help="exit 0 once both streams are read to their ends and nothing changed for SECONDS")
+    r.set_defaults(func=cmd_run)
+    b = sub.add_parser("bootstrap", help="re-read the watched tables and tail the binlog from that snapshot")
+    b.add_argument("--config", required=True)
+    b.set_defaults(func=cmd_bootstrap)
     return p
 
 

@@ -1,0 +1,84 @@
+"""Fixtures for tests against the real dev services (MariaDB, Kafka) of devservices/stack.py.
+
+`make test` starts the services first; running pytest alone without them fails loudly here
+rather than skipping, so a missing service can never pass for a green run.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pymysql
+import pytest
+
+from devservices import stack
+from oncewatch.config import Config, parse
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def dev_services() -> None:
+    missing = [name for name, port in (("mariadb", stack.MARIADB_PORT), ("kafka", stack.KAFKA_PORT))
+               if not stack.port_open(port)]
+    if missing:
+        pytest.fail(f"dev services not running: {', '.join(missing)}; run `make services` "
+                    f"(python -m devservices.stack up)", pytrace=False)
+
+
+def admin_connection(database: str | None = "owtest") -> pymysql.Connection:
+    return pymysql.connect(host=stack.HOST, port=stack.MARIADB_PORT, user=stack.ADMIN_USER,
+                           password=stack.ADMIN_PASSWORD, database=database, autocommit=True)
+
+
+@pytest.fixture
+def admin() -> Iterator[pymysql.Connection]:
+    conn = admin_connection()
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def table_name() -> str:
+    return f"t_{uuid.uuid4().hex[:10]}"
+
+
+def monitor_config(tables: list[str], tmp_path: Path, **mysql: object) -> Config:
+    """A config for the monitor user on the dev MariaDB watching `tables` (schema.table)."""
+    return parse({
+        "mysql": {"host": stack.HOST, "port": stack.MARIADB_PORT, "user": stack.MONITOR_USER,
+                  "password_file": str(stack.MONITOR_PASSWORD_FILE), "tables": tables,
+                  "heartbeat_seconds": 1.0, "reconnect_max_seconds": 2.0, **mysql},
+        "store": {"path": str(tmp_path / "store.db")},
+    }, base=tmp_path)
+
+
+def write_config_file(cfg_dict: str, tmp_path: Path) -> Path:
+    path = tmp_path / "oncewatch.toml"
+    path.write_text(cfg_dict)
+    return path
+
+
+def monitor_config_toml(tables: list[str], tmp_path: Path) -> Path:
+    listed = ", ".join(f'"{t}"' for t in tables)
+    return write_config_file(f"""
+[mysql]
+host = "{stack.HOST}"
+port = {stack.MARIADB_PORT}
+user = "{stack.MONITOR_USER}"
+password_file = "{stack.MONITOR_PASSWORD_FILE}"
+tables = [{listed}]
+heartbeat_seconds = 1.0
+reconnect_max_seconds = 2.0
+
+[store]
+path = "{tmp_path / 'store.db'}"
+""", tmp_path)

@@ -1,0 +1,224 @@
+"""The binlog collector against the real dev MariaDB: exact rows, order, resume, restarts, purge, bootstrap."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import threading
+import time
+from decimal import Decimal
+
+import pymysql
+import pytest
+
+from collectors.binlog import BinlogCollector, BinlogPurgedError, bootstrap
+from devservices import stack
+from oncewatch.records import BinlogPosition, RowChange
+
+from .conftest import admin_connection, monitor_config
+
+
+def create_orders(admin: pymysql.Connection, name: str) -> None:
+    with admin.cursor() as c:
+        c.execute(f"""CREATE TABLE {name} (
+            order_no VARCHAR(32) NOT NULL PRIMARY KEY,
+            amount DECIMAL(14,4) NOT NULL,
+            status VARCHAR(16) NOT NULL,
+            note VARCHAR(64) NULL,
+            updated_at DATETIME(3) NOT NULL
+        ) ENGINE=InnoDB""")
+
+
+def collect(collector: BinlogCollector, until, timeout: float = 60.0) -> list[RowChange]:
+    """Run the collector in a thread until `until(rows)` holds; returns the rows in hand-on order."""
+    rows: list[RowChange] = []
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def reader() -> None:
+        try:
+            for tx in collector.transactions():
+                rows.extend(tx.rows)
+                if until(rows):
+                    break
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            errors.append(exc)
+        finally:
+            done.set()
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    if not done.wait(timeout):
+        collector.stop()
+        t.join(10)
+        pytest.fail(f"collector did not deliver in {timeout}s; got {len(rows)} rows; status {collector.status}")
+    if errors:
+        raise errors[0]
+    return rows
+
+
+def start_position(cfg) -> BinlogPosition:
+    return BinlogCollector(cfg.mysql, None).current_server_position()
+
+
+def test_transactions_come_out_exactly_in_commit_order(admin, table_name, tmp_path):
+    create_orders(admin, table_name)
+    cfg = monitor_config([f"owtest.{table_name}"], tmp_path, commit_time_columns={f"owtest.{table_name}": "updated_at"})
+    start = start_position(cfg)
+    expected = []
+    with admin.cursor() as c:
+        for i in range(50):
+            admin.begin()
+            for j in range(3):
+                key = f"ü-{i:03d}-{j}"  # non-ASCII string key
+                amount = Decimal(f"{i}.{j:04d}") + Decimal("1234567890.0001")
+                note = None if j == 1 else f"note {i}"
+                when = dt.datetime(2026, 1, 1, 12, 0, 0, (i * 1000 + j) % 1000 * 1000)
+                c.execute(f"INSERT INTO {table_name} VALUES (%s, %s, 'pending', %s, %s)", (key, amount, note, when))
+                expected.append(("insert", key, amount, note, when))
+            admin.commit()
+        c.execute(f"UPDATE {table_name} SET status='paid' WHERE order_no='ü-000-0'")
+        c.execute(f"DELETE FROM {table_name} WHERE order_no='ü-000-2'")
+    rows = collect(BinlogCollector(cfg.mysql, start), lambda rs: len(rs) >= 152)
+    assert len(rows) == 152
+    got = [(r.op, r.pk[0], r.after["amount"], r.after["note"], r.after["updated_at"]) for r in rows[:150]]
+    assert got == expected
+    assert all(type(r.after["amount"]) is Decimal for r in rows[:150])
+    # rows of one transaction share its id and end position, indexed inside it
+    assert [r.row_index for r in rows[:3]] == [0, 1, 2]
+    assert len({r.txid for r in rows[:150]}) == 50
+    assert rows[0].commit_clock == "row_column"
+    assert rows[0].commit_time == dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.timezone.utc).timestamp()
+    upd, dele = rows[150], rows[151]
+    assert (upd.op, upd.before["status"], upd.after["status"]) == ("update", "pending", "paid")
+    assert (dele.op, dele.before["order_no"], dele.after) == ("delete", "ü-000-2", None)
+    # positions grow, and a resume from the middle gives exactly the rest
+    mid = rows[74]  # last row of transaction 24
+    resume_at = BinlogPosition(gtid=mid.txid, file=mid.binlog_file, pos=mid.end_pos)
+    rest = collect(BinlogCollector(cfg.mysql, resume_at), lambda rs: len(rs) >= 77)
+    assert [(r.txid, r.row_index) for r in rest] == [(r.txid, r.row_index) for r in rows[75:]]
+
+
+def test_alter_table_mid_stream_later_rows_carry_new_column(admin, table_name, tmp_path):
+    create_orders(admin, table_name)
+    cfg = monitor_config([f"owtest.{table_name}"], tmp_path)
+    start = start_position(cfg)
+    with admin.cursor() as c:
+        c.execute(f"INSERT INTO {table_name} VALUES ('a', 1.5, 'pending', NULL, NOW(3))")
+        c.execute(f"ALTER TABLE {table_name} ADD COLUMN channel VARCHAR(16) NULL AFTER status")
+        c.execute(f"INSERT INTO {table_name} VALUES ('b', 2.25, 'pending', 'alipay', NULL, NOW(3))")
+        c.execute(f"UPDATE {table_name} SET channel='card', amount=3 WHERE order_no='a'")
+    rows = collect(BinlogCollector(cfg.mysql, start), lambda rs: len(rs) >= 3)
+    assert "channel" not in rows[0].after
+    assert rows[1].after["channel"] == "alipay" and rows[1].after["amount"] == Decimal("2.2500")
+    assert rows[1].after["note"] is None
+    assert rows[2].before["channel"] is None and rows[2].after["channel"] == "card"
+
+
+def test_mariadb_restart_mid_stream_every_row_exactly_once(admin, table_name, tmp_path):
+    create_orders(admin, table_name)
+    cfg = monitor_config([f"owtest.{table_name}"], tmp_path)
+    start = start_position(cfg)
+    collector = BinlogCollector(cfg.mysql, start)
+    total = 60
+
+    def write(first: int, last: int) -> None:
+        conn = admin_connection()
+        with conn.cursor() as c:
+            for i in range(first, last):
+                c.execute(f"INSERT INTO {table_name} VALUES (%s, 1, 'pending', NULL, NOW(3))", (f"o{i}",))
+        conn.close()
+
+    write(0, 30)
+    seen_disconnect = []
+
+    def until(rs):
+        if len(rs) == 30 and not seen_disconnect:
+            stack.mariadb_down()
+            seen_disconnect.append(True)
+            threading.Thread(target=lambda: (stack.mariadb_up(), write(30, total)), daemon=True).start()
+        return len(rs) >= total
+
+    rows = collect(collector, until, timeout=180)
+    assert [r.pk[0] for r in rows] == [f"o{i}" for i in range(total)]
+    assert collector.status.reconnects >= 1
+    assert collector.status.connected
+
+
+def test_purged_checkpoint_gives_specific_error(admin, table_name, tmp_path):
+    create_orders(admin, table_name)
+    cfg = monitor_config([f"owtest.{table_name}"], tmp_path)
+    old = start_position(cfg)
+    with admin.cursor() as c:
+        c.execute(f"INSERT INTO {table_name} VALUES ('x', 1, 'pending', NULL, NOW(3))")
+        c.execute("FLUSH BINARY LOGS")
+        c.execute(f"INSERT INTO {table_name} VALUES ('y', 1, 'pending', NULL, NOW(3))")
+        c.execute("SHOW MASTER STATUS")
+        current = c.fetchone()[0]
+        c.execute(f"PURGE BINARY LOGS TO '{current}'")
+    with pytest.raises(BinlogPurgedError, match="oncewatch bootstrap"):
+        collect(BinlogCollector(cfg.mysql, old), lambda rs: False, timeout=60)
+
+
+def test_bootstrap_while_writes_go_on_equals_final_state(admin, table_name, tmp_path):
+    create_orders(admin, table_name)
+    with admin.cursor() as c:
+        for i in range(200):
+            c.execute(f"INSERT INTO {table_name} VALUES (%s, %s, 'pending', NULL, NOW(3))", (f"o{i}", i))
+    cfg = monitor_config([f"owtest.{table_name}"], tmp_path)
+    stop = threading.Event()
+    rng = random.Random(7)
+
+    def writer() -> None:
+        conn = admin_connection()
+        n = 200
+        with conn.cursor() as c:
+            while not stop.is_set():
+                action = rng.random()
+                if action < 0.4:
+                    c.execute(f"INSERT INTO {table_name} VALUES (%s, 5, 'pending', NULL, NOW(3))", (f"o{n}",))
+                    n += 1
+                elif action < 0.8:
+                    c.execute(f"UPDATE {table_name} SET status='paid', amount=amount+1 WHERE order_no=%s",
+                              (f"o{rng.randrange(n)}",))
+                else:
+                    c.execute(f"DELETE FROM {table_name} WHERE order_no=%s", (f"o{rng.randrange(n)}",))
+                time.sleep(0.002)
+        conn.close()
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    time.sleep(0.5)
+    snap = bootstrap(cfg.mysql)
+    time.sleep(0.5)
+    stop.set()
+    t.join()
+    with admin.cursor() as c:
+        c.execute(f"SELECT order_no, amount, status FROM {table_name}")
+        final = {r[0]: (r[1], r[2]) for r in c.fetchall()}
+        c.execute("SELECT @@gtid_binlog_pos")
+        end_gtid = c.fetchone()[0]
+    state = {r.pk[0]: (r.after["amount"], r.after["status"]) for r in snap.rows}
+    assert len(state) >= 200 and all(r.snapshot for r in snap.rows)
+    collector = BinlogCollector(cfg.mysql, snap.position)
+
+    def apply(rs):
+        return collector.status.last_position.gtid == end_gtid
+
+    for r in collect(collector, apply, timeout=120):
+        if r.op == "delete":
+            state.pop(r.pk[0])
+        else:
+            state[r.pk[0]] = (r.after["amount"], r.after["status"])
+    assert state == final
+
+
+def test_monitor_user_cannot_write(table_name, admin, tmp_path):
+    create_orders(admin, table_name)
+    conn = pymysql.connect(host=stack.HOST, port=stack.MARIADB_PORT, user=stack.MONITOR_USER,
+                           password=stack.monitor_password(), database="owtest", autocommit=True)
+    with conn.cursor() as c, pytest.raises(pymysql.err.OperationalError) as refused:
+        c.execute(f"INSERT INTO {table_name} VALUES ('z', 1, 'pending', NULL, NOW(3))")
+    assert refused.value.args[0] == 1142  # INSERT command denied
+    conn.close()
+
