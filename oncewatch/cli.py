@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import sys
 from collections.abc import Callable
 
 from oncewatch import logs
 from oncewatch.config import ConfigError, describe, load
+from oncewatch.store import StoreError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_SOURCE = 0, 1, 2, 3
 
@@ -42,14 +44,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Run the monitor until SIGTERM/SIGINT, or with --until-idle until both streams are read to their
     ends and nothing changed for that many seconds."""
     from collectors.binlog import BinlogError
-    from oncewatch.monitor import Monitor
+    from oncewatch.monitor import Monitor, SourceUnavailableError
 
     cfg = load(args.config)
     monitor = Monitor(cfg)
     _on_signals(monitor.stop)
     try:
         monitor.run(until_idle=args.until_idle)
-    except BinlogError as exc:
+    except (BinlogError, SourceUnavailableError) as exc:
         print(f"oncewatch: {exc}", file=sys.stderr)
         return EXIT_SOURCE
     return EXIT_OK
@@ -98,8 +100,16 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"oncewatch: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except StoreError as exc:
+        print(f"oncewatch: store error: {exc}; check store.path", file=sys.stderr)
+        return EXIT_CONFIG
     except KeyboardInterrupt:
         return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one clear line, details in the log
+        logging.getLogger("oncewatch").error("internal error", exc_info=True, extra={"event": "internal_error"})
+        print(f"oncewatch: internal error: {type(exc).__name__}: {exc} (a bug; please report it with the log)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collectors.binlog import BinlogCollector, BinlogError, bootstrap
-from oncewatch.config import Config
+from oncewatch.config import Config, ConfigError
 from oncewatch.records import BinlogPosition, RowChange, Transaction
 from oncewatch.store import Batch, Store
 
@@ -33,6 +33,52 @@ HEALTH_SECONDS = 1.0
 
 class MonitorError(RuntimeError):
     """The monitor cannot go on; the message says why and what to do."""
+
+
+class SourceUnavailableError(MonitorError):
+    """A source cannot be reached or refuses the monitor's account at start-up."""
+
+
+REQUIRED_BINLOG_SETTINGS = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
+                            "binlog_row_metadata": "FULL"}
+
+
+def preflight_mysql(cfg: Config) -> None:
+    """Check, before reading anything, that the server is reachable, lets the monitor in, has the
+    binlog settings the collector relies on and has every watched table."""
+    import pymysql
+
+    from collectors.binlog import connect
+
+    m = cfg.mysql
+    try:
+        conn = connect(m)
+    except pymysql.err.OperationalError as exc:
+        code = exc.args[0] if exc.args else None
+        if code == 1045:
+            raise SourceUnavailableError(
+                f"MySQL at {m.host}:{m.port} refused user {m.user!r} (wrong password or no such account); "
+                f"check mysql.password_env / mysql.password_file") from exc
+        raise SourceUnavailableError(f"cannot reach MySQL at {m.host}:{m.port} ({exc.args[-1]}); check "
+                                     f"mysql.host and mysql.port and that the server runs") from exc
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN (%s, %s, %s, %s)",
+                        tuple(REQUIRED_BINLOG_SETTINGS))
+            found = {k.lower(): str(v).upper() for k, v in cur.fetchall()}
+            for name, want in REQUIRED_BINLOG_SETTINGS.items():
+                if found.get(name) != want:
+                    raise SourceUnavailableError(f"MySQL at {m.host}:{m.port} has {name}={found.get(name)}; "
+                                                 f"oncewatch needs {name}={want} (see README)")
+            for table in m.tables:
+                schema, name = table.split(".")
+                try:
+                    cur.execute(f"SELECT 1 FROM `{schema}`.`{name}` LIMIT 0")
+                except pymysql.err.MySQLError as exc:
+                    raise ConfigError(f"mysql.tables: {table} does not exist or user {m.user!r} may not "
+                                      f"SELECT it ({exc.args[-1]})") from exc
+    finally:
+        conn.close()
 
 
 @dataclass
@@ -159,6 +205,7 @@ class Monitor:
         return server.gtid == b.status.last_position.gtid
 
     def run(self, until_idle: float | None = None, on_tick: Callable[[], None] | None = None) -> None:
+        preflight_mysql(self.cfg)
         start = self.ensure_binlog_start()
         reader = threading.Thread(target=self._binlog_reader, args=(start,), name="binlog-reader", daemon=True)
         reader.start()
