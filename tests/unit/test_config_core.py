@@ -1,0 +1,75 @@
+"""Config loading: every error names its key; secrets never come from, or go back to, the file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from oncewatch import cli
+from oncewatch.config import ConfigError, describe, load, parse
+
+BASE = {"mysql": {"user": "oncewatch", "password_env": "OW_TEST_PW", "tables": ["shop.orders"]}}
+
+
+def with_mysql(**changes):
+    return {"mysql": {**BASE["mysql"], **changes}}
+
+
+@pytest.mark.parametrize("data, message", [
+    ({}, r"^mysql: missing \(required\)$"),
+    ({"mysql": {"tables": ["shop.orders"]}}, r"^mysql\.user: missing"),
+    (with_mysql(port="abc"), r"^mysql\.port: expected an integer, got 'abc'"),
+    (with_mysql(port=70000), r"^mysql\.port: must be between 1 and 65535"),
+    (with_mysql(tables=["orders"]), r"^mysql\.tables: expected 'schema\.table', got 'orders'"),
+    (with_mysql(tables=[]), r"^mysql\.tables: must list at least one"),
+    (with_mysql(prot=3306), r"^mysql\.prot: unknown key"),
+    (with_mysql(password="hunter2"), r"^mysql\.password: secrets are not read from the config file"),
+    (with_mysql(password_file="/x", password_env="Y"), r"^mysql\.password_env: give password_env or"),
+    (with_mysql(commit_time_columns={"shop.other": "updated_at"}), r"commit_time_columns\.shop\.other: not one of"),
+    ({**BASE, "store": {"path": 3}}, r"^store\.path: expected a non-empty string"),
+    ({**BASE, "metrics": {"port": "x"}}, r"^metrics\.port: expected an integer"),
+])
+def test_errors_name_the_key(data, message):
+    with pytest.raises(ConfigError, match=message):
+        parse(data)
+
+
+def test_secret_is_read_late_and_masked(monkeypatch, tmp_path):
+    cfg = parse(BASE, base=tmp_path)
+    monkeypatch.setenv("OW_TEST_PW", "canary-Zx81")
+    assert cfg.mysql.password.value() == "canary-Zx81"
+    shown = json.dumps(describe(cfg))
+    assert "canary-Zx81" not in shown and "env OW_TEST_PW" in shown
+    monkeypatch.delenv("OW_TEST_PW")
+    with pytest.raises(ConfigError, match="OW_TEST_PW is not set"):
+        cfg.mysql.password.value()
+
+
+def test_relative_paths_are_relative_to_the_config_file(tmp_path):
+    (tmp_path / "ow.toml").write_text('[mysql]\nuser = "u"\npassword_file = "pw.txt"\ntables = ["s.t"]\n'
+                                      '[store]\npath = "data/ow.db"\n')
+    cfg = load(tmp_path / "ow.toml")
+    assert cfg.mysql.password.file == str(tmp_path / "pw.txt")
+    assert cfg.store.path == str(tmp_path / "data" / "ow.db")
+
+
+def test_check_config_cli_masks_and_exit_codes(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OW_TEST_PW", "canary-Zx81")
+    good = tmp_path / "good.toml"
+    good.write_text('[mysql]\nuser = "u"\npassword_env = "OW_TEST_PW"\ntables = ["s.t"]\n')
+    assert cli.main(["check-config", str(good)]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert json.loads(out)["mysql"]["password"].startswith("********")
+    assert "canary-Zx81" not in out
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[mysql]\nuser = "u"\ntables = "s.t"\n')
+    assert cli.main(["check-config", str(bad)]) == cli.EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "mysql.tables: expected a list" in err and "Traceback" not in err
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[mysql\n")
+    assert cli.main(["check-config", str(broken)]) == cli.EXIT_CONFIG
+    assert "not valid TOML" in capsys.readouterr().err
+    assert cli.main(["check-config", str(tmp_path / "absent.toml")]) == cli.EXIT_CONFIG
+    assert "cannot read the config file" in capsys.readouterr().err
