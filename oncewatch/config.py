@@ -11,9 +11,12 @@ from __future__ import annotations
 import hashlib
 import os
 import tomllib
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from checks.settings import Announce, Domain, Rules
 
 MASK = "********"
 
@@ -219,7 +222,9 @@ class Config:
     kafka: KafkaConfig | None
     store: StoreConfig
     metrics: MetricsConfig
-    extra: dict[str, Any] = field(default_factory=dict)
+    domain: Domain
+    announce: tuple[Announce, ...]
+    rules: Rules
 
     def fingerprint(self) -> str:
         """SHA-256 of the resolved config (secrets masked), printed on exports."""
@@ -295,12 +300,10 @@ def _listen(s: Section, default_port: int) -> MetricsConfig:
     return cfg
 
 
-# Sections read by other modules (checks, dashboards) register a parser here so that this
-# module stays the one place that decides what the file may contain.
-EXTRA_SECTIONS: dict[str, Any] = {}
-
-
 def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = None) -> Config:
+    # checks.settings builds on Section and ConfigError above: imported here to avoid an import cycle.
+    from checks.settings import parse_announce, parse_domain, parse_rules
+
     base = base or Path.cwd()
     root = Section(data, "")
     mysql = _mysql(root.section("mysql", required=True), base)
@@ -312,12 +315,12 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     if store_path != ":memory:" and not Path(store_path).is_absolute():
         store_path = str((base / store_path).resolve())
     metrics = _listen(root.section("metrics"), 9464)
-    extra = {}
-    for name, parser in EXTRA_SECTIONS.items():
-        extra[name] = parser(root.section(name), mysql)
+    domain = parse_domain(root.section("domain"), mysql)
+    announce = parse_announce(root.sections("announce"), mysql, kafka, domain)
+    rules = parse_rules(root.section("rules"))
     root.done()
     return Config(source=source, mysql=mysql, kafka=kafka, store=StoreConfig(store_path),
-                  metrics=metrics, extra=extra)
+                  metrics=metrics, domain=domain, announce=announce, rules=rules)
 
 
 def load(path: str | Path) -> Config:
@@ -348,4 +351,4 @@ def describe(cfg: Any) -> Any:
 
 
 __all__ = ["Config", "ConfigError", "MySQLConfig", "KafkaConfig", "TopicConfig", "Secret", "Section",
-           "load", "parse", "describe", "EXTRA_SECTIONS", "qualified_table"]
+           "load", "parse", "describe", "qualified_table"]
