@@ -1,0 +1,340 @@
+"""Auditors' reports: findings with their evidence as CSV, JSON or XLSX, checkable later (DESIGN §1).
+
+`export()` makes one report; `oncewatch export` and the dashboard's Reports page both call it.
+`oncewatch findings` prints the same finding dicts (`findings_json`) or a table (`findings_table`).
+`verify()` checks a report file against the hash it carries.
+
+A report is a header and a data section.
+
+Header (CSV: the leading lines `# field: value`; JSON: "header"; XLSX: sheet "Report"):
+  report            format version of the report, "oncewatch-report/1"
+  generated_at      when the report was made
+  since, until      the requested time range, empty = unbounded; a finding is in it when it was
+                    seen during [since, until): last_seen >= since and first_seen < until
+  rule, status      the other filters, empty = all
+  mask              "off", "***" (masked values replaced) or "hmac-sha256" (replaced by a keyed
+                    hash, so equal values give equal tokens and reports can be compared)
+  masked_fields     the field names masked wherever they occur inside keys and evidence values
+  binlog_position   how far the monitor had read the binlog: {"gtid", "file", "pos"}
+  kafka_positions   how far it had read each partition: {"topic/partition": next offset}
+  config_sha256     Config.fingerprint() of the config in use (its secrets masked before hashing)
+  findings, evidence_rows   counts
+  data_sha256       SHA-256 of the data section, as defined below
+The header and the data are read in one store transaction, so the positions are the ones the
+findings were produced at. In JSON, empty header values are null; in CSV and XLSX, empty text,
+and objects are written as JSON.
+
+Data section: one row per evidence item (a finding without evidence gives one row with the
+evidence columns empty); findings ordered by first_seen then id, evidence in the order the rule
+gave it; columns COLUMNS:
+  finding_id, rule, name, severity, status, first_seen, last_seen, resolved_at, resolution,
+  keys, summary, evidence_kind, coordinates, evidence_time, values
+Times are ISO-8601 UTC with microseconds ("2024-05-01T12:00:00.123456Z"). keys and values are
+JSON with sorted keys, no spaces and non-ASCII characters as they are; exact decimals are
+strings ("12.50"). Empty cells are empty strings.
+
+data_sha256 = SHA-256 of the data section written as CSV: the COLUMNS row, then the data rows,
+every cell a string, in the RFC 4180 dialect Python's csv.writer writes by default (comma,
+double quotes only where needed, CRLF after every row), UTF-8 without BOM. It is the same for
+the three formats of one report. To recompute it:
+  CSV   hash the bytes from the first line that does not start with '#' to the end of the file
+        (`sed -n '/^[^#]/,$p' report.csv | sha256sum`);
+  XLSX  write the "Evidence" sheet (the data section, every cell text) as above and hash that;
+  JSON  flatten "findings" into rows as `rows()` does, write them as above and hash that.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import hashlib
+import hmac
+import io
+import json
+import zipfile
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from openpyxl import Workbook, load_workbook
+from openpyxl.worksheet.worksheet import Worksheet
+
+from oncewatch.records import Finding, plain
+from oncewatch.store import Store
+
+REPORT_VERSION = "oncewatch-report/1"
+FORMATS = ("csv", "json", "xlsx")
+# Checkpoint names written by the monitor (oncewatch.monitor).
+BINLOG_CHECKPOINT = "binlog"
+KAFKA_CHECKPOINT = "kafka_events"
+
+FINDING_FIELDS = ("id", "rule", "name", "severity", "status", "first_seen", "last_seen", "resolved_at",
+                  "resolution", "keys", "summary")
+EVIDENCE_FIELDS = ("kind", "coordinates", "time", "values")
+COLUMNS = ("finding_id", *FINDING_FIELDS[1:], "evidence_kind", "coordinates", "evidence_time", "values")
+
+
+class ReportError(ValueError):
+    """A file given to `verify()` is not an oncewatch report of the stated format."""
+
+
+# ---------------------------------------------------------------- values
+
+def iso(t: float | None) -> str | None:
+    """Epoch seconds as ISO-8601 UTC with microseconds and a Z."""
+    if t is None:
+        return None
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else canonical_json(value)
+
+
+def _epoch(t: dt.datetime) -> float:
+    # Naive datetimes are taken as UTC, as the CLI documents for --since/--until.
+    return (t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)).timestamp()
+
+
+@dataclass(frozen=True)
+class Mask:
+    """Hides the values of personal fields wherever they occur inside keys and evidence values.
+
+    With a key, a value becomes "hmac-sha256:" + the first 16 hex digits of HMAC-SHA256(key, value),
+    so one customer has one token across rows and reports without being named; without one, "***".
+    None stays None: that a field was empty is not personal and auditors may need it.
+    """
+
+    fields: frozenset[str]  # lower-case field names
+    key: bytes | None = None
+
+    @property
+    def kind(self) -> str:
+        return "***" if self.key is None else "hmac-sha256"
+
+    def token(self, value: Any) -> str:
+        if self.key is None:
+            return "***"
+        # The text, not the JSON type, is hashed: user 42 in a row and "42" in a payload match.
+        text = value if isinstance(value, str) else canonical_json(value)
+        return "hmac-sha256:" + hmac.new(self.key, text.encode(), hashlib.sha256).hexdigest()[:16]
+
+    def apply(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: self.token(v) if k.lower() in self.fields and v is not None else self.apply(v)
+                    for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.apply(v) for v in value]
+        return value
+
+
+# ---------------------------------------------------------------- reading the store
+
+@contextmanager
+def _snapshot(store: Store) -> Iterator[None]:
+    """One read transaction: with WAL, everything read inside sees the same committed state."""
+    store.conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        store.conn.execute("COMMIT")
+
+
+def select(store: Store, *, rule: str | None = None, status: str | None = None,
+           since: dt.datetime | None = None, until: dt.datetime | None = None) -> list[Finding]:
+    """Findings by rule and status, seen during [since, until), ordered by first_seen then id."""
+    start = _epoch(since) if since else float("-inf")
+    end = _epoch(until) if until else float("inf")
+    return [f for f in store.findings(rule=rule, status=status) if f.last_seen >= start and f.first_seen < end]
+
+
+def finding_dict(f: Finding, mask: Mask | None = None) -> dict[str, Any]:
+    """A finding as plain JSON data for people: ISO times, exact decimals as strings, masked if asked."""
+    hide: Callable[[Any], Any] = mask.apply if mask else (lambda v: v)
+    return {
+        "id": f.id, "rule": f.rule, "name": f.name, "severity": f.severity, "status": f.status,
+        "first_seen": iso(f.first_seen), "last_seen": iso(f.last_seen), "resolved_at": iso(f.resolved_at),
+        "resolution": f.resolution, "keys": hide(plain(f.keys)), "summary": f.summary,
+        "evidence": [{"kind": e.kind, "coordinates": e.coordinates, "time": iso(e.time),
+                      "values": hide(plain(e.values))} for e in f.evidence],
+    }
+
+
+def findings_json(findings: list[Finding], mask: Mask | None = None) -> list[dict[str, Any]]:
+    """What `oncewatch findings --format json` prints, and the "findings" of a JSON report."""
+    return [finding_dict(f, mask) for f in findings]
+
+
+def findings_table(findings: list[dict[str, Any]]) -> str:
+    """A fixed-width table of `findings_json` output for a terminal, one line per finding."""
+    if not findings:
+        return "no findings"
+    head = ("id", "rule", "severity", "status", "first_seen", "last_seen", "evidence", "keys", "summary")
+    lines = [head] + [(f["id"], f["rule"], f["severity"], f["status"], f["first_seen"], f["last_seen"],
+                       str(len(f["evidence"])), " ".join(f"{k}={_text(v)}" for k, v in sorted(f["keys"].items())),
+                       f["summary"]) for f in findings]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head) - 1)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)) + "  " + line[-1] for line in lines)
+
+
+# ---------------------------------------------------------------- the data section and its hash
+
+def rows(findings: list[dict[str, Any]]) -> list[list[str]]:
+    """The data section: one row of COLUMNS per evidence item of `findings_json` output."""
+    out = []
+    for f in findings:
+        head = [_text(f[name]) for name in FINDING_FIELDS]
+        out.extend([*head, *(_text(e[name]) for name in EVIDENCE_FIELDS)] for e in f["evidence"])
+        if not f["evidence"]:
+            out.append(head + [""] * len(EVIDENCE_FIELDS))
+    return out
+
+
+def _csv(table: list[list[str]] | list[tuple[str, ...]]) -> bytes:
+    buf = io.StringIO(newline="")
+    csv.writer(buf).writerows(table)
+    return buf.getvalue().encode()
+
+
+def data_section(data: list[list[str]]) -> bytes:
+    """The canonical bytes that data_sha256 covers (module docstring)."""
+    return _csv([list(COLUMNS), *data])
+
+
+def _sha256(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+# ---------------------------------------------------------------- writers
+
+def _header_items(header: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(k, _text(v)) for k, v in header.items()]
+
+
+def _write_csv(header: dict[str, Any], findings: list[dict[str, Any]], data: list[list[str]]) -> bytes:
+    block = "".join(f"# {k}: {v}".rstrip() + "\r\n" for k, v in _header_items(header)).encode()
+    return block + data_section(data)
+
+
+def _write_json(header: dict[str, Any], findings: list[dict[str, Any]], data: list[list[str]]) -> bytes:
+    return (json.dumps({"header": header, "findings": findings}, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def _fill(ws: Worksheet, title: str, table: list[list[Any]]) -> None:
+    ws.title = title
+    for r, line in enumerate(table, start=1):
+        for c, value in enumerate(line, start=1):
+            cell = ws.cell(r, c, value)
+            if isinstance(value, str):
+                # Text stays text: a value starting with '=' must not become a formula.
+                cell.data_type = "s"
+    ws.freeze_panes = "A2"
+
+
+def _write_xlsx(header: dict[str, Any], findings: list[dict[str, Any]], data: list[list[str]]) -> bytes:
+    wb = Workbook()
+    _fill(wb.active, "Report", [["field", "value"], *map(list, _header_items(header))])
+    _fill(wb.create_sheet(), "Findings",
+          [[*COLUMNS[:len(FINDING_FIELDS)], "evidence_items"],
+           *([*(_text(f[name]) for name in FINDING_FIELDS), len(f["evidence"])] for f in findings)])
+    _fill(wb.create_sheet(), "Evidence", [list(COLUMNS), *data])
+    out = io.BytesIO()
+    wb.save(out)
+    return out.getvalue()
+
+
+WRITERS: dict[str, Callable[[dict[str, Any], list[dict[str, Any]], list[list[str]]], bytes]] = {
+    "csv": _write_csv, "json": _write_json, "xlsx": _write_xlsx}
+
+
+def _kafka_order(item: tuple[str, int]) -> tuple[str, int]:
+    topic, _, partition = item[0].rpartition("/")
+    return topic, int(partition)
+
+
+def export(store: Store, fmt: str, *, rule: str | None = None, status: str | None = None,
+           since: dt.datetime | None = None, until: dt.datetime | None = None, mask: bool = False,
+           mask_fields: Collection[str] = (), mask_key: bytes | None = None, config_fingerprint: str,
+           now: dt.datetime | None = None) -> bytes:
+    """One report as the bytes of a file of format `fmt` (module docstring).
+
+    `mask=True` masks the values of `mask_fields` (the config's export.mask_fields) with a keyed
+    hash when `mask_key` (export.mask_key) is given, else with "***".
+    """
+    if fmt not in WRITERS:
+        raise ValueError(f"unknown report format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if mask and not mask_fields:
+        raise ValueError("mask=True needs mask_fields: pass the config's export.mask_fields")
+    masking = Mask(frozenset(f.lower() for f in mask_fields), mask_key) if mask else None
+    with _snapshot(store):
+        found = select(store, rule=rule, status=status, since=since, until=until)
+        binlog = store.checkpoint(BINLOG_CHECKPOINT)
+        kafka = store.checkpoint(KAFKA_CHECKPOINT) or {}
+    findings = findings_json(found, masking)
+    data = rows(findings)
+    header = {
+        "report": REPORT_VERSION,
+        "generated_at": iso(_epoch(now or dt.datetime.now(dt.timezone.utc))),
+        "since": iso(_epoch(since)) if since else None,
+        "until": iso(_epoch(until)) if until else None,
+        "rule": rule, "status": status,
+        "mask": masking.kind if masking else "off",
+        "masked_fields": sorted(masking.fields) if masking else [],
+        "binlog_position": binlog,
+        "kafka_positions": dict(sorted(kafka.items(), key=_kafka_order)),
+        "config_sha256": config_fingerprint,
+        "findings": len(findings), "evidence_rows": len(data),
+        "data_sha256": _sha256(data_section(data)),
+    }
+    return WRITERS[fmt](header, findings, data)
+
+
+# ---------------------------------------------------------------- verification
+
+def _read_csv(data: bytes) -> tuple[str | None, bytes]:
+    pos, claimed = 0, None
+    while data.startswith(b"#", pos):
+        end = data.find(b"\n", pos) + 1 or len(data)  # find() gives -1 on a last line without newline
+        name, _, value = data[pos:end].decode(errors="replace").removeprefix("#").partition(":")
+        claimed = value.strip() if name.strip() == "data_sha256" else claimed
+        pos = end
+    return claimed, data[pos:]
+
+
+def _read_json(data: bytes) -> tuple[str | None, bytes]:
+    try:
+        doc = json.loads(data)
+        return doc["header"].get("data_sha256"), data_section(rows(doc["findings"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ReportError(f"not an oncewatch JSON report ({exc}); was it written by `oncewatch export`?") from exc
+
+
+def _read_xlsx(data: bytes) -> tuple[str | None, bytes]:
+    try:
+        wb = load_workbook(io.BytesIO(data), read_only=True)
+        header = {k: v for k, v in wb["Report"].iter_rows(min_row=2, values_only=True)}
+        table = [["" if v is None else str(v) for v in line] for line in wb["Evidence"].iter_rows(values_only=True)]
+    except (zipfile.BadZipFile, KeyError, ValueError) as exc:
+        raise ReportError(f"not an oncewatch XLSX report ({exc}); was it written by `oncewatch export`?") from exc
+    return header.get("data_sha256"), _csv(table)
+
+
+READERS: dict[str, Callable[[bytes], tuple[str | None, bytes]]] = {
+    "csv": _read_csv, "json": _read_json, "xlsx": _read_xlsx}
+
+
+def verify(data: bytes, fmt: str) -> bool:
+    """Whether the data section of a report still has the SHA-256 its header states."""
+    if fmt not in READERS:
+        raise ValueError(f"unknown report format {fmt!r}: use one of {', '.join(FORMATS)}")
+    claimed, section = READERS[fmt](data)
+    if not claimed:
+        raise ReportError(f"no data_sha256 in the header: not an oncewatch {fmt} report")
+    return hmac.compare_digest(claimed, _sha256(section))

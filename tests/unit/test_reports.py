@@ -1,0 +1,259 @@
+"""Auditors' reports: the three formats hold the same data, the hash verifies, filters and masking work."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import hashlib
+import io
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import openpyxl
+import pytest
+
+from dashboards import reports
+from oncewatch.config import parse
+from oncewatch.records import Evidence, Finding
+from oncewatch.store import Store
+
+T0 = dt.datetime(2024, 5, 1, 10, 0, tzinfo=dt.timezone.utc).timestamp()
+DAY = 86400.0
+BINLOG = {"gtid": "0-1-77", "file": "binlog.000003", "pos": 4711}
+KAFKA = {"shop.events/10": 2, "shop.events/2": 5, "shop.events/0": 8}
+PERSONAL = ("user_id", "phone", "email", "name", "address")
+
+FINDINGS = [
+    Finding(id="f-dup", rule="F1", name="duplicate_effect", severity="critical",
+            keys={"trade_no": "T1", "order_no": "O1", "user_id": 42},
+            summary="2 shipments for trade_no T1", first_seen=T0, last_seen=T0 + 5.25,
+            evidence=(
+                Evidence("row_change", "binlog.000003:1200#0-1-70/0", T0 + 0.123456,
+                         {"after": {"shipment_id": 1, "trade_no": "T1", "amount": Decimal("12.50"),
+                                    "phone": "13800000000", "name": "张三",
+                                    "address": {"city": "Hangzhou", "street": "West Lake Rd 1"}}}),
+                Evidence("row_change", "binlog.000003:1800#0-1-71/0", T0 + 5.25,
+                         {"after": {"shipment_id": 2, "trade_no": "T1", "amount": Decimal("12.50"),
+                                    "phone": "13800000000", "name": "张三", "note": None}}),
+                Evidence("event", "shop.events/0@7", T0 + 5.5,
+                         {"payload": {"type": "shipment.created", "user_id": "42", "email": "a@example.com"}}),
+            )),
+    Finding(id="f-amount", rule="F5", name="amount_mismatch", severity="critical",
+            keys={"trade_no": "T2", "order_no": "O2"},
+            summary='callback says "0.10", order says 10.00, see note', first_seen=T0 + 60, last_seen=T0 + 61,
+            status="resolved", resolved_at=T0 + 3600, resolution="refunded by finance, ticket FIN-7",
+            evidence=(Evidence("row_change", "binlog.000003:2400#0-1-72/1", T0 + 60,
+                               {"after": {"amount": Decimal("0.10"), "memo": "=HYPERLINK(\"x\")"}}),)),
+    Finding(id="f-drift", rule="F11", name="offset_drift", severity="warning", keys={"topic": "shop.events"},
+            summary="backlog 6000 > 5000", first_seen=T0 + 2 * DAY, last_seen=T0 + 2 * DAY + 30, evidence=()),
+]
+
+
+def seed(path: Path) -> Store:
+    """A store as the monitor leaves it: findings and both checkpoints."""
+    store = Store(str(path))
+    with store.batch() as tx:
+        tx.upsert_findings(FINDINGS)
+        tx.set_checkpoint(reports.BINLOG_CHECKPOINT, BINLOG)
+        tx.set_checkpoint(reports.KAFKA_CHECKPOINT, KAFKA)
+    return store
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = seed(tmp_path / "oncewatch.db")
+    yield s
+    s.close()
+
+
+def make(store: Store, fmt: str, **kw) -> bytes:
+    return reports.export(store, fmt, config_fingerprint="c0ffee", now=dt.datetime(2024, 6, 1, tzinfo=dt.timezone.utc),
+                          **kw)
+
+
+# ---------------------------------------------------------------- reading reports back, as an auditor would
+
+def csv_parts(data: bytes) -> tuple[dict[str, str], list[list[str]]]:
+    lines = data.decode().splitlines(keepends=True)
+    head = [line for line in lines if line.startswith("#")]
+    header = dict(line[1:].strip().split(":", 1) for line in head)
+    table = list(csv.reader(io.StringIO("".join(lines[len(head):]), newline="")))
+    return {k: v.strip() for k, v in header.items()}, table
+
+
+def xlsx_sheets(data: bytes) -> dict[str, list[list]]:
+    wb = openpyxl.load_workbook(io.BytesIO(data))
+    return {ws.title: [["" if v is None else v for v in row] for row in ws.iter_rows(values_only=True)]
+            for ws in wb.worksheets}
+
+
+def all_formats(store: Store, **kw) -> dict[str, bytes]:
+    return {fmt: make(store, fmt, **kw) for fmt in reports.FORMATS}
+
+
+def as_text(fmt: str, data: bytes) -> str:
+    """Everything a reader of the file sees (XLSX is zipped, so its cells)."""
+    return json.dumps(xlsx_sheets(data), ensure_ascii=False) if fmt == "xlsx" else data.decode()
+
+
+# ---------------------------------------------------------------- tests
+
+def test_three_formats_hold_the_same_rows_and_findings(store):
+    out = all_formats(store)
+    _, csv_table = csv_parts(out["csv"])
+    sheets = xlsx_sheets(out["xlsx"])
+    doc = json.loads(out["json"])
+
+    assert doc["findings"] == reports.findings_json(reports.select(store))
+    assert csv_table == sheets["Evidence"] == [list(reports.COLUMNS), *reports.rows(doc["findings"])]
+    # One row per evidence item; the finding without evidence still has its row.
+    assert [r[0] for r in csv_table[1:]] == ["f-dup"] * 3 + ["f-amount", "f-drift"]
+    assert [r[0] for r in sheets["Findings"][1:]] == [f["id"] for f in doc["findings"]]
+    assert [r[-1] for r in sheets["Findings"][1:]] == [3, 1, 0]
+
+
+def test_values_are_exact_and_times_iso_utc(store):
+    _, table = csv_parts(make(store, "csv"))
+    row = dict(zip(table[0], table[1]))
+    assert json.loads(row["values"])["after"]["amount"] == "12.50"
+    assert row["evidence_time"] == "2024-05-01T10:00:00.123456Z"
+    assert row["first_seen"] == "2024-05-01T10:00:00.000000Z"
+    assert json.loads(row["values"])["after"]["name"] == "张三"
+    resolved = dict(zip(table[0], table[4]))
+    assert (resolved["resolved_at"], resolved["resolution"]) == ("2024-05-01T11:00:00.000000Z",
+                                                                 "refunded by finance, ticket FIN-7")
+
+
+def test_header_states_positions_config_and_counts(store):
+    out = all_formats(store)
+    csv_header, _ = csv_parts(out["csv"])
+    json_header = json.loads(out["json"])["header"]
+    xlsx_header = {k: v for k, v in xlsx_sheets(out["xlsx"])["Report"][1:]}
+
+    assert json_header["binlog_position"] == BINLOG
+    # Partitions in numeric order, so 10 comes after 2.
+    assert list(json_header["kafka_positions"].items()) == [("shop.events/0", 8), ("shop.events/2", 5),
+                                                           ("shop.events/10", 2)]
+    assert json_header["config_sha256"] == "c0ffee"
+    assert (json_header["findings"], json_header["evidence_rows"]) == (3, 5)
+    assert json_header["generated_at"] == "2024-06-01T00:00:00.000000Z"
+    for text_header in (csv_header, xlsx_header):
+        assert json.loads(text_header["binlog_position"]) == BINLOG
+        assert json.loads(text_header["kafka_positions"]) == KAFKA
+        assert text_header["config_sha256"] == "c0ffee"
+        assert text_header["data_sha256"] == json_header["data_sha256"]
+
+
+def test_each_format_verifies_and_the_documented_recipe_gives_the_hash(store):
+    out = all_formats(store)
+    for fmt, data in out.items():
+        assert reports.verify(data, fmt), fmt
+    header, _ = csv_parts(out["csv"])
+    data_section = out["csv"][out["csv"].index(b"finding_id,"):]
+    assert hashlib.sha256(data_section).hexdigest() == header["data_sha256"]
+
+
+def test_a_changed_byte_of_data_fails_verification(store):
+    out = all_formats(store)
+
+    tampered_csv = out["csv"].replace(b"12.50", b"12.51", 1)
+    assert tampered_csv != out["csv"] and not reports.verify(tampered_csv, "csv")
+
+    doc = json.loads(out["json"])
+    doc["findings"][1]["evidence"][0]["values"]["after"]["amount"] = "0.11"
+    assert not reports.verify(json.dumps(doc).encode(), "json")
+
+    wb = openpyxl.load_workbook(io.BytesIO(out["xlsx"]))
+    wb["Evidence"]["E3"] = "resolved"
+    changed = io.BytesIO()
+    wb.save(changed)
+    assert not reports.verify(changed.getvalue(), "xlsx")
+
+
+def test_verify_refuses_what_is_not_a_report():
+    with pytest.raises(reports.ReportError, match="data_sha256"):
+        reports.verify(b"a,b\r\n1,2\r\n", "csv")
+    with pytest.raises(reports.ReportError, match="JSON report"):
+        reports.verify(b"[1, 2]", "json")
+    with pytest.raises(reports.ReportError, match="XLSX report"):
+        reports.verify(b"not a zip", "xlsx")
+    with pytest.raises(ValueError, match="csv, json, xlsx"):
+        reports.verify(b"", "pdf")
+
+
+def test_time_range_keeps_findings_seen_inside_it(store):
+    since = dt.datetime(2024, 5, 1, 10, 0, 5, 250000, tzinfo=dt.timezone.utc)  # f-dup's last_seen
+    until = dt.datetime.fromtimestamp(T0 + 2 * DAY, dt.timezone.utc)  # f-drift's first_seen: excluded
+    doc = json.loads(make(store, "json", since=since, until=until))
+    assert [f["id"] for f in doc["findings"]] == ["f-dup", "f-amount"]
+    assert (doc["header"]["since"], doc["header"]["until"]) == ("2024-05-01T10:00:05.250000Z",
+                                                               "2024-05-03T10:00:00.000000Z")
+    assert doc["header"]["evidence_rows"] == 4
+
+    later = json.loads(make(store, "json", since=dt.datetime(2024, 5, 2)))  # naive: UTC
+    assert [f["id"] for f in later["findings"]] == ["f-drift"]
+    assert reports.verify(make(store, "csv", since=since, until=until), "csv")
+
+
+def test_rule_and_status_filters(store):
+    doc = json.loads(make(store, "json", status="resolved"))
+    assert [f["id"] for f in doc["findings"]] == ["f-amount"]
+    assert doc["header"]["status"] == "resolved"
+    assert [f["id"] for f in json.loads(make(store, "json", rule="F11"))["findings"]] == ["f-drift"]
+
+
+def test_mask_hides_personal_fields_with_a_stable_keyed_hash(store):
+    out = all_formats(store, mask=True, mask_fields=PERSONAL, mask_key=b"audit key 2024")
+    doc = json.loads(out["json"])
+    dup = doc["findings"][0]
+    first, second, event = (e["values"] for e in dup["evidence"])
+    for fmt, data in out.items():
+        for personal in ("13800000000", "张三", "a@example.com", "West Lake", "audit key"):
+            assert personal not in as_text(fmt, data)
+    assert first["after"]["phone"].startswith("hmac-sha256:")
+    assert first["after"]["phone"] == second["after"]["phone"]
+    assert isinstance(first["after"]["address"], str)
+    # user 42 in the keys and "42" in the event payload are one person: one token.
+    assert dup["keys"]["user_id"] == event["payload"]["user_id"]
+    assert (dup["keys"]["trade_no"], dup["keys"]["order_no"]) == ("T1", "O1")
+    assert first["after"]["amount"] == "12.50" and second["after"]["note"] is None
+    assert (doc["header"]["mask"], doc["header"]["masked_fields"]) == ("hmac-sha256", sorted(PERSONAL))
+    assert json.loads(make(store, "json", mask=True, mask_fields=PERSONAL, mask_key=b"audit key 2024")) == doc
+    for fmt, data in out.items():
+        assert reports.verify(data, fmt)
+
+
+def test_mask_without_a_key_writes_stars(store):
+    doc = json.loads(make(store, "json", mask=True, mask_fields=["Phone"]))
+    assert doc["findings"][0]["evidence"][0]["values"]["after"]["phone"] == "***"
+    assert doc["findings"][0]["keys"]["user_id"] == 42  # not listed, not masked
+    with pytest.raises(ValueError, match="mask_fields"):
+        make(store, "json", mask=True)
+
+
+def test_no_secret_of_the_config_reaches_a_report(store, monkeypatch):
+    monkeypatch.setenv("OW_TEST_MYSQL_PASSWORD", "hunter2-very-secret")
+    cfg = parse({"mysql": {"user": "oncewatch", "tables": ["shop.orders"], "password_env": "OW_TEST_MYSQL_PASSWORD"}})
+    for fmt in reports.FORMATS:
+        text = as_text(fmt, reports.export(store, fmt, config_fingerprint=cfg.fingerprint()))
+        assert cfg.fingerprint() in text and "hunter2" not in text
+
+
+def test_xlsx_keeps_text_as_text(store):
+    wb = openpyxl.load_workbook(io.BytesIO(make(store, "xlsx")))
+    assert wb.sheetnames == ["Report", "Findings", "Evidence"]
+    memo = wb["Evidence"].cell(5, reports.COLUMNS.index("values") + 1)
+    assert memo.data_type == "s" and "=HYPERLINK" in memo.value
+
+
+def test_findings_table_has_one_line_per_finding(store):
+    table = reports.findings_table(reports.findings_json(reports.select(store))).splitlines()
+    assert len(table) == 4 and table[0].split()[:3] == ["id", "rule", "severity"]
+    assert "trade_no=T1" in table[1] and table[3].startswith("f-drift")
+    assert reports.findings_table([]) == "no findings"
+
+
+def test_unknown_format_is_refused(store):
+    with pytest.raises(ValueError, match="use one of csv, json, xlsx"):
+        make(store, "pdf")
