@@ -1,21 +1,27 @@
-"""The `oncewatch` command: check a config, bootstrap, tail, run the monitor, read findings.
+"""The `oncewatch` command: check a config, bootstrap, tail, run the monitor, read findings, export reports.
 
-Exit codes (also in the README): 0 done; 1 unexpected internal error; 2 bad config or usage;
+Exit codes (also in the README): 0 done; 1 unexpected internal error; 2 bad config or usage,
+including a `--since`/`--until` that is not ISO-8601 and, for `findings` and `export`, a
+store.path where there is no store (the monitor has not run with this config yet);
 3 a source refused us or lost data we need (purged binlog, access denied).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import logging
 import signal
+import sqlite3
 import sys
 from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
 
 from oncewatch import logs
-from oncewatch.config import ConfigError, describe, load
-from oncewatch.store import StoreError
+from oncewatch.config import Config, ConfigError, describe, load
+from oncewatch.store import Store, StoreError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_SOURCE = 0, 1, 2, 3
 
@@ -67,6 +73,68 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _open_store(cfg: Config) -> Store:
+    """The monitor's store, read-only; StoreError when there is none at store.path."""
+    path = cfg.store.path
+    if path == ":memory:" or not Path(path).is_file():
+        raise StoreError(f"there is no store at {path}: run `oncewatch run --config {cfg.source}` first")
+    store = Store(path, readonly=True)
+    try:
+        store.conn.execute("SELECT 1 FROM findings LIMIT 1")
+    except sqlite3.DatabaseError as exc:
+        store.close()
+        raise StoreError(f"{path} is not an oncewatch store ({exc})") from exc
+    return store
+
+
+def cmd_findings(args: argparse.Namespace) -> int:
+    """Print the findings with their evidence, as a table or as the JSON that exports carry."""
+    from dashboards.reports import findings_json, findings_table, select
+
+    cfg = load(args.config)
+    with closing(_open_store(cfg)) as store:
+        found = findings_json(select(store, rule=args.rule, status=args.status))
+    print(json.dumps(found, indent=2, ensure_ascii=False) if args.format == "json" else findings_table(found))
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write an auditor's report (dashboards.reports describes its header and hash)."""
+    from dashboards.reports import export
+
+    if args.since and args.until and args.since >= args.until:
+        print("oncewatch: --since must be earlier than --until", file=sys.stderr)
+        return EXIT_CONFIG
+    cfg = load(args.config)
+    with closing(_open_store(cfg)) as store:
+        data = export(store, args.format, rule=args.rule, status=args.status, since=args.since, until=args.until,
+                      mask=args.mask, mask_fields=cfg.export.mask_fields,
+                      mask_key=cfg.export.key() if args.mask else None, config_fingerprint=cfg.fingerprint())
+    try:
+        Path(args.out).write_bytes(data)
+    except OSError as exc:
+        print(f"oncewatch: cannot write {args.out}: {exc.strerror}; give a writable --out path", file=sys.stderr)
+        return EXIT_CONFIG
+    print(f"oncewatch: wrote {args.out} ({len(data)} bytes)", file=sys.stderr)
+    return EXIT_OK
+
+
+def _timestamp(text: str) -> dt.datetime:
+    """--since/--until: an ISO-8601 date (midnight UTC) or datetime (UTC unless it has an offset)."""
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO-8601 date or datetime: {text!r} (e.g. 2024-05-01 or 2024-05-01T12:00:00+08:00)") from None
+    return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+
+
+def _finding_filters(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True)
+    p.add_argument("--rule", help="only this rule, by id (F1) as the findings carry it")
+    p.add_argument("--status", choices=("open", "resolved"))
+
+
 def _on_signals(stop: Callable[[], None]) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop())
@@ -89,6 +157,19 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bootstrap", help="re-read the watched tables and tail the binlog from that snapshot")
     b.add_argument("--config", required=True)
     b.set_defaults(func=cmd_bootstrap)
+    f = sub.add_parser("findings", help="print the findings in the store with their evidence")
+    _finding_filters(f)
+    f.add_argument("--format", choices=("table", "json"), default="table")
+    f.set_defaults(func=cmd_findings)
+    e = sub.add_parser("export", help="write an auditor's report of the findings with a header and a SHA-256")
+    _finding_filters(e)
+    e.add_argument("--format", choices=("csv", "json", "xlsx"), required=True)
+    e.add_argument("--since", type=_timestamp, metavar="T",
+                   help="findings seen at or after T (ISO-8601 date or datetime; UTC unless an offset is given)")
+    e.add_argument("--until", type=_timestamp, metavar="T", help="findings seen before T (same form as --since)")
+    e.add_argument("--mask", action="store_true", help="mask the personal fields of [export] mask_fields")
+    e.add_argument("--out", required=True, metavar="FILE")
+    e.set_defaults(func=cmd_export)
     return p
 
 

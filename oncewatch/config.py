@@ -148,14 +148,15 @@ class Secret:
         return f"Secret(env={self.env!r}, file={self.file!r})"
 
 
-def read_secret(s: Section, base: Path) -> Secret:
-    if "password" in s.data:
-        s.used.add("password")
-        raise ConfigError(f"{s.key('password')}: secrets are not read from the config file; "
-                          f"use password_env = \"VAR\" or password_file = \"/path\"")
-    env, file = s.opt_str("password_env"), s.opt_str("password_file")
+def read_secret(s: Section, base: Path, name: str = "password") -> Secret:
+    """The secret `name` of a section, given as `{name}_env` or `{name}_file`, never inline."""
+    if name in s.data:
+        s.used.add(name)
+        raise ConfigError(f"{s.key(name)}: secrets are not read from the config file; "
+                          f"use {name}_env = \"VAR\" or {name}_file = \"/path\"")
+    env, file = s.opt_str(f"{name}_env"), s.opt_str(f"{name}_file")
     if env and file:
-        raise ConfigError(f"{s.key('password_env')}: give password_env or password_file, not both")
+        raise ConfigError(f"{s.key(name + '_env')}: give {name}_env or {name}_file, not both")
     if file and not Path(file).is_absolute():
         file = str((base / file).resolve())
     return Secret(env=env, file=file)
@@ -202,6 +203,9 @@ class KafkaConfig:
     max_record_bytes: int
     offsets_poll_seconds: float
     request_timeout_seconds: float
+    start_from: str = "latest"  # where partitions without a checkpoint start on the first run
+    metadata_refresh_seconds: float = 5.0  # how often new topics/partitions are looked for
+    lag_history_points: int = 60  # (end offset, time) points kept per partition for lag seconds
 
 
 @dataclass(frozen=True)
@@ -215,6 +219,30 @@ class MetricsConfig:
     port: int
 
 
+# Row and payload fields holding personal data, masked in exports with --mask. trade_no and
+# order_no are not among them: auditors need them to match the report with the books.
+DEFAULT_MASK_FIELDS = ("user_id", "customer_id", "phone", "mobile", "email", "name", "real_name", "address",
+                       "id_card", "card_no", "ip")
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """`[export]`: which fields `--mask` hides, and the key that makes masked values comparable."""
+
+    mask_fields: tuple[str, ...] = DEFAULT_MASK_FIELDS
+    mask_key: Secret = Secret()
+
+    def key(self) -> bytes | None:
+        """The HMAC key for masked values, or None when none is configured (values become "***")."""
+        if not (self.mask_key.env or self.mask_key.file):
+            return None
+        value = self.mask_key.value()
+        if not value:
+            raise ConfigError("export.mask_key: the key is empty; put a long random string in the "
+                              "variable or file named by mask_key_env / mask_key_file")
+        return value.encode()
+
+
 @dataclass(frozen=True)
 class Config:
     source: str
@@ -225,6 +253,7 @@ class Config:
     domain: Domain
     announce: tuple[Announce, ...]
     rules: Rules
+    export: ExportConfig = ExportConfig()
 
     def fingerprint(self) -> str:
         """SHA-256 of the resolved config (secrets masked), printed on exports."""
@@ -268,7 +297,7 @@ def _topic(s: Section) -> TopicConfig:
     paths_section.done()
     required = s.str_list("required", ["event_type"] if fmt == "json" else [])
     for r in required:
-        if fmt == "json" and r not in paths:
+        if r not in paths:
             raise ConfigError(f"{s.key('required')}: '{r}' has no entry in {paths_section.path}")
     s.done()
     return TopicConfig(name=name, format=fmt, paths=paths, required=required)
@@ -289,6 +318,9 @@ def _kafka(s: Section) -> KafkaConfig:
         max_record_bytes=s.int("max_record_bytes", 1_048_576, minimum=1),
         offsets_poll_seconds=s.float("offsets_poll_seconds", 5.0, minimum=0.1),
         request_timeout_seconds=s.float("request_timeout_seconds", 10.0, minimum=1.0),
+        start_from=s.str("start_from", "latest", choices=("earliest", "latest")),
+        metadata_refresh_seconds=s.float("metadata_refresh_seconds", 5.0, minimum=0.1),
+        lag_history_points=s.int("lag_history_points", 60, minimum=2, maximum=10_000),
     )
     s.done()
     return cfg
@@ -296,6 +328,13 @@ def _kafka(s: Section) -> KafkaConfig:
 
 def _listen(s: Section, default_port: int) -> MetricsConfig:
     cfg = MetricsConfig(host=s.str("host", "127.0.0.1"), port=s.int("port", default_port, minimum=0, maximum=65535))
+    s.done()
+    return cfg
+
+
+def _export(s: Section, base: Path) -> ExportConfig:
+    cfg = ExportConfig(mask_fields=s.str_list("mask_fields", list(DEFAULT_MASK_FIELDS), nonempty=True),
+                       mask_key=read_secret(s, base, "mask_key"))
     s.done()
     return cfg
 
@@ -315,12 +354,13 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     if store_path != ":memory:" and not Path(store_path).is_absolute():
         store_path = str((base / store_path).resolve())
     metrics = _listen(root.section("metrics"), 9464)
+    export = _export(root.section("export"), base)
     domain = parse_domain(root.section("domain"), mysql)
     announce = parse_announce(root.sections("announce"), mysql, kafka, domain)
     rules = parse_rules(root.section("rules"))
     root.done()
     return Config(source=source, mysql=mysql, kafka=kafka, store=StoreConfig(store_path),
-                  metrics=metrics, domain=domain, announce=announce, rules=rules)
+                  metrics=metrics, domain=domain, announce=announce, rules=rules, export=export)
 
 
 def load(path: str | Path) -> Config:
@@ -350,5 +390,5 @@ def describe(cfg: Any) -> Any:
     return cfg
 
 
-__all__ = ["Config", "ConfigError", "MySQLConfig", "KafkaConfig", "TopicConfig", "Secret", "Section",
-           "load", "parse", "describe", "qualified_table"]
+__all__ = ["Config", "ConfigError", "MySQLConfig", "KafkaConfig", "TopicConfig", "ExportConfig", "Secret",
+           "Section", "load", "parse", "describe", "qualified_table"]

@@ -1,0 +1,153 @@
+"""`oncewatch findings` and `oncewatch export`: the files agree with `findings --format json`; errors exit 2."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import openpyxl
+import pytest
+
+from dashboards import reports
+from oncewatch.cli import EXIT_CONFIG, EXIT_OK, main
+from oncewatch.config import DEFAULT_MASK_FIELDS, ConfigError, load
+from tests.unit.test_reports import BINLOG, seed
+
+
+def write_config(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "oncewatch.toml"
+    path.write_text(f'[mysql]\nuser = "oncewatch"\ntables = ["shop.orders"]\n\n'
+                    f'[store]\npath = "oncewatch.db"\n{extra}')
+    return path
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    seed(tmp_path / "oncewatch.db").close()
+    return write_config(tmp_path)
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def findings_json(capsys, config: Path, *filters: str) -> list[dict]:
+    code, out, _ = run(capsys, "findings", "--config", str(config), "--format", "json", *filters)
+    assert code == EXIT_OK
+    return json.loads(out)
+
+
+def test_findings_json_and_filters(capsys, config):
+    assert [f["id"] for f in findings_json(capsys, config)] == ["f-dup", "f-amount", "f-drift"]
+    assert [f["id"] for f in findings_json(capsys, config, "--status", "resolved")] == ["f-amount"]
+    assert [f["id"] for f in findings_json(capsys, config, "--rule", "F1", "--status", "open")] == ["f-dup"]
+    assert findings_json(capsys, config)[0]["evidence"][0]["values"]["after"]["amount"] == "12.50"
+
+
+def test_findings_table(capsys, config):
+    code, out, _ = run(capsys, "findings", "--config", str(config))
+    assert code == EXIT_OK
+    assert [line.split()[0] for line in out.splitlines()] == ["id", "f-dup", "f-amount", "f-drift"]
+
+
+def test_exports_agree_with_findings_json(capsys, config, tmp_path):
+    expected = findings_json(capsys, config)
+    files = {}
+    for fmt in reports.FORMATS:
+        files[fmt] = tmp_path / f"report.{fmt}"
+        code, _, err = run(capsys, "export", "--config", str(config), "--format", fmt, "--out", str(files[fmt]))
+        assert code == EXIT_OK, err
+        assert reports.verify(files[fmt].read_bytes(), fmt)
+
+    doc = json.loads(files["json"].read_text())
+    assert doc["findings"] == expected
+    assert doc["header"]["binlog_position"] == BINLOG
+    assert doc["header"]["config_sha256"] == load(config).fingerprint()
+
+    # CSV: one row per evidence item, in order, each carrying its finding's fields.
+    lines = [line for line in files["csv"].read_text().splitlines(keepends=True) if not line.startswith("#")]
+    table = list(csv.DictReader(io.StringIO("".join(lines), newline="")))
+    assert [r["finding_id"] for r in table] == [f["id"] for f in expected for _ in f["evidence"] or [None]]
+    for f in expected:
+        mine = [r for r in table if r["finding_id"] == f["id"]]
+        assert all((r["rule"], r["status"], r["first_seen"], r["resolved_at"] or None, json.loads(r["keys"]))
+                   == (f["rule"], f["status"], f["first_seen"], f["resolved_at"], f["keys"]) for r in mine)
+        assert [{"kind": r["evidence_kind"], "coordinates": r["coordinates"], "time": r["evidence_time"],
+                 "values": json.loads(r["values"])} for r in mine if r["evidence_kind"]] == f["evidence"]
+
+    wb = openpyxl.load_workbook(files["xlsx"])
+    sheet = [dict(zip(reports.COLUMNS, row)) for row in wb["Findings"].iter_rows(min_row=2, values_only=True)]
+    assert [(r["finding_id"], r["status"], r["last_seen"]) for r in sheet] == \
+        [(f["id"], f["status"], f["last_seen"]) for f in expected]
+    evidence = [row for row in wb["Evidence"].iter_rows(min_row=2, values_only=True)]
+    assert [r[0] for r in evidence] == [r["finding_id"] for r in table]
+
+
+def test_export_time_range(capsys, config, tmp_path):
+    out = tmp_path / "may2.json"
+    code, _, _ = run(capsys, "export", "--config", str(config), "--format", "json", "--since", "2024-05-02",
+                     "--until", "2024-05-04T00:00:00+08:00", "--out", str(out))
+    assert code == EXIT_OK
+    doc = json.loads(out.read_text())
+    assert [f["id"] for f in doc["findings"]] == ["f-drift"]
+    assert (doc["header"]["since"], doc["header"]["until"]) == ("2024-05-02T00:00:00.000000Z",
+                                                               "2024-05-03T16:00:00.000000Z")
+
+
+@pytest.mark.parametrize("value", ["yesterday", "2024-13-01", "2024-05-01T25:00"])
+def test_export_refuses_a_time_that_is_not_iso(capsys, config, tmp_path, value):
+    with pytest.raises(SystemExit) as exit_:
+        main(["export", "--config", str(config), "--format", "csv", "--since", value, "--out", str(tmp_path / "x")])
+    assert exit_.value.code == EXIT_CONFIG
+    assert "not an ISO-8601 date or datetime" in capsys.readouterr().err
+
+
+def test_export_refuses_an_empty_range(capsys, config, tmp_path):
+    code, _, err = run(capsys, "export", "--config", str(config), "--format", "csv", "--since", "2024-05-02",
+                       "--until", "2024-05-01", "--out", str(tmp_path / "x.csv"))
+    assert code == EXIT_CONFIG and "--since must be earlier than --until" in err
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_missing_store_is_a_clear_error(capsys, tmp_path):
+    config = write_config(tmp_path)
+    for argv in (["findings"], ["export", "--format", "csv", "--out", str(tmp_path / "x.csv")]):
+        code, _, err = run(capsys, *argv, "--config", str(config))
+        assert code == EXIT_CONFIG
+        assert f"there is no store at {tmp_path / 'oncewatch.db'}" in err and "oncewatch run" in err
+    assert not (tmp_path / "oncewatch.db").exists()  # read-only: nothing created
+
+
+def test_a_file_that_is_not_a_store_is_a_clear_error(capsys, tmp_path):
+    (tmp_path / "oncewatch.db").write_text("not sqlite")
+    code, _, err = run(capsys, "findings", "--config", str(write_config(tmp_path)))
+    assert code == EXIT_CONFIG and "is not an oncewatch store" in err
+
+
+def test_export_mask_uses_the_configured_fields_and_key(capsys, tmp_path, monkeypatch):
+    seed(tmp_path / "oncewatch.db").close()
+    monkeypatch.setenv("OW_TEST_MASK_KEY", "k3y-for-tests")
+    config = write_config(tmp_path, '\n[export]\nmask_fields = ["phone"]\nmask_key_env = "OW_TEST_MASK_KEY"\n')
+    out = tmp_path / "masked.json"
+    code, _, _ = run(capsys, "export", "--config", str(config), "--format", "json", "--mask", "--out", str(out))
+    assert code == EXIT_OK
+    text = out.read_text()
+    assert "13800000000" not in text and "k3y-for-tests" not in text and "张三" in text
+    header = json.loads(text)["header"]
+    assert (header["mask"], header["masked_fields"]) == ("hmac-sha256", ["phone"])
+
+
+def test_export_config_section(tmp_path, monkeypatch):
+    assert load(write_config(tmp_path)).export.mask_fields == DEFAULT_MASK_FIELDS
+    assert load(write_config(tmp_path)).export.key() is None
+    with pytest.raises(ConfigError, match="export.mask_fields: must list at least one entry"):
+        load(write_config(tmp_path, "\n[export]\nmask_fields = []\n"))
+    with pytest.raises(ConfigError, match="export.mask_key: secrets are not read from the config file"):
+        load(write_config(tmp_path, '\n[export]\nmask_key = "inline"\n'))
+    monkeypatch.setenv("OW_TEST_EMPTY_KEY", "")
+    with pytest.raises(ConfigError, match="export.mask_key: the key is empty"):
+        load(write_config(tmp_path, '\n[export]\nmask_key_env = "OW_TEST_EMPTY_KEY"\n')).export.key()
