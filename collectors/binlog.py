@@ -127,6 +127,8 @@ class BinlogCollector:
         self._stop = threading.Event()
         self._sleep = sleep
         self._stream: BinLogStreamReader | None = None
+        self._probe: pymysql.Connection | None = None
+        self._probe_lock = threading.Lock()
 
     # -------------------------------------------------------------- public
 
@@ -138,16 +140,23 @@ class BinlogCollector:
         return self._stop.is_set()
 
     def current_server_position(self) -> BinlogPosition:
-        conn = connect(self.cfg)
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT @@gtid_binlog_pos")
-                gtid = cur.fetchone()[0] or ""
-                cur.execute("SHOW MASTER STATUS")
-                row = cur.fetchone()
-            return BinlogPosition(gtid=gtid, file=row[0] if row else "", pos=int(row[1]) if row else 0)
-        finally:
-            conn.close()
+        """The server's binlog end now (to tell whether the tail has caught up). The probe connection
+        is kept between calls and dropped on any error, so a restarted server is simply reconnected."""
+        with self._probe_lock:
+            try:
+                if self._probe is None:
+                    self._probe = connect(self.cfg)
+                with self._probe.cursor() as cur:
+                    cur.execute("SELECT @@gtid_binlog_pos")
+                    gtid = cur.fetchone()[0] or ""
+                    cur.execute("SHOW MASTER STATUS")
+                    row = cur.fetchone()
+            except Exception:
+                if self._probe is not None:
+                    self._probe.close()
+                self._probe = None
+                raise
+        return BinlogPosition(gtid=gtid, file=row[0] if row else "", pos=int(row[1]) if row else 0)
 
     def transactions(self) -> Iterator[Transaction]:
         backoff = 0.5
