@@ -1,0 +1,208 @@
+"""Prometheus exposition of the store: a collector that reads it at scrape time, and `serve()`.
+
+Every value comes from the health rows, the engine stats and the findings the monitor keeps in
+the store, read through a fresh read-only connection per scrape, so /metrics can be served by
+the monitor itself or by a separate process. Labels are bounded: collector, table, topic,
+partition, group, clock, rule, severity, reason; never a trade_no, order or other entity.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from threading import Thread
+from typing import Any
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from dashboards import queries
+from oncewatch.store import StoreError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 9464
+COLLECTORS = ("binlog", "kafka_events", "kafka_offsets")
+
+
+def _gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"oncewatch_{name}", doc, labels=list(labels))
+
+
+def _counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> CounterMetricFamily:
+    return CounterMetricFamily(f"oncewatch_{name}", doc, labels=list(labels))
+
+
+def _binlog(value: dict[str, Any]) -> Iterator[Metric]:
+    behind = _gauge("binlog_behind_seconds", "How far the binlog tail is behind the server's newest event.")
+    if value.get("seconds_behind") is not None:
+        behind.add_metric([], value["seconds_behind"])
+    yield behind
+    position = value.get("last_position") or {}
+    file_number = _gauge("binlog_file_number", "Sequence number of the binlog file of the last handled transaction.")
+    offset = _gauge("binlog_position_bytes", "Offset inside that binlog file of the end of the last transaction.")
+    gtid = _gauge("binlog_gtid_sequence", "GTID sequence number reached, per replication domain.", ("domain",))
+    if position:
+        match = re.search(r"(\d+)$", position.get("file", ""))
+        if match:
+            file_number.add_metric([], int(match.group(1)))
+        offset.add_metric([], position.get("pos", 0))
+        for part in filter(None, position.get("gtid", "").split(",")):
+            domain, _server, seq = part.strip().split("-")
+            gtid.add_metric([domain], int(seq))
+    yield from (file_number, offset, gtid)
+    transactions = _counter("binlog_transactions_read", "Committed transactions read from the binlog.")
+    transactions.add_metric([], value.get("transactions_read", 0))
+    yield transactions
+
+
+def _kafka_events(value: dict[str, Any]) -> Iterator[Metric]:
+    quarantined = _counter("kafka_quarantined_records", "Kafka records that could not be parsed, kept aside.",
+                           ("topic", "reason"))
+    for key, n in sorted(value.get("quarantined", {}).items()):
+        topic, _, reason = key.partition("|")
+        quarantined.add_metric([topic, reason], n)
+    yield quarantined
+    read_offset = _gauge("kafka_read_offset", "Next offset the monitor will read, per watched partition.",
+                         ("topic", "partition"))
+    for p in value.get("partitions", []):
+        read_offset.add_metric([p["topic"], str(p["partition"])], p["position"])
+    yield read_offset
+
+
+def _kafka_offsets(value: dict[str, Any]) -> Iterator[Metric]:
+    earliest = _gauge("kafka_earliest_offset", "Earliest offset still on the broker.", ("topic", "partition"))
+    end = _gauge("kafka_end_offset", "End offset (next offset to be written).", ("topic", "partition"))
+    for p in value.get("partitions", []):
+        earliest.add_metric([p["topic"], str(p["partition"])], p["earliest"])
+        end.add_metric([p["topic"], str(p["partition"])], p["end"])
+    yield from (earliest, end)
+    labels = ("group", "topic", "partition")
+    committed = _gauge("consumer_group_committed_offset", "Offset the group committed.", labels)
+    lag = _gauge("consumer_group_lag", "Records between the group's commit and the end offset.", labels)
+    lag_seconds = _gauge("consumer_group_lag_seconds", "Age of the oldest record the group has not committed, "
+                         "estimated from the end offset history.", labels)
+    uncommitted = _gauge("consumer_group_partitions_uncommitted", "Partitions the group never committed on "
+                         "(no lag can be given for them).", ("group", "topic"))
+    missing: dict[tuple[str, str], int] = {}
+    for r in queries.lag_rows(value):
+        key = [r["group"], r["topic"], str(r["partition"])]
+        missing.setdefault((r["group"], r["topic"]), 0)
+        if r["committed"] is None:
+            missing[(r["group"], r["topic"])] += 1
+            continue
+        committed.add_metric(key, r["committed"])
+        if r["lag"] is not None:
+            lag.add_metric(key, r["lag"])
+        if r["lag_seconds"] is not None:
+            lag_seconds.add_metric(key, r["lag_seconds"])
+    for (group, topic), n in sorted(missing.items()):
+        uncommitted.add_metric([group, topic], n)
+    stddev = _gauge("consumer_group_lag_stddev", "Population standard deviation of partition lag (F12).",
+                    ("group", "topic"))
+    for s in queries.lag_skew(value):
+        stddev.add_metric([s["group"], s["topic"]], s["stddev"])
+    yield from (committed, lag, lag_seconds, uncommitted, stddev)
+
+
+def _monitor(value: dict[str, Any]) -> Iterator[Metric]:
+    started = _gauge("monitor_start_time_seconds", "When the monitor process started (unix time).")
+    started.add_metric([], value.get("started_at", 0))
+    caught_up = _gauge("monitor_caught_up", "1 when both streams are read to their current ends.")
+    caught_up.add_metric([], 1 if value.get("caught_up") else 0)
+    stream_time = _gauge("stream_time_seconds", "Commit or record time reached in each stream (unix time).",
+                         ("stream",))
+    for stream in ("binlog", "kafka"):
+        if value.get(f"{stream}_time"):
+            stream_time.add_metric([stream], value[f"{stream}_time"])
+    yield from (started, caught_up, stream_time)
+
+
+def _engine(stats: dict[str, Any]) -> Iterator[Metric]:
+    backlog = _gauge("backlog_changes", "Committed changes still waiting for their Kafka event.", ("table",))
+    for table, n in sorted(stats.get("backlog_by_table", {}).items()):
+        backlog.add_metric([table], n)
+    yield backlog
+    delay = HistogramMetricFamily("oncewatch_event_delay_seconds", "Kafka time minus commit time of matched "
+                                  "change/event pairs, by the commit clock used.", labels=["clock"])
+    for clock, buckets in queries.delay_buckets(stats).items():
+        delay.add_metric([clock], [(b if b == "+Inf" else floatToGoString(float(b)), n) for b, n in buckets],
+                         stats["delay"][clock]["sum"])
+    yield delay
+    open_ = _gauge("findings_open", "Findings currently open.", ("rule", "severity"))
+    for r in stats.get("open_by_rule_severity", []):
+        open_.add_metric([r["rule"], r["severity"]], r["count"])
+    yield open_
+    found = _counter("findings_found", "Findings found since the store was created, by rule.", ("rule",))
+    # Every rule is present from the start so that increase() sees the first finding of a rule.
+    for rule in queries.RULES:
+        found.add_metric([rule], stats.get("found_total", {}).get(rule, 0))
+    yield found
+    dropped = _counter("engine_horizon_dropped", "Open state dropped because it fell off the horizon.")
+    dropped.add_metric([], stats.get("horizon_dropped_total", 0))
+    yield dropped
+
+
+class StoreCollector(Collector):
+    """Reads the store at scrape time. A store that cannot be opened gives `oncewatch_store_up 0`."""
+
+    def __init__(self, store_path: str):
+        self.store_path = store_path
+
+    def collect(self) -> Iterator[Metric]:
+        store_up = _gauge("store_up", "1 when the monitor's store could be read for this scrape.")
+        try:
+            with closing(queries.open_store(self.store_path)) as store:
+                health = queries.components(store, time.time())
+                stats = queries.engine_stats(store)
+        except StoreError:
+            store_up.add_metric([], 0)
+            yield store_up
+            return
+        store_up.add_metric([], 1)
+        yield store_up
+        yield from self._health(health)
+        yield from _engine(stats)
+
+    @staticmethod
+    def _health(health: dict[str, queries.Component]) -> Iterator[Metric]:
+        updated = _gauge("health_updated_timestamp_seconds", "When the monitor last wrote this component's health "
+                         "(unix time); an old value means a stale monitor.", ("component",))
+        for name, c in sorted(health.items()):
+            updated.add_metric([name], c.value["updated_at"])
+        yield updated
+        up = _gauge("collector_up", "1 when the collector is connected (the offsets poller: answered).",
+                    ("collector",))
+        records = _counter("collector_records_read", "Records read: binlog rows, Kafka records.", ("collector",))
+        reconnects = _counter("collector_reconnects", "Reconnections after a lost connection.", ("collector",))
+        for name in COLLECTORS:
+            if name not in health:
+                continue
+            value = health[name].value
+            up.add_metric([name], 1 if health[name].up else 0)
+            if name != "kafka_offsets":
+                records.add_metric([name], value.get("rows_read", value.get("records_read", 0)))
+                reconnects.add_metric([name], value.get("reconnects", 0))
+        yield from (up, records, reconnects)
+        parts = {"binlog": _binlog, "kafka_events": _kafka_events, "kafka_offsets": _kafka_offsets,
+                 "monitor": _monitor}
+        for name, metrics in parts.items():
+            if name in health:
+                yield from metrics(health[name].value)
+
+
+def registry(store_path: str) -> CollectorRegistry:
+    """A registry holding only the store collector (no process/platform metrics of the server)."""
+    reg = CollectorRegistry()
+    reg.register(StoreCollector(store_path))
+    return reg
+
+
+def serve(store_path: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> tuple[WSGIServer, Thread]:
+    """Serve /metrics for the store in a daemon thread. Port 0 picks a free port: read it from
+    `server.server_port`. Stop with `server.shutdown(); server.server_close()`."""
+    return start_http_server(port, addr=host, registry=registry(store_path))

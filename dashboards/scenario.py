@@ -1,0 +1,162 @@
+"""A small store with known figures: what the page, metrics and browser tests check against.
+
+One paid order O501 whose trade_no T1001 created two shipments (an open F1), an order O502
+paid with no event (an open F7), replayed and conflicting events (F9), and resolved findings,
+plus the health rows, engine stats and series a running monitor writes. Key figures:
+
+- binlog up, 2.5 s behind, at mysql-bin.000003:123456 (GTID 0-1-4711), 1 reconnect, 1,200 rows;
+- kafka_events up, 900 records read, 4 unread, quarantined shop.events|not_json 3 and |too_large 1;
+- group shipping-service lags 10 and 22 (stddev 6.0) with partition 2 never committed;
+- backlog shop.orders 7 + shop.shipments 2 = 9; p99 event delay 0.475 s;
+- 7 findings, 5 open, 3 of them critical (F1, F7, F9 conflicting).
+"""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+
+from oncewatch.records import (CLOCK_GTID_COMMIT_TS, CLOCK_ROW_COLUMN, OP_INSERT, OP_UPDATE, EmittedEvent,
+                               Evidence, Finding, QuarantinedRecord, RowChange)
+from oncewatch.store import Store
+
+TOPIC = "shop.events"
+GROUP = "shipping-service"
+
+
+def _row(table: str, op: str, pk: str, before: dict | None, after: dict | None, gtid: int, index: int,
+         at: float) -> RowChange:
+    return RowChange(schema="shop", table=table, op=op, pk=(pk,), before=before, after=after, txid=f"0-1-{gtid}",
+                     row_index=index, binlog_file="mysql-bin.000003", end_pos=100_000 + gtid, commit_time=at,
+                     commit_clock=CLOCK_GTID_COMMIT_TS)
+
+
+def _event(partition: int, offset: int, at: float, payload: dict) -> EmittedEvent:
+    keys = {k: payload[p] for k, p in (("event_type", "type"), ("order_key", "order_no"), ("trade_no", "trade_no"),
+                                       ("effect_id", "entity_id")) if p in payload}
+    return EmittedEvent(topic=TOPIC, partition=partition, offset=offset, timestamp_ms=int(at * 1000),
+                        timestamp_type="CreateTime", key=payload.get("order_no"), headers=(), payload=payload,
+                        format="json", keys=keys)
+
+
+def _evidence_of(item: RowChange | EmittedEvent) -> Evidence:
+    if isinstance(item, RowChange):
+        return Evidence("row_change", item.coordinates, item.commit_time, {"table": item.qualified_table, **item.row})
+    return Evidence("event", item.coordinates, item.timestamp_ms / 1000, dict(item.payload))
+
+
+def _finding(fid: str, rule: str, name: str, severity: str, keys: dict, summary: str, at: float,
+             evidence: list[RowChange | EmittedEvent], resolution: str | None = None) -> Finding:
+    return Finding(id=fid, rule=rule, name=name, severity=severity, keys=keys, summary=summary, first_seen=at,
+                   last_seen=at + 30, evidence=tuple(_evidence_of(e) for e in evidence),
+                   status="resolved" if resolution else "open", resolved_at=at + 60 if resolution else None,
+                   resolution=resolution)
+
+
+def _health(store: Store, now: float) -> None:
+    store.set_health("binlog", {
+        "connected": True, "seconds_behind": 2.5,
+        "last_position": {"gtid": "0-1-4711", "file": "mysql-bin.000003", "pos": 123456},
+        "last_event_time": now - 2.5, "last_error": None, "disconnected_since": None, "reconnects": 1,
+        "rows_read": 1200, "transactions_read": 400})
+    store.set_health("kafka_events", {
+        "connected": True, "last_error": None, "reconnects": 2, "records_read": 900,
+        "quarantined": {f"{TOPIC}|not_json": 3, f"{TOPIC}|too_large": 1},
+        "partitions": [{"topic": TOPIC, "partition": 0, "position": 300, "end": 300},
+                       {"topic": TOPIC, "partition": 1, "position": 300, "end": 302},
+                       {"topic": TOPIC, "partition": 2, "position": 298, "end": 300}],
+        "caught_up": False})
+    ends = (300, 302, 300)
+    store.set_health("kafka_offsets", {
+        "polled_at": now - 1, "error": None,
+        "partitions": [{"topic": TOPIC, "partition": p, "earliest": 0, "end": e} for p, e in enumerate(ends)],
+        "groups": [
+            {"group": GROUP, "state": "Stable", "partitions": [
+                {"topic": TOPIC, "partition": 0, "committed": 290, "lag": 10, "lag_seconds": 1.5},
+                {"topic": TOPIC, "partition": 1, "committed": 280, "lag": 22, "lag_seconds": 3.0},
+                {"topic": TOPIC, "partition": 2, "committed": None, "lag": None, "lag_seconds": None}]},
+            {"group": "points-service", "state": "Empty", "partitions": [
+                {"topic": TOPIC, "partition": p, "committed": e, "lag": 0, "lag_seconds": 0.0}
+                for p, e in enumerate(ends)]}]})
+    store.set_health("monitor", {"started_at": now - 3600, "pid": 4242, "binlog_time": now - 2.5,
+                                 "kafka_time": now - 1.0, "caught_up": False})
+
+
+ENGINE_STATS = {
+    "backlog_by_table": {"shop.orders": 7, "shop.shipments": 2},
+    "delay": {
+        CLOCK_GTID_COMMIT_TS: {"buckets": {"0.005": 5, "0.01": 12, "0.025": 30, "0.05": 52, "0.1": 70, "0.25": 90,
+                                           "0.5": 100, "1.0": 100, "2.5": 100, "+Inf": 100},
+                               "sum": 9.8, "count": 100},
+        CLOCK_ROW_COLUMN: {"buckets": {"0.005": 0, "0.01": 0, "0.025": 1, "0.05": 2, "0.1": 5, "0.25": 10,
+                                       "0.5": 15, "1.0": 18, "2.5": 20, "+Inf": 20},
+                           "sum": 8.5, "count": 20}},
+    "found_total": {"F1": 1, "F2": 1, "F7": 2, "F9": 3},
+    "open_by_rule_severity": [{"rule": "F1", "severity": "critical", "count": 1},
+                              {"rule": "F7", "severity": "critical", "count": 1},
+                              {"rule": "F9", "severity": "critical", "count": 1},
+                              {"rule": "F9", "severity": "info", "count": 2}],
+    "horizon_dropped_total": 0,
+}
+
+
+def seed(path: str, now: float | None = None) -> Store:
+    """Write the scenario into a new store at `path`; returns the (writable) store."""
+    now = time.time() if now is None else now
+    t0 = now - 600
+    store = Store(path)
+    paid = {"order_no": "O501", "status": "paid", "amount": Decimal("99.00")}
+    rows = [
+        _row("orders", OP_INSERT, "O501", None, {**paid, "status": "pending"}, 4701, 0, t0),
+        _row("payments", OP_INSERT, "T1001", None,
+             {"trade_no": "T1001", "order_no": "O501", "status": "success", "amount": Decimal("99.00")}, 4702, 0, t0 + 5),
+        _row("orders", OP_UPDATE, "O501", {**paid, "status": "pending"}, paid, 4702, 1, t0 + 5),
+        _row("shipments", OP_INSERT, "S1", None, {"shipment_id": "S1", "trade_no": "T1001"}, 4703, 0, t0 + 6),
+        _row("shipments", OP_INSERT, "S2", None, {"shipment_id": "S2", "trade_no": "T1001"}, 4704, 0, t0 + 9),
+        _row("orders", OP_UPDATE, "O502", {"order_no": "O502", "status": "pending"},
+             {"order_no": "O502", "status": "paid"}, 4705, 0, t0 + 20),
+    ]
+    row_entities = [(0, "order_key:O501"), (1, "order_key:O501"), (1, "trade_no:T1001"), (2, "order_key:O501"),
+                    (3, "trade_no:T1001"), (4, "trade_no:T1001"), (5, "order_key:O502")]
+    events = [
+        _event(0, 100, t0 + 5.2, {"type": "order.paid", "order_no": "O501", "trade_no": "T1001"}),
+        _event(1, 200, t0 + 6.1, {"type": "shipment.created", "entity_id": "S1", "trade_no": "T1001"}),
+        _event(1, 201, t0 + 9.3, {"type": "shipment.created", "entity_id": "S2", "trade_no": "T1001"}),
+        _event(2, 50, t0 + 40, {"type": "order.paid", "order_no": "O507", "amount": "10.00"}),
+        _event(2, 51, t0 + 41, {"type": "order.paid", "order_no": "O507", "amount": "12.00"}),
+    ]
+    event_entities = [(0, "order_key:O501"), (0, "trade_no:T1001"), (1, "trade_no:T1001"), (2, "trade_no:T1001"),
+                      (3, "order_key:O507"), (4, "order_key:O507")]
+    findings = [
+        _finding("f1-t1001", "F1", "duplicate_effect", "critical", {"trade_no": "T1001", "order_key": "O501"},
+                 "2 shop.shipments rows for trade_no T1001 (S1, S2)", t0 + 9, [rows[3], rows[4]]),
+        _finding("f7-o502", "F7", "missing_event", "critical", {"order_key": "O502"},
+                 "orders O502 became paid, no order.paid event on shop.events after 30 s", t0 + 50, [rows[5]]),
+        _finding("f7-o504", "F7", "missing_event", "critical", {"order_key": "O504"},
+                 "orders O504 became paid, no order.paid event on shop.events after 30 s", t0 + 60, [],
+                 resolution="event arrived late (F10)"),
+        _finding("f2-o505", "F2", "double_charge", "critical", {"order_key": "O505"},
+                 "2 successful trade_nos for order O505", t0 + 70, [], resolution="refunded T2006"),
+        _finding("f9-o503", "F9", "duplicate_event", "info", {"order_key": "O503"},
+                 "order.paid for O503 announced twice, same payload", t0 + 80, []),
+        _finding("f9-o506", "F9", "duplicate_event", "info", {"order_key": "O506"},
+                 "order.paid for O506 announced twice, same payload", t0 + 90, []),
+        _finding("f9-o507", "F9", "duplicate_event", "critical", {"order_key": "O507"},
+                 "order.paid for O507 announced twice with different amounts", t0 + 100, [events[3], events[4]]),
+    ]
+    with store.batch() as tx:
+        tx.add_row_changes(rows, row_entities)
+        tx.add_events(events, event_entities)
+        tx.add_quarantined([QuarantinedRecord(TOPIC, 0, 7 + i, int(t0 * 1000), "not_json", "Expecting value", 5,
+                                              "oops!") for i in range(3)]
+                           + [QuarantinedRecord(TOPIC, 1, 9, int(t0 * 1000), "too_large", "2000000 bytes", 2_000_000,
+                                                "{\"type\": \"order.paid\", ...")])
+        tx.upsert_findings(findings)
+        tx.set_state("engine_stats", ENGINE_STATS)
+        ramp = range(21)
+        tx.add_series([("backlog", {"table": "shop.orders"}, t0 + 30 * i, float(min(i, 7))) for i in ramp]
+                      + [("backlog", {"table": "shop.shipments"}, t0 + 30 * i, float(i % 3)) for i in ramp]
+                      + [("delay_p99", {}, t0 + 30 * i, 0.2 + 0.275 * i / 20) for i in ramp]
+                      + [("group_lag", {"group": GROUP, "topic": TOPIC}, t0 + 30 * i, float(12 + i)) for i in ramp])
+    _health(store, now)
+    return store

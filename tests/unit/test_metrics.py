@@ -1,0 +1,147 @@
+"""/metrics served over HTTP for the known scenario store: names, types, labels, values, and
+`promtool check metrics` on the live scrape."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from dashboards import metrics, scenario
+from oncewatch.store import Store
+from tests.unit.test_alerts import assert_ok, promtool
+
+ENTITY_VALUES = {"T1001", "O501", "O502", "O507", "S1", "S2"}
+
+
+def scrape(server) -> str:
+    host, port = server.server_address[:2]
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as resp:
+        return resp.read().decode()
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> str:
+    path = str(tmp_path / "scenario.db")
+    scenario.seed(path).close()
+    return path
+
+
+@pytest.fixture
+def served(store_path: str) -> Iterator[tuple[object, str]]:
+    server, thread = metrics.serve(store_path, port=0)
+    yield server, store_path
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
+def families(text: str) -> dict[str, tuple[str, dict[tuple[tuple[str, str], ...], float]]]:
+    """name -> (type, {sorted labels of each sample incl. its suffixed name: value})."""
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        out[fam.name] = (fam.type, {(("__name__", s.name), *sorted(s.labels.items())): s.value for s in fam.samples})
+    return out
+
+
+def value(fams: dict, sample: str, family: str | None = None, **labels: str) -> float:
+    return fams[family or sample][1][(("__name__", sample), *sorted(labels.items()))]
+
+
+def test_binds_loopback_by_default(served) -> None:
+    server, _ = served
+    assert server.server_address[0] == "127.0.0.1"
+
+
+def test_scrape_passes_promtool_check_metrics(served) -> None:
+    assert_ok(promtool("check", "metrics", stdin=scrape(served[0]).encode()))
+
+
+def test_collector_health(served) -> None:
+    fams = families(scrape(served[0]))
+    assert fams["oncewatch_collector_up"][0] == "gauge"
+    for c in ("binlog", "kafka_events", "kafka_offsets"):
+        assert value(fams, "oncewatch_collector_up", collector=c) == 1
+    assert fams["oncewatch_collector_records_read"][0] == "counter"
+    assert value(fams, "oncewatch_collector_records_read_total", "oncewatch_collector_records_read",
+                 collector="binlog") == 1200
+    assert value(fams, "oncewatch_collector_records_read_total", "oncewatch_collector_records_read",
+                 collector="kafka_events") == 900
+    assert value(fams, "oncewatch_collector_reconnects_total", "oncewatch_collector_reconnects",
+                 collector="kafka_events") == 2
+    assert value(fams, "oncewatch_binlog_behind_seconds") == 2.5
+    assert value(fams, "oncewatch_binlog_file_number") == 3
+    assert value(fams, "oncewatch_binlog_position_bytes") == 123456
+    assert value(fams, "oncewatch_binlog_gtid_sequence", domain="0") == 4711
+    assert fams["oncewatch_kafka_quarantined_records"][0] == "counter"
+    assert value(fams, "oncewatch_kafka_quarantined_records_total", "oncewatch_kafka_quarantined_records",
+                 topic="shop.events", reason="not_json") == 3
+    assert value(fams, "oncewatch_kafka_quarantined_records_total", "oncewatch_kafka_quarantined_records",
+                 topic="shop.events", reason="too_large") == 1
+    assert value(fams, "oncewatch_kafka_read_offset", topic="shop.events", partition="2") == 298
+    assert value(fams, "oncewatch_store_up") == 1
+
+
+def test_alignment_and_lag(served) -> None:
+    fams = families(scrape(served[0]))
+    assert value(fams, "oncewatch_backlog_changes", table="shop.orders") == 7
+    assert value(fams, "oncewatch_backlog_changes", table="shop.shipments") == 2
+    kind, delay = fams["oncewatch_event_delay_seconds"]
+    assert kind == "histogram"
+    assert {dict(k)["clock"] for k in delay} == {"gtid_commit_ts", "row_column"}
+    assert value(fams, "oncewatch_event_delay_seconds_bucket", "oncewatch_event_delay_seconds",
+                 clock="gtid_commit_ts", le="0.25") == 90
+    assert value(fams, "oncewatch_event_delay_seconds_count", "oncewatch_event_delay_seconds",
+                 clock="row_column") == 20
+    assert value(fams, "oncewatch_event_delay_seconds_sum", "oncewatch_event_delay_seconds",
+                 clock="gtid_commit_ts") == 9.8
+    g = {"group": "shipping-service", "topic": "shop.events"}
+    assert value(fams, "oncewatch_consumer_group_lag", partition="1", **g) == 22
+    assert value(fams, "oncewatch_consumer_group_lag_seconds", partition="0", **g) == 1.5
+    assert value(fams, "oncewatch_consumer_group_committed_offset", partition="1", **g) == 280
+    # Partition 2 never committed: no lag sample (not 0), counted as uncommitted instead.
+    assert (("__name__", "oncewatch_consumer_group_lag"), ("group", "shipping-service"), ("partition", "2"),
+            ("topic", "shop.events")) not in fams["oncewatch_consumer_group_lag"][1]
+    assert value(fams, "oncewatch_consumer_group_partitions_uncommitted", **g) == 1
+    assert value(fams, "oncewatch_consumer_group_lag_stddev", **g) == 6.0
+    assert value(fams, "oncewatch_consumer_group_lag_stddev", group="points-service", topic="shop.events") == 0
+
+
+def test_findings(served) -> None:
+    fams = families(scrape(served[0]))
+    assert fams["oncewatch_findings_open"][0] == "gauge"
+    assert value(fams, "oncewatch_findings_open", rule="F9", severity="info") == 2
+    assert value(fams, "oncewatch_findings_open", rule="F1", severity="critical") == 1
+    assert fams["oncewatch_findings_found"][0] == "counter"
+    found = fams["oncewatch_findings_found"][1]
+    assert len(found) == 12  # every rule, zero or not
+    assert value(fams, "oncewatch_findings_found_total", "oncewatch_findings_found", rule="F9") == 3
+    assert value(fams, "oncewatch_findings_found_total", "oncewatch_findings_found", rule="F3") == 0
+
+
+def test_names_follow_conventions_and_labels_hold_no_entities(served) -> None:
+    fams = families(scrape(served[0]))
+    for name, (kind, samples) in fams.items():
+        assert name.startswith("oncewatch_")
+        for labels in samples:
+            sample_name = labels[0][1]
+            assert not (kind == "counter") or sample_name.endswith("_total"), sample_name
+            assert not {v for _, v in labels[1:]} & ENTITY_VALUES, labels
+
+
+def test_disconnected_collector_and_missing_store(served, tmp_path: Path) -> None:
+    server, store_path = served
+    store = Store(store_path)
+    store.set_health("binlog", {"connected": False, "seconds_behind": None, "last_position": None,
+                                "last_error": "Lost connection", "reconnects": 3, "rows_read": 1200,
+                                "transactions_read": 400})
+    store.close()
+    fams = families(scrape(server))
+    assert value(fams, "oncewatch_collector_up", collector="binlog") == 0
+    assert fams["oncewatch_binlog_behind_seconds"][1] == {}
+
+    missing = metrics.registry(str(tmp_path / "nowhere.db"))
+    assert missing.get_sample_value("oncewatch_store_up") == 0
