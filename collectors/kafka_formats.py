@@ -1,0 +1,384 @@
+"""Turns one raw Kafka record into an `EmittedEvent` or a `QuarantinedRecord`; no I/O.
+
+One `TopicParser` per configured topic, chosen by its `format`:
+
+- `json`: an application event. `TopicConfig.paths` maps logical keys (event_type, trade_no,
+  order_key, effect_id, amount, status) to dotted payload paths (`a.b.0.c`: list items by index);
+  the values found go into `EmittedEvent.keys`. Numbers are parsed exactly (`Decimal`), so an
+  amount never passes through a float.
+- `debezium`: Debezium's change-event envelope, with or without the JsonConverter's
+  `schema`/`payload` wrapper. `cdc` holds `op` (c/u/d/r/t/m mapped to insert/update/delete/read/
+  truncate/message), `snapshot`, `db`, `table`, `before`, `after`, `pk` (the record key's payload),
+  the whole `source` (file, pos, gtid, row, ts_ms, ...), the envelope `ts_ms` and `transaction`.
+  With the schema wrapper, precise decimals (`org.apache.kafka.connect.data.Decimal`, base64 bytes)
+  are decoded to `Decimal`. A tombstone (null value after a delete) is an event, not an error: it
+  is what Debezium documents, and it carries the deleted row's key; its `cdc.op` is "tombstone".
+- `canal`: Canal's FlatMessage. One Kafka record may carry several rows of one statement; it stays
+  ONE `EmittedEvent` (the store keys events by topic/partition/offset, and one record is one
+  delivery) whose `cdc["rows"]` lists every row as {index, before, after, old, pk, keys}. Canal's
+  `old` holds only the changed columns, so `before` is rebuilt as data[i] overlaid with old[i].
+  A row is addressed as `<event coordinates>#<index>`; `keys` mirrors row 0 for the common
+  one-row case. DDL records (`isDdl`) become events with op "ddl" and no rows.
+
+For CDC topics the configured paths are looked up in each row image (after, or before for a
+delete). Anything that does not fit is quarantined with a short reason code (REASONS) and a
+detail that says what was wrong, never raised.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any, Protocol
+
+from oncewatch.config import TopicConfig
+from oncewatch.records import OP_DELETE, OP_INSERT, OP_UPDATE, EmittedEvent, QuarantinedRecord
+
+NOT_UTF8 = "not_utf8"
+NOT_JSON = "not_json"
+NULL_VALUE = "null_value"
+MISSING_PATH = "missing_path"
+WRONG_TYPE = "wrong_type"
+TOO_LARGE = "too_large"
+REASONS = (NOT_UTF8, NOT_JSON, NULL_VALUE, MISSING_PATH, WRONG_TYPE, TOO_LARGE)
+
+OP_READ = "read"
+OP_TRUNCATE = "truncate"
+OP_MESSAGE = "message"
+OP_TOMBSTONE = "tombstone"
+OP_DDL = "ddl"
+
+DEBEZIUM_OPS = {"c": OP_INSERT, "u": OP_UPDATE, "d": OP_DELETE, "r": OP_READ, "t": OP_TRUNCATE, "m": OP_MESSAGE}
+CANAL_OPS = {"INSERT": OP_INSERT, "UPDATE": OP_UPDATE, "DELETE": OP_DELETE}
+TIMESTAMP_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
+PREVIEW_BYTES = 160
+CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
+VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
+
+
+class RawRecord(Protocol):
+    """What the parser reads of a record: kafka-python's ConsumerRecord has these attributes."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes | None]]
+
+
+class Rejected(Exception):
+    """A record does not fit its topic's format; becomes a QuarantinedRecord."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+# One decoder for all records: json.loads(..., parse_float=...) would build a new one per call.
+_DECODER = json.JSONDecoder(parse_float=Decimal, parse_constant=_reject_constant)
+
+
+def decode_json(data: bytes) -> Any:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Rejected(NOT_UTF8, f"invalid UTF-8 at byte {exc.start}") from None
+    try:
+        return _DECODER.decode(text)
+    except ValueError as exc:
+        raise Rejected(NOT_JSON, str(exc)[:200]) from None
+
+
+def preview(data: bytes | None) -> str:
+    """The first bytes as printable text: control characters and bad UTF-8 escaped."""
+    if not data:
+        return ""
+    text = data[:PREVIEW_BYTES].decode("utf-8", "backslashreplace")
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in text)
+
+
+# ---------------------------------------------------------------- key extraction
+
+_MISSING = object()
+
+
+def compile_path(path: str) -> tuple[str | int, ...]:
+    return tuple(int(p) if p.isdigit() else p for p in path.split("."))
+
+
+def lookup(doc: Any, path: tuple[str | int, ...]) -> Any:
+    """The value at a compiled dotted path, or _MISSING (a JSON null counts as missing)."""
+    for part in path:
+        if isinstance(doc, dict):
+            doc = doc.get(part if isinstance(part, str) else str(part), _MISSING)
+        elif isinstance(doc, list) and isinstance(part, int) and part < len(doc):
+            doc = doc[part]
+        else:
+            return _MISSING
+        if doc is _MISSING:
+            return _MISSING
+    return _MISSING if doc is None else doc
+
+
+def _identifier(value: Any) -> Any:
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        return value
+    raise TypeError("expected a string or an integer")
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str) and value:
+        return value
+    raise TypeError("expected a non-empty string")
+
+
+def _amount(value: Any) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, (int, str, Decimal)):
+        raise TypeError("expected a decimal number or a numeric string")
+    try:
+        amount = Decimal(value.strip()) if isinstance(value, str) else Decimal(value)
+    except InvalidOperation:
+        raise TypeError("expected a decimal number or a numeric string") from None
+    if not amount.is_finite():
+        raise TypeError("expected a finite number")
+    return amount
+
+
+# How each logical key must look; ids keep their JSON type (matching normalises both sides).
+KEY_TYPES: dict[str, Callable[[Any], Any]] = {
+    "event_type": _text, "trade_no": _identifier, "order_key": _identifier, "effect_id": _identifier,
+    "amount": _amount, "status": _identifier,
+}
+
+
+@dataclass(frozen=True)
+class KeyExtractor:
+    """Pulls the configured keys out of a document (a JSON payload or a CDC row image)."""
+
+    paths: tuple[tuple[str, str, tuple[str | int, ...]], ...]  # (key, dotted path, compiled path)
+    required: frozenset[str]
+
+    @classmethod
+    def of(cls, topic: TopicConfig) -> KeyExtractor:
+        return cls(tuple((k, p, compile_path(p)) for k, p in topic.paths.items()), frozenset(topic.required))
+
+    def extract(self, doc: Any, where: str = "payload") -> dict[str, Any]:
+        keys: dict[str, Any] = {}
+        for name, dotted, path in self.paths:
+            value = lookup(doc, path)
+            if value is _MISSING:
+                if name in self.required:
+                    raise Rejected(MISSING_PATH, f"{name}: no value at {where} path {dotted!r}")
+                continue
+            try:
+                keys[name] = KEY_TYPES[name](value)
+            except TypeError as exc:
+                hint = (" (Debezium's precise decimals need the schema wrapper, or set the connector's "
+                        "decimal.handling.mode=string)") if name == "amount" and isinstance(value, str) else ""
+                raise Rejected(WRONG_TYPE, f"{name}: {exc} at {where} path {dotted!r}, got "
+                                           f"{_short(value)}{hint}") from None
+        return keys
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# ---------------------------------------------------------------- formats
+
+def _require(doc: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str,
+             optional: bool = False) -> Any:
+    value = doc.get(name)
+    if value is None:
+        if optional:
+            return None
+        raise Rejected(MISSING_PATH, f"{what}: no {name!r}")
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise Rejected(WRONG_TYPE, f"{what}: {name!r} must be {names}, got {_short(value)}")
+    return value
+
+
+def _unwrap(doc: Any) -> tuple[Any, dict[str, Any] | None]:
+    """The JsonConverter's {"schema": ..., "payload": ...} wrapper, if there is one."""
+    if isinstance(doc, dict) and "payload" in doc and "schema" in doc and len(doc) == 2:
+        schema = doc["schema"] if isinstance(doc["schema"], dict) else None
+        return doc["payload"], schema
+    return doc, None
+
+
+def _decimal_columns(schema: dict[str, Any] | None, field_name: str) -> dict[str, Any]:
+    """Columns of `before`/`after` holding Connect decimals: {column: scale, or None for variable}."""
+    if not schema:
+        return {}
+    for f in schema.get("fields") or ():
+        if f.get("field") == field_name:
+            out = {}
+            for col in f.get("fields") or ():
+                if col.get("name") == CONNECT_DECIMAL:
+                    out[col["field"]] = int((col.get("parameters") or {}).get("scale", 0))
+                elif col.get("name") == VARIABLE_SCALE_DECIMAL:
+                    out[col["field"]] = None
+            return out
+    return {}
+
+
+def _connect_decimal(encoded: str, scale: int) -> Decimal:
+    unscaled = int.from_bytes(base64.b64decode(encoded, validate=True), "big", signed=True)
+    return Decimal(unscaled).scaleb(-scale)
+
+
+def _decode_decimals(row: dict[str, Any] | None, columns: dict[str, Any], where: str) -> dict[str, Any] | None:
+    if not row or not columns:
+        return row
+    out = dict(row)
+    for col, scale in columns.items():
+        value = out.get(col)
+        try:
+            if scale is not None and isinstance(value, str):
+                out[col] = _connect_decimal(value, scale)
+            elif scale is None and isinstance(value, dict):
+                out[col] = _connect_decimal(value["value"], int(value["scale"]))
+        except (binascii.Error, KeyError, TypeError, ValueError):
+            raise Rejected(WRONG_TYPE, f"{where}.{col}: not a Connect decimal ({_short(value)})") from None
+    return out
+
+
+class TopicParser:
+    """Parses the records of one configured topic; `parse` never raises for bad input."""
+
+    def __init__(self, topic: TopicConfig, max_record_bytes: int):
+        self.topic = topic
+        self.max_record_bytes = max_record_bytes
+        self.keys = KeyExtractor.of(topic)
+        self._parse_value = {"json": self._json, "debezium": self._debezium, "canal": self._canal}[topic.format]
+
+    def parse(self, rec: RawRecord) -> EmittedEvent | QuarantinedRecord:
+        value = rec.value
+        try:
+            if value is not None and len(value) > self.max_record_bytes:
+                raise Rejected(TOO_LARGE, f"{len(value)} bytes, more than kafka.max_record_bytes = "
+                                          f"{self.max_record_bytes}")
+            payload, keys, cdc = self._parse_value(rec)
+        except Rejected as exc:
+            return QuarantinedRecord(topic=rec.topic, partition=rec.partition, offset=rec.offset,
+                                     timestamp_ms=rec.timestamp, reason=exc.reason, detail=exc.detail,
+                                     size=len(value) if value is not None else 0, preview=preview(value))
+        return EmittedEvent(
+            topic=rec.topic, partition=rec.partition, offset=rec.offset, timestamp_ms=rec.timestamp,
+            timestamp_type=TIMESTAMP_TYPES.get(rec.timestamp_type, "NoTimestampType"),
+            key=None if rec.key is None else rec.key.decode("utf-8", "backslashreplace"),
+            headers=tuple((k, "" if v is None else v.decode("utf-8", "backslashreplace")) for k, v in rec.headers),
+            payload=payload, format=self.topic.format, keys=keys, cdc=cdc)
+
+    # ------------------------------------------------------------ json
+
+    def _json(self, rec: RawRecord) -> tuple[Any, dict[str, Any], None]:
+        if rec.value is None:
+            raise Rejected(NULL_VALUE, "the record has no value (a tombstone) on a json topic")
+        payload = decode_json(rec.value)
+        if self.keys.paths and not isinstance(payload, dict):
+            raise Rejected(WRONG_TYPE, f"payload must be a JSON object, got {type(payload).__name__}")
+        return payload, self.keys.extract(payload), None
+
+    # ------------------------------------------------------------ debezium
+
+    def _record_key(self, rec: RawRecord) -> Any:
+        """The Debezium record key's payload (the primary key), or None when it is not JSON."""
+        if rec.key is None:
+            return None
+        try:
+            return _unwrap(decode_json(rec.key))[0]
+        except Rejected:
+            return None
+
+    def _debezium(self, rec: RawRecord) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        pk = self._record_key(rec)
+        envelope, schema = _unwrap(decode_json(rec.value)) if rec.value is not None else (None, None)
+        if envelope is None:
+            return None, {}, {"op": OP_TOMBSTONE, "snapshot": False, "db": None, "table": None, "before": None,
+                              "after": None, "pk": pk, "source": None, "ts_ms": None, "transaction": None}
+        if not isinstance(envelope, dict):
+            raise Rejected(WRONG_TYPE, f"debezium envelope must be a JSON object, got {type(envelope).__name__}")
+        raw_op = _require(envelope, "op", str, "debezium envelope")
+        if raw_op not in DEBEZIUM_OPS:
+            raise Rejected(WRONG_TYPE, f"debezium envelope: unknown op {raw_op!r} (expected c, u, d, r, t or m)")
+        op = DEBEZIUM_OPS[raw_op]
+        source = _require(envelope, "source", dict, "debezium envelope")
+        before = _require(envelope, "before", dict, "debezium envelope", optional=op != OP_DELETE)
+        after = _require(envelope, "after", dict, "debezium envelope",
+                         optional=op not in (OP_INSERT, OP_UPDATE, OP_READ))
+        before = _decode_decimals(before, _decimal_columns(schema, "before"), "before")
+        after = _decode_decimals(after, _decimal_columns(schema, "after"), "after")
+        image = after if after is not None else before
+        keys = self.keys.extract(image, "after" if after is not None else "before") if image is not None else {}
+        cdc = {"op": op, "snapshot": raw_op == "r", "db": source.get("db"), "table": source.get("table"),
+               "before": before, "after": after, "pk": pk, "source": source, "ts_ms": envelope.get("ts_ms"),
+               "transaction": envelope.get("transaction")}
+        return envelope, keys, cdc
+
+    # ------------------------------------------------------------ canal
+
+    def _canal(self, rec: RawRecord) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        if rec.value is None:
+            raise Rejected(NULL_VALUE, "the record has no value (a tombstone) on a canal topic")
+        msg = decode_json(rec.value)
+        if not isinstance(msg, dict):
+            raise Rejected(WRONG_TYPE, f"canal FlatMessage must be a JSON object, got {type(msg).__name__}")
+        what = "canal FlatMessage"
+        is_ddl = _require(msg, "isDdl", bool, what)
+        raw_type = _require(msg, "type", str, what)
+        database = _require(msg, "database", str, what)
+        table = _require(msg, "table", str, what, optional=is_ddl)
+        pk_names = _require(msg, "pkNames", list, what, optional=True) or []
+        cdc = {"op": OP_DDL if is_ddl else CANAL_OPS.get(raw_type), "snapshot": False, "db": database,
+               "table": table, "ddl": is_ddl, "type": raw_type, "sql": msg.get("sql"), "pk_names": pk_names,
+               "es": msg.get("es"), "ts": msg.get("ts"), "id": msg.get("id"), "gtid": msg.get("gtid"),
+               "mysql_types": msg.get("mysqlType"), "sql_types": msg.get("sqlType"), "rows": []}
+        if is_ddl:
+            return msg, {}, cdc
+        if cdc["op"] is None:
+            raise Rejected(WRONG_TYPE, f"{what}: type {raw_type!r} is neither INSERT, UPDATE nor DELETE "
+                                       f"and isDdl is false")
+        data = _require(msg, "data", list, what)
+        if not data or not all(isinstance(r, dict) for r in data):
+            raise Rejected(WRONG_TYPE, f"{what}: 'data' must be a non-empty list of row objects")
+        old: list[Any] = []
+        if cdc["op"] == OP_UPDATE:
+            old = _require(msg, "old", list, what)
+            if len(old) != len(data) or not all(isinstance(r, dict) for r in old):
+                raise Rejected(WRONG_TYPE, f"{what}: 'old' has {len(old)} entries for {len(data)} rows; "
+                                           f"cannot tell which old values belong to which row")
+        cdc["rows"] = [self._canal_row(i, row, old[i] if old else None, cdc["op"], pk_names)
+                       for i, row in enumerate(data)]
+        return msg, cdc["rows"][0]["keys"], cdc
+
+    def _canal_row(self, index: int, row: dict[str, Any], old: dict[str, Any] | None, op: str,
+                   pk_names: list[str]) -> dict[str, Any]:
+        if op == OP_DELETE:
+            before, after = row, None
+        elif op == OP_UPDATE:
+            before, after = {**row, **(old or {})}, row
+        else:
+            before, after = None, row
+        return {"index": index, "before": before, "after": after, "old": old,
+                "pk": {n: row.get(n) for n in pk_names},
+                "keys": self.keys.extract(row, f"data[{index}]")}
+
+
+__all__ = ["TopicParser", "RawRecord", "Rejected", "KeyExtractor", "REASONS", "decode_json", "preview",
+           "NOT_UTF8", "NOT_JSON", "NULL_VALUE", "MISSING_PATH", "WRONG_TYPE", "TOO_LARGE",
+           "OP_READ", "OP_TRUNCATE", "OP_MESSAGE", "OP_TOMBSTONE", "OP_DDL"]

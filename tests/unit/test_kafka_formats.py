@@ -1,0 +1,290 @@
+"""Parsing of json, Debezium and Canal records into EmittedEvent / QuarantinedRecord, no broker.
+
+The Debezium and Canal records are shaped as those projects document them: every envelope and
+source field of the Debezium MySQL connector, the JsonConverter schema/payload wrapper, the
+tombstone that follows a delete; Canal's FlatMessage with several rows and `old` holding only the
+changed columns.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from collectors.kafka_formats import TopicParser
+from oncewatch.config import TopicConfig
+from oncewatch.records import EmittedEvent, QuarantinedRecord
+
+PATHS = {"event_type": "type", "trade_no": "payment.trade_no", "order_key": "order_no", "effect_id": "items.0.id",
+         "amount": "payment.amount", "status": "status"}
+
+
+@dataclass(frozen=True)
+class Rec:
+    value: bytes | None
+    key: bytes | None = None
+    topic: str = "t"
+    partition: int = 1
+    offset: int = 7
+    timestamp: int = 1_700_000_000_123
+    timestamp_type: int = 0
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+
+
+def raw(doc: Any) -> bytes:
+    return json.dumps(doc).encode()
+
+
+def parser(fmt: str, paths: dict[str, str] | None = None, required: tuple[str, ...] = (),
+           max_bytes: int = 10_000) -> TopicParser:
+    return TopicParser(TopicConfig(name="t", format=fmt, paths=paths or {}, required=required), max_bytes)
+
+
+def event(p: TopicParser, rec: Rec) -> EmittedEvent:
+    out = p.parse(rec)
+    assert isinstance(out, EmittedEvent), out
+    return out
+
+
+def quarantined(p: TopicParser, rec: Rec) -> QuarantinedRecord:
+    out = p.parse(rec)
+    assert isinstance(out, QuarantinedRecord), out
+    return out
+
+
+# ---------------------------------------------------------------- json
+
+def test_json_event_keys_exact_amount_and_coordinates():
+    body = b'{"type": "order.paid", "order_no": "O1", "status": "paid", "items": [{"id": 42}],' \
+           b' "payment": {"trade_no": "T1", "amount": 19.99}}'
+    e = event(parser("json", PATHS, ("event_type",)),
+              Rec(body, key=b"O1", headers=[("trace", b"abc"), ("empty", None)]))
+    assert e.keys == {"event_type": "order.paid", "trade_no": "T1", "order_key": "O1", "effect_id": 42,
+                      "amount": Decimal("19.99"), "status": "paid"}
+    assert type(e.keys["amount"]) is Decimal and e.payload["payment"]["amount"] == Decimal("19.99")
+    assert (e.topic, e.partition, e.offset, e.coordinates) == ("t", 1, 7, "t/1@7")
+    assert (e.timestamp_ms, e.timestamp_type, e.key, e.format, e.cdc) == (1_700_000_000_123, "CreateTime", "O1",
+                                                                          "json", None)
+    assert e.headers == (("trace", "abc"), ("empty", ""))
+
+
+def test_json_amount_from_string_and_optional_keys_absent():
+    e = event(parser("json", PATHS), Rec(raw({"type": "x", "payment": {"amount": " 100.10 "}, "status": None})))
+    assert e.keys == {"event_type": "x", "amount": Decimal("100.10")}
+
+
+@pytest.mark.parametrize("value, reason, detail", [
+    (b"\xff\xfe{}", "not_utf8", "invalid UTF-8 at byte 0"),
+    (b"{not json", "not_json", "Expecting property name"),
+    (b'{"amount": NaN}', "not_json", "NaN is not a JSON number"),
+    (None, "null_value", "tombstone"),
+    (raw({"order_no": "O1"}), "missing_path", "event_type: no value at payload path 'type'"),
+    (raw({"type": None}), "missing_path", "event_type"),
+    (raw({"type": "x", "payment": {"amount": "12,50"}}), "wrong_type", "amount: expected a decimal number"),
+    (raw({"type": "x", "payment": {"amount": True}}), "wrong_type", "amount"),
+    (raw({"type": "x", "payment": {"amount": "Infinity"}}), "wrong_type", "finite"),
+    (raw({"type": "x", "order_no": {"nested": 1}}), "wrong_type", "order_key: expected a string or an integer"),
+    (raw({"type": 5}), "wrong_type", "event_type: expected a non-empty string"),
+    (raw([1, 2]), "wrong_type", "payload must be a JSON object"),
+])
+def test_json_garbage_is_quarantined_with_reason(value, reason, detail):
+    q = quarantined(parser("json", PATHS, ("event_type",)), Rec(value))
+    assert q.reason == reason and detail in q.detail
+    assert (q.topic, q.partition, q.offset, q.timestamp_ms) == ("t", 1, 7, 1_700_000_000_123)
+    assert q.size == (len(value) if value else 0)
+
+
+def test_too_large_is_quarantined_before_decoding_with_safe_preview():
+    value = b"\x00\x01binary\xff" + b"x" * 500
+    q = quarantined(parser("json", PATHS, max_bytes=100), Rec(value))
+    assert (q.reason, q.size) == ("too_large", len(value)) and "more than kafka.max_record_bytes = 100" in q.detail
+    assert q.preview.startswith("\\x00\\x01binary\\xff") and q.preview.isprintable() and len(q.preview) < 200
+
+
+# ---------------------------------------------------------------- debezium (MySQL connector)
+
+SOURCE = {"version": "2.5.0.Final", "connector": "mysql", "name": "shopdb", "ts_ms": 1_700_000_000_000,
+          "snapshot": "false", "db": "shop", "sequence": None, "table": "payments", "server_id": 223344,
+          "gtid": "3e11fa47-71ca-11e1-9e33-c80aa9429562:23", "file": "mysql-bin.000003", "pos": 4331, "row": 0,
+          "thread": 36, "query": None}
+BEFORE = {"id": 1001, "trade_no": "T9", "order_no": "O9", "status": "pending", "amount": "25.50"}
+AFTER = {**BEFORE, "status": "success"}
+KEY = {"schema": {"type": "struct", "fields": [{"type": "int32", "optional": False, "field": "id"}],
+                  "optional": False, "name": "shopdb.shop.payments.Key"}, "payload": {"id": 1001}}
+CDC_PATHS = {"trade_no": "trade_no", "order_key": "order_no", "status": "status", "amount": "amount"}
+
+
+def envelope(op: str, before: dict | None, after: dict | None, **source: Any) -> dict[str, Any]:
+    return {"before": before, "after": after, "source": {**SOURCE, **source}, "op": op,
+            "ts_ms": 1_700_000_000_845, "transaction": None}
+
+
+def row_schema(name: str, amount: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "struct", "optional": True, "name": "shopdb.shop.payments.Value", "field": name, "fields": [
+        {"type": "int32", "optional": False, "field": "id"},
+        {"type": "string", "optional": False, "field": "trade_no"},
+        {"type": "string", "optional": False, "field": "order_no"},
+        {"type": "string", "optional": False, "field": "status"},
+        {"field": "amount", **amount}]}
+
+
+def wrapped(env: dict[str, Any], amount: dict[str, Any]) -> dict[str, Any]:
+    source_fields = [{"type": "string", "optional": False, "field": f} for f in SOURCE]
+    return {"schema": {"type": "struct", "optional": False, "name": "shopdb.shop.payments.Envelope", "fields": [
+        row_schema("before", amount), row_schema("after", amount),
+        {"type": "struct", "fields": source_fields, "optional": False, "name": "io.debezium.connector.mysql.Source",
+         "field": "source"},
+        {"type": "string", "optional": False, "field": "op"},
+        {"type": "int64", "optional": True, "field": "ts_ms"},
+        {"type": "struct", "optional": True, "name": "event.block", "field": "transaction", "fields": [
+            {"type": "string", "optional": False, "field": "id"},
+            {"type": "int64", "optional": False, "field": "total_order"},
+            {"type": "int64", "optional": False, "field": "data_collection_order"}]}]},
+        "payload": env}
+
+
+def test_debezium_update_with_before_and_all_source_fields():
+    e = event(parser("debezium", CDC_PATHS, ("trade_no",)), Rec(raw(envelope("u", BEFORE, AFTER)), key=raw(KEY)))
+    assert e.format == "debezium" and e.coordinates == "t/1@7"
+    assert e.keys == {"trade_no": "T9", "order_key": "O9", "status": "success", "amount": Decimal("25.50")}
+    assert e.cdc == {"op": "update", "snapshot": False, "db": "shop", "table": "payments", "before": BEFORE,
+                     "after": AFTER, "pk": {"id": 1001}, "source": SOURCE, "ts_ms": 1_700_000_000_845,
+                     "transaction": None}
+    assert (e.cdc["source"]["file"], e.cdc["source"]["pos"], e.cdc["source"]["row"], e.cdc["source"]["gtid"]) == (
+        "mysql-bin.000003", 4331, 0, SOURCE["gtid"])
+
+
+def test_debezium_create_snapshot_read_and_delete_ops():
+    p = parser("debezium", CDC_PATHS)
+    created = event(p, Rec(raw(envelope("c", None, BEFORE))))
+    read = event(p, Rec(raw(envelope("r", None, BEFORE, snapshot="true"))))
+    deleted = event(p, Rec(raw(envelope("d", AFTER, None, pos=4696))))
+    assert (created.cdc["op"], created.cdc["snapshot"], created.cdc["pk"]) == ("insert", False, None)
+    assert (read.cdc["op"], read.cdc["snapshot"]) == ("read", True)
+    assert (deleted.cdc["op"], deleted.cdc["before"], deleted.cdc["after"]) == ("delete", AFTER, None)
+    assert deleted.keys["status"] == "success"  # keys of a delete come from the before image
+
+
+def test_debezium_tombstone_is_an_event_with_the_deleted_key():
+    e = event(parser("debezium", CDC_PATHS, ("trade_no",)), Rec(None, key=raw(KEY), offset=8))
+    assert (e.payload, e.keys, e.coordinates) == (None, {}, "t/1@8")
+    assert e.cdc == {"op": "tombstone", "snapshot": False, "db": None, "table": None, "before": None, "after": None,
+                     "pk": {"id": 1001}, "source": None, "ts_ms": None, "transaction": None}
+
+
+def test_debezium_schema_wrapper_decodes_precise_decimals():
+    cents = base64.b64encode((2550).to_bytes(2, "big", signed=True)).decode()
+    negative = base64.b64encode((-1).to_bytes(1, "big", signed=True)).decode()
+    env = envelope("u", {**BEFORE, "amount": negative}, {**AFTER, "amount": cents})
+    env["transaction"] = {"id": "tx-1", "total_order": 3, "data_collection_order": 1}
+    decimal = {"type": "bytes", "optional": False, "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
+               "parameters": {"scale": "2", "connect.decimal.precision": "10"}}
+    e = event(parser("debezium", CDC_PATHS), Rec(raw(wrapped(env, decimal))))
+    assert e.cdc["after"]["amount"] == Decimal("25.50") and e.cdc["before"]["amount"] == Decimal("-0.01")
+    assert e.keys["amount"] == Decimal("25.50") and e.cdc["transaction"]["id"] == "tx-1"
+
+
+def test_debezium_variable_scale_decimal():
+    value = {"scale": 3, "value": base64.b64encode((12345).to_bytes(2, "big", signed=True)).decode()}
+    variable = {"type": "struct", "optional": True, "name": "io.debezium.data.VariableScaleDecimal", "fields": [
+        {"type": "int32", "optional": False, "field": "scale"}, {"type": "bytes", "optional": False, "field": "value"}]}
+    e = event(parser("debezium", CDC_PATHS), Rec(raw(wrapped(envelope("c", None, {**AFTER, "amount": value}), variable))))
+    assert e.keys["amount"] == Decimal("12.345")
+
+
+def test_debezium_wrapped_tombstone_payload_and_wrapped_string_decimals():
+    assert event(parser("debezium"), Rec(raw({"schema": None, "payload": None}))).cdc["op"] == "tombstone"
+    e = event(parser("debezium", CDC_PATHS), Rec(raw(wrapped(envelope("u", BEFORE, AFTER), {"type": "string"}))))
+    assert e.keys["amount"] == Decimal("25.50") and e.cdc["source"] == SOURCE
+
+
+@pytest.mark.parametrize("doc, reason, detail", [
+    ({"before": None, "after": AFTER, "source": SOURCE}, "missing_path", "no 'op'"),
+    (envelope("x", None, AFTER), "wrong_type", "unknown op 'x'"),
+    ({**envelope("c", None, AFTER), "source": None}, "missing_path", "no 'source'"),
+    (envelope("c", None, None), "missing_path", "no 'after'"),
+    (envelope("d", None, None), "missing_path", "no 'before'"),
+    (envelope("u", BEFORE, {**AFTER, "amount": "ATg="}), "wrong_type", "decimal.handling.mode=string"),
+    (envelope("u", BEFORE, {**AFTER, "trade_no": None}), "missing_path", "trade_no: no value at after path"),
+    ("just a string", "wrong_type", "envelope must be a JSON object"),
+])
+def test_debezium_bad_envelopes_are_quarantined(doc, reason, detail):
+    q = quarantined(parser("debezium", CDC_PATHS, ("trade_no",)), Rec(raw(doc)))
+    assert q.reason == reason and detail in q.detail
+
+
+# ---------------------------------------------------------------- canal FlatMessage
+
+MYSQL_TYPES = {"id": "bigint(20)", "trade_no": "varchar(64)", "order_no": "varchar(64)", "status": "varchar(16)",
+               "amount": "decimal(10,2)"}
+SQL_TYPES = {"id": -5, "trade_no": 12, "order_no": 12, "status": 12, "amount": 3}
+
+
+def flat(type_: str, data: list[dict] | None, old: list[dict] | None = None, **extra: Any) -> dict[str, Any]:
+    return {"data": data, "database": "shop", "es": 1_700_000_000_000, "id": 9, "isDdl": False,
+            "mysqlType": MYSQL_TYPES, "old": old, "pkNames": ["id"], "sql": "", "sqlType": SQL_TYPES,
+            "table": "payments", "ts": 1_700_000_000_798, "type": type_, **extra}
+
+
+ROW1 = {"id": "1", "trade_no": "T1", "order_no": "O1", "status": "success", "amount": "10.00"}
+ROW2 = {"id": "2", "trade_no": "T2", "order_no": "O2", "status": "success", "amount": "20.50"}
+
+
+def test_canal_update_of_two_rows_is_one_event_with_rebuilt_before_images():
+    msg = flat("UPDATE", [ROW1, ROW2], [{"status": "pending"}, {"status": "pending", "amount": "20.00"}])
+    e = event(parser("canal", CDC_PATHS, ("trade_no",)), Rec(raw(msg)))
+    assert e.format == "canal" and e.coordinates == "t/1@7" and e.payload == msg
+    assert e.keys == {"trade_no": "T1", "order_key": "O1", "status": "success", "amount": Decimal("10.00")}
+    rows = e.cdc.pop("rows")
+    assert e.cdc == {"op": "update", "snapshot": False, "db": "shop", "table": "payments", "ddl": False,
+                     "type": "UPDATE", "sql": "", "pk_names": ["id"], "es": 1_700_000_000_000, "ts": 1_700_000_000_798,
+                     "id": 9, "gtid": None, "mysql_types": MYSQL_TYPES, "sql_types": SQL_TYPES}
+    assert rows == [
+        {"index": 0, "before": {**ROW1, "status": "pending"}, "after": ROW1, "old": {"status": "pending"},
+         "pk": {"id": "1"}, "keys": {"trade_no": "T1", "order_key": "O1", "status": "success",
+                                     "amount": Decimal("10.00")}},
+        {"index": 1, "before": {**ROW2, "status": "pending", "amount": "20.00"}, "after": ROW2,
+         "old": {"status": "pending", "amount": "20.00"}, "pk": {"id": "2"},
+         "keys": {"trade_no": "T2", "order_key": "O2", "status": "success", "amount": Decimal("20.50")}}]
+
+
+def test_canal_insert_and_delete():
+    p = parser("canal", CDC_PATHS)
+    inserted = event(p, Rec(raw(flat("INSERT", [ROW1]))))
+    deleted = event(p, Rec(raw(flat("DELETE", [ROW2]))))
+    assert [(r["before"], r["after"], r["pk"]) for r in inserted.cdc["rows"]] == [(None, ROW1, {"id": "1"})]
+    assert inserted.cdc["op"] == "insert"
+    assert [(r["before"], r["after"], r["old"]) for r in deleted.cdc["rows"]] == [(ROW2, None, None)]
+    assert deleted.cdc["op"] == "delete" and deleted.keys["trade_no"] == "T2"
+
+
+def test_canal_ddl_is_an_event_without_rows():
+    msg = {"data": None, "database": "shop", "es": 1_700_000_000_000, "id": 10, "isDdl": True, "mysqlType": None,
+           "old": None, "pkNames": None, "sql": "ALTER TABLE payments ADD COLUMN note TEXT", "sqlType": None,
+           "table": "payments", "ts": 1_700_000_000_100, "type": "ALTER"}
+    e = event(parser("canal", CDC_PATHS, ("trade_no",)), Rec(raw(msg)))
+    assert (e.cdc["op"], e.cdc["rows"], e.cdc["sql"], e.keys) == ("ddl", [], msg["sql"], {})
+
+
+@pytest.mark.parametrize("msg, reason, detail", [
+    (flat("UPDATE", [ROW1, ROW2], [{"status": "pending"}]), "wrong_type", "'old' has 1 entries for 2 rows"),
+    (flat("UPDATE", [ROW1], None), "missing_path", "no 'old'"),
+    (flat("INSERT", None), "missing_path", "no 'data'"),
+    (flat("INSERT", []), "wrong_type", "non-empty list"),
+    (flat("QUERY", [ROW1]), "wrong_type", "neither INSERT, UPDATE nor DELETE"),
+    ({k: v for k, v in flat("INSERT", [ROW1]).items() if k != "isDdl"}, "missing_path", "no 'isDdl'"),
+    (flat("INSERT", [ROW1], database=5), "wrong_type", "'database' must be str"),
+    (flat("INSERT", [ROW1, {**ROW2, "trade_no": None}]), "missing_path", "trade_no: no value at data[1] path"),
+])
+def test_canal_bad_messages_are_quarantined(msg, reason, detail):
+    q = quarantined(parser("canal", CDC_PATHS, ("trade_no",)), Rec(raw(msg)))
+    assert q.reason == reason and detail in q.detail
+
+
+def test_canal_tombstone_is_quarantined():
+    assert quarantined(parser("canal"), Rec(None)).reason == "null_value"
