@@ -1,0 +1,214 @@
+"""F7 missing_event, F8 orphan_event, F9 duplicate_event, F10 event_delay: changes against events.
+
+Each [[announce]] entry says which committed change must show up as which event; both sides
+are reduced to a match key "topic + event_type + key" and paired first in, first out.
+
+- A change waits in `waiting` (counted as backlog of its table). It is *missing* (F7) once
+  Kafka has been read past `commit + missing_event_grace_seconds` without its event.
+- An event waits in `unmatched`. Once the binlog has been read past `event + grace` it is an
+  *orphan* (F8), or a *duplicate* (F9) if its key was announced already.
+- A pair gives a delay (event time - commit time), observed per commit clock; above
+  `event_delay_seconds` it is an F10. A pair that is late beyond a grace period settles the
+  F7/F8 (resolved, with why), whether or not the timer had already raised it: the result
+  depends on the data, not on how the two streams interleaved.
+- Events from before the monitor started watching the binlog (`watch_start`) are not judged
+  as orphans: their change may simply predate us.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from checks.findings import Findings, event_evidence, finding_id, row_evidence, warn_null_key
+from checks.horizon import BINLOG, KAFKA, Memory
+from checks.settings import Announce, Rules
+from oncewatch.records import EmittedEvent, RowChange
+
+log = logging.getLogger("oncewatch.checks.announcements")
+
+# Upper bounds (seconds) of the delay histogram: Prometheus' defaults, stretched to minutes.
+DELAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+def payload_digest(payload: Any) -> str:
+    return hashlib.blake2b(json.dumps(payload, sort_keys=True, default=str).encode(), digest_size=12).hexdigest()
+
+
+def match_key(a: Announce, key: Any) -> str:
+    return f"{a.topic}\x1f{a.event_type}\x1f{key}"
+
+
+class Announcements:
+    def __init__(self, announce: tuple[Announce, ...], rules: Rules, memory: Memory, findings: Findings):
+        self.rules = rules
+        self.by_table: dict[str, list[Announce]] = {}
+        for a in announce:
+            self.by_table.setdefault(a.table, []).append(a)
+        self.by_event = {(a.topic, a.event_type): a for a in announce}
+        # match key -> [{"t": commit time, "clock", "table", "ev"}]
+        self.waiting = memory.deadlines("waiting_changes", BINLOG, rules.missing_event_grace_seconds)
+        # match key -> [{"t": event time, "h": payload digest, "ev"}]
+        self.unmatched = memory.deadlines("unmatched_events", KAFKA, rules.orphan_event_grace_seconds)
+        # match key -> {"h", "ev"} of the event that announced it first
+        self.announced = memory.aging("announced", KAFKA)
+        self.delay = memory.counters("delay", {})
+        self.marks = memory.counters("marks", {"watch_start": None})
+        self.backlog: dict[str, int] = {}
+        self.recount()
+        self.findings = findings
+
+    def recount(self) -> None:
+        """Backlog per table, rebuilt from the waiting changes (after a restore)."""
+        self.backlog = dict.fromkeys(self.by_table, 0)
+        for space in (self.waiting.fresh, self.waiting.overdue):
+            for items in space.values():
+                for item in items:
+                    self.backlog[item["table"]] += 1
+
+    def forget(self, changes: Iterable[dict[str, Any]]) -> None:
+        """Waiting changes that fell off the horizon no longer count as backlog."""
+        for item in changes:
+            self.backlog[item["table"]] -= 1
+
+    # ------------------------------------------------------------ input
+
+    def on_change(self, change: RowChange) -> None:
+        if change.snapshot:
+            return
+        if self.marks["watch_start"] is None:
+            self.marks["watch_start"] = change.commit_time
+        for a in self.by_table[change.qualified_table]:
+            if not a.selects(change.op, change.before, change.after):
+                continue
+            key = change.row.get(a.key_column)
+            if key is None:
+                warn_null_key("announced change", change.coordinates)
+                continue
+            mk = match_key(a, key)
+            item = {"t": change.commit_time, "clock": change.commit_clock, "table": a.table,
+                    "ev": row_evidence(change, (a.key_column,) + ((a.when_column,) if a.when_column else ()))}
+            taken = self.unmatched.take(mk)
+            if taken is None:
+                self.waiting.add(mk, item)
+                self.backlog[a.table] += 1
+                continue
+            self._pair(a, str(key), item, False, *taken)
+            # Events already judged orphans of this key are, now that it is announced, duplicates.
+            while (more := self.unmatched.overdue.get(mk)):
+                self.unmatched.discard(mk, more[0])
+                self._duplicate(a, str(key), more[0])
+
+    def on_event(self, event: EmittedEvent) -> None:
+        a = self.by_event.get((event.topic, event.keys.get("event_type")))
+        if a is None:
+            return
+        key = event.keys.get(a.event_key)
+        if key is None:
+            warn_null_key("announcing event", event.coordinates)
+            return
+        mk = match_key(a, key)
+        item = {"t": event.timestamp_ms / 1000.0, "h": payload_digest(event.payload), "ev": event_evidence(event)}
+        taken = self.waiting.take(mk)
+        if taken is not None:
+            self.backlog[a.table] -= 1
+            self._pair(a, str(key), *taken, item, False)
+        elif mk in self.announced:
+            self._duplicate(a, str(key), item)
+        else:
+            self.unmatched.add(mk, item)
+
+    # ------------------------------------------------------------ verdicts
+
+    def _pair(self, a: Announce, key: str, change: dict[str, Any], change_overdue: bool,
+              event: dict[str, Any], event_overdue: bool) -> None:
+        """Match one change with one event; `*_overdue` says the timer already judged that side."""
+        r, keys = self.rules, {"event_type": a.event_type, "key": key, "table": a.table}
+        c, e = change["t"], event["t"]
+        delay = e - c
+        self._observe(change["clock"], delay)
+        self.announced.put(match_key(a, key), {"h": event["h"], "ev": event["ev"]}, e)
+        evidence = [change["ev"], event["ev"]]
+        if change_overdue or delay > r.missing_event_grace_seconds:
+            self.findings.settle("F7", (a.event_type, key), keys=keys, summary=self._missing(a, key),
+                                 since=c + r.missing_event_grace_seconds, evidence=evidence, at=e,
+                                 why=f"event arrived {delay:.3f}s after the commit at {event['ev'][1]}")
+        if event_overdue or -delay > r.orphan_event_grace_seconds:
+            self.findings.settle("F8", (a.event_type, key), keys=keys, summary=self._orphan(a, key),
+                                 since=e + r.orphan_event_grace_seconds, evidence=evidence, at=c,
+                                 why=f"change committed {-delay:.3f}s after the event at {change['ev'][1]}")
+        if delay > r.event_delay_seconds:
+            self.findings.raise_("F10", (a.event_type, key), keys={**keys, "delay_seconds": round(delay, 6),
+                                                                   "clock": change["clock"]},
+                                 summary=f"{a.event_type} {key} reached Kafka {delay:.3f}s after its commit "
+                                         f"({change['clock']} clock)", time=e, evidence=evidence)
+
+    def _duplicate(self, a: Announce, key: str, event: dict[str, Any]) -> None:
+        first = self.announced.get(match_key(a, key))
+        old = self.findings.get(finding_id("F9", a.event_type, key))
+        conflicting = event["h"] != first["h"] or (old is not None and old.severity == "critical")
+        self.findings.raise_(
+            "F9", (a.event_type, key), keys={"event_type": a.event_type, "key": key, "table": a.table},
+            severity="critical" if conflicting else "info",
+            summary=f"{a.event_type} {key} announced more than once; payloads "
+                    + ("differ (conflicting)" if conflicting else "equal (at-least-once replay)"),
+            time=event["t"], evidence=[first["ev"], event["ev"]])
+
+    def _split(self, mk: str) -> tuple[Announce, str]:
+        topic, event_type, key = mk.split("\x1f", 2)
+        return self.by_event[topic, event_type], key
+
+    def _missing(self, a: Announce, key: str) -> str:
+        return f"{a.event_type} {key}: committed change not announced within {self.rules.missing_event_grace_seconds:g}s"
+
+    def _orphan(self, a: Announce, key: str) -> str:
+        return f"{a.event_type} {key}: event without a committed change within {self.rules.orphan_event_grace_seconds:g}s"
+
+    def _observe(self, clock: str, delay: float) -> None:
+        h = self.delay.setdefault(clock, {"counts": [0] * (len(DELAY_BUCKETS) + 1), "sum": 0.0, "count": 0})
+        h["counts"][bisect.bisect_left(DELAY_BUCKETS, delay)] += 1
+        h["sum"] += delay
+        h["count"] += 1
+
+    # ------------------------------------------------------------ timer
+
+    def tick(self, binlog_time: float, kafka_time: float) -> None:
+        if self.marks["watch_start"] is None:
+            self.marks["watch_start"] = binlog_time
+        for mk, item in self.waiting.due(kafka_time):
+            a, key = self._split(mk)
+            self.findings.raise_("F7", (a.event_type, key), keys={"event_type": a.event_type, "key": key,
+                                                                  "table": a.table},
+                                 summary=self._missing(a, key), time=item["t"] + self.rules.missing_event_grace_seconds,
+                                 evidence=[item["ev"]])
+        before_watch = 0
+        for mk, item in self.unmatched.due(binlog_time):
+            a, key = self._split(mk)
+            if item["t"] < self.marks["watch_start"]:
+                self.unmatched.discard(mk, item)
+                before_watch += 1
+            elif mk in self.announced:
+                self.unmatched.discard(mk, item)
+                self._duplicate(a, key, item)
+            else:
+                self.findings.raise_("F8", (a.event_type, key), keys={"event_type": a.event_type, "key": key,
+                                                                      "table": a.table},
+                                     summary=self._orphan(a, key), time=item["t"] + self.rules.orphan_event_grace_seconds,
+                                     evidence=[item["ev"]])
+        if before_watch:
+            log.info("events from before the binlog watch started, not judged", extra={
+                "event": "events_before_watch", "count": before_watch, "watch_start": self.marks["watch_start"]})
+
+    def stats(self) -> dict[str, Any]:
+        delay = {}
+        for clock, h in self.delay.items():
+            running, buckets = 0, {}
+            for bound, n in zip((*map(str, DELAY_BUCKETS), "+Inf"), h["counts"]):
+                running += n
+                buckets[bound] = running
+            delay[clock] = {"buckets": buckets, "sum": h["sum"], "count": h["count"]}
+        return {"backlog_by_table": dict(self.backlog), "delay": delay}

@@ -1,0 +1,40 @@
+"""F1 duplicate_effect: more than one effect row (shipment, pick-up code, ...) for one trade_no.
+
+Each configured effect table is counted on its own: one shipment and one points grant for a
+trade_no are two different effects, two shipments are one too many. Rows are told apart by
+primary key, so an update of the same shipment is not a second one. Deletes do not undo a
+finding: the duplicate happened (and may already have been shipped).
+"""
+
+from __future__ import annotations
+
+from checks.findings import Findings, row_evidence, warn_null_key
+from checks.horizon import BINLOG, Memory
+from checks.settings import Effect
+from oncewatch.records import OP_DELETE, RowChange
+
+class DuplicateEffects:
+    def __init__(self, effects: tuple[Effect, ...], memory: Memory, findings: Findings):
+        self.by_table = {e.table: e for e in effects}
+        # "table\x1ftrade_no" -> {primary key: evidence}
+        self.rows = memory.aging("effects", BINLOG)
+        self.findings = findings
+
+    def on_row(self, change: RowChange) -> None:
+        effect = self.by_table[change.qualified_table]
+        trade_no = change.row.get(effect.trade_no_column)
+        if change.op == OP_DELETE:
+            return
+        if trade_no is None:
+            warn_null_key("effect row", change.coordinates)
+            return
+        key = f"{effect.table}\x1f{trade_no}"
+        pk = "\x1f".join(map(str, change.pk))
+        rows = self.rows.get(key) or {}
+        if pk not in rows:
+            rows[pk] = row_evidence(change, (effect.trade_no_column,))
+        self.rows.put(key, rows, change.commit_time)
+        if len(rows) > 1:
+            self.findings.raise_("F1", (effect.table, trade_no), keys={"table": effect.table, "trade_no": trade_no},
+                                 summary=f"{len(rows)} rows in {effect.table} for trade_no {trade_no}",
+                                 time=change.commit_time, evidence=rows.values())

@@ -1,0 +1,162 @@
+"""The engine: feeds committed transactions, Kafka events and offset readings to rules F1-F12.
+
+Pure and single-threaded: no I/O, no wall clock. Times come from the records and from the
+caller's `tick`, so the same input gives the same findings in any interleaving of the two
+streams, and after a restart from `state()` at any point.
+
+API (the monitor loop calls these):
+
+- `Engine(settings)`: `settings` is a `checks.settings.Settings` (`Settings.from_config(cfg)`).
+- `restore(state)` / `state() -> dict`: the whole open state, JSON-able through
+  `oncewatch.records.to_json` (Decimal, datetime allowed). Save it in the same store
+  transaction as the checkpoints and the drained findings; it includes findings changed but
+  not yet drained. `restore` raises `StateMismatchError` if [domain]/[[announce]] changed
+  since it was saved (thresholds may change freely).
+- `on_transaction(tx)`: one committed `Transaction`, rows in binlog order. Rows with
+  `snapshot=True` (bootstrap) seed state (pending orders, effect rows, payments) but are not
+  transitions and are not expected on Kafka.
+- `on_events(events)`: `EmittedEvent`s in the order read (per partition in offset order).
+- `on_offsets(snapshot)`: {"polled_at": ts, "partitions": [{"topic","partition","earliest","end"}],
+  "groups": [{"group","state","partitions": [{"topic","partition","committed","lag","lag_seconds"}]}]}.
+- `tick(now, binlog_time, kafka_time)`: the timer. Judges absence (F3 on `binlog_time`,
+  F7 on `kafka_time`, F8 on `binlog_time`) and the backlog (F11), then sweeps the horizon.
+  `binlog_time`: commit time of the newest transaction read, or `now` when the binlog is
+  read to its end; `kafka_time`: a watermark such that every event with an earlier
+  timestamp has been read (the minimum over partitions of the newest timestamp read), or
+  `now` when every partition is read to its end. An event is never "missing" while Kafka
+  has not been read up to where it should be.
+- `drain() -> list[Finding]`: findings created or changed since the last drain (new, more
+  evidence, resolved): upsert them by id.
+- `stats() -> dict` for /metrics:
+  {"backlog_by_table": {"schema.table": changes waiting for their event},
+   "delay": {commit_clock: {"buckets": {"0.005": n, ..., "+Inf": n} (cumulative, upper bounds
+             in seconds), "sum": seconds, "count": n}},
+   "found_total": {"F1": n, ..., "F12": n},
+   "open_by_rule_severity": [{"rule", "severity", "count"}] (open findings held in memory),
+   "horizon_dropped_total": n}
+
+Bounded memory: every piece of open state ages out after `rules.horizon_seconds` of its
+stream's time, or when a kind holds more than `rules.horizon_max_entries`; what falls off is
+counted in `horizon_dropped_total` and logged, and later facts about it are judged without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from checks.announcements import Announcements
+from checks.effects import DuplicateEffects
+from checks.findings import Findings
+from checks.horizon import STREAMS, Memory
+from checks.offsets import OffsetChecks
+from checks.orders import OrderLife
+from checks.payments import PaymentChecks
+from checks.settings import Settings
+from oncewatch.records import EmittedEvent, Finding, RowChange, Transaction
+
+log = logging.getLogger("oncewatch.checks.engine")
+
+STATE_VERSION = 1
+
+
+class StateMismatchError(ValueError):
+    """Saved engine state does not fit the current config."""
+
+
+def shape_digest(settings: Settings) -> str:
+    """What saved state depends on: the shop's shape and the announcements, not the thresholds."""
+    return hashlib.sha256(repr((settings.domain, settings.announce)).encode()).hexdigest()
+
+
+class Engine:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        rules, domain = settings.rules, settings.domain
+        self.memory = Memory(rules.horizon_seconds, rules.horizon_max_entries)
+        self.findings = self.memory.add("findings", Findings(rules.horizon_seconds, rules.horizon_max_entries),
+                                        STREAMS)
+        self.routes: dict[str, list[Callable[[RowChange], None]]] = {}
+        self.callbacks: PaymentChecks | None = None
+        self.orders: OrderLife | None = None
+        if domain.effects:
+            effects = DuplicateEffects(domain.effects, self.memory, self.findings)
+            for e in domain.effects:
+                self._route(e.table, effects.on_row)
+        if domain.orders:
+            self.orders = OrderLife(domain.orders, domain.state_machine, rules.stuck_pending_seconds, self.memory,
+                                    self.findings)
+            self._route(domain.orders.table, self.orders.on_row)
+        if domain.payments:
+            payments = PaymentChecks(domain.payments, domain.orders, self.memory, self.findings)
+            self._route(domain.payments.table, payments.on_payment)
+            if domain.orders:
+                self._route(domain.orders.table, payments.on_order)
+                if domain.payments.callback_status_column:
+                    self.callbacks = payments
+        self.announcements = Announcements(settings.announce, rules, self.memory, self.findings)
+        for table in self.announcements.by_table:
+            self._route(table, self.announcements.on_change)
+        self.offsets = OffsetChecks(rules, self.findings)
+        self._dropped_logged = 0
+
+    def _route(self, table: str, handler: Callable[[RowChange], None]) -> None:
+        self.routes.setdefault(table, []).append(handler)
+
+    # ------------------------------------------------------------ state
+
+    def state(self) -> dict[str, Any]:
+        return {"version": STATE_VERSION, "shape": shape_digest(self.settings), "memory": self.memory.dump()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if state.get("version") != STATE_VERSION or state.get("shape") != shape_digest(self.settings):
+            raise StateMismatchError("the saved engine state was made under another [domain]/[[announce]] config "
+                                     "(or oncewatch version); start from a fresh state (re-bootstrap) to use this one")
+        self.memory.load(state["memory"])
+        self.announcements.recount()
+        self._dropped_logged = self.memory.dropped()
+
+    # ------------------------------------------------------------ input
+
+    def on_transaction(self, tx: Transaction) -> None:
+        routes = self.routes
+        for row in tx.rows:
+            for handler in routes.get(f"{row.schema}.{row.table}", ()):
+                handler(row)
+        if self.callbacks is not None:
+            self.callbacks.check_callbacks(tx)
+
+    def on_events(self, events: Iterable[EmittedEvent]) -> None:
+        on_event = self.announcements.on_event
+        for event in events:
+            on_event(event)
+
+    def on_offsets(self, snapshot: dict[str, Any]) -> None:
+        self.offsets.on_offsets(snapshot)
+
+    def tick(self, now: float, binlog_time: float, kafka_time: float) -> None:
+        if self.orders is not None:
+            self.orders.tick(binlog_time)
+        self.announcements.tick(binlog_time, kafka_time)
+        self.offsets.on_backlog(now, self.announcements.backlog)
+        gone = self.memory.expire(binlog_time, kafka_time)
+        self.announcements.forget(gone.get("waiting_changes", ()))
+        dropped = self.memory.dropped()
+        if dropped > self._dropped_logged:
+            log.warning("open state fell off the horizon; later facts about it are judged without it", extra={
+                "event": "horizon_dropped", "dropped": dropped - self._dropped_logged,
+                "expired": {name: len(values) for name, values in gone.items()},
+                "horizon_seconds": self.settings.rules.horizon_seconds})
+            self._dropped_logged = dropped
+
+    # ------------------------------------------------------------ output
+
+    def drain(self) -> list[Finding]:
+        return self.findings.drain()
+
+    def stats(self) -> dict[str, Any]:
+        return {**self.announcements.stats(), "found_total": dict(self.findings.found_total),
+                "open_by_rule_severity": self.findings.open_by_rule_severity(),
+                "horizon_dropped_total": self.memory.dropped()}

@@ -1,0 +1,172 @@
+"""Findings: the rule table, deterministic ids, evidence items, and the open/resolved registry.
+
+A finding's id is a hash of its rule and the identity of the fact (F1: table + trade_no,
+F7: event type + key, ...), so the same fact found twice (after a restart, or with the two
+streams read in another order) is one finding. Evidence is kept in state as compact lists
+`[kind, coordinates, time, values]` and sorted by time when a finding is built, so the
+order in which the streams were read does not show in the result. Times are stream times
+(commit times, Kafka timestamps, deadlines derived from them), never the wall clock, for
+the same reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from checks.horizon import Aging
+from oncewatch.records import EmittedEvent, Evidence, Finding, RowChange
+
+# rule -> (name, default severity)
+RULES: dict[str, tuple[str, str]] = {
+    "F1": ("duplicate_effect", "critical"),
+    "F2": ("double_charge", "critical"),
+    "F3": ("stuck_pending", "warning"),
+    "F4": ("illegal_transition", "critical"),
+    "F5": ("amount_mismatch", "critical"),
+    "F6": ("invalid_callback_status", "warning"),
+    "F7": ("missing_event", "critical"),
+    "F8": ("orphan_event", "critical"),
+    "F9": ("duplicate_event", "critical"),
+    "F10": ("event_delay", "warning"),
+    "F11": ("offset_drift", "warning"),
+    "F12": ("partition_skew", "warning"),
+}
+SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
+OPEN, RESOLVED = "open", "resolved"
+
+EvidenceItem = list[Any]  # [kind, coordinates, time, values]: JSON-able, compact in memory
+
+log = logging.getLogger("oncewatch.checks")
+
+
+def warn_null_key(what: str, coordinates: str) -> None:
+    """A record a rule cannot place (NULL key): visible in the log by coordinates, never by value."""
+    log.warning(f"{what} without its key; not checked", extra={"event": "null_key", "at": coordinates})
+
+
+def finding_id(rule: str, *identity: Any) -> str:
+    digest = hashlib.sha256("\x1f".join([rule, *map(str, identity)]).encode()).hexdigest()
+    return f"{rule}-{digest[:20]}"
+
+
+def row_evidence(change: RowChange, columns: Iterable[str]) -> EvidenceItem:
+    """The change with the columns a rule looked at (and their old values where they changed)."""
+    row, before = change.row, change.before if change.after is not None else None
+    values: dict[str, Any] = {"table": change.qualified_table, "op": change.op, "commit_clock": change.commit_clock}
+    for column in columns:
+        values[column] = row.get(column)
+        if before is not None and before.get(column) != row.get(column):
+            values[f"before.{column}"] = before.get(column)
+    return ["row_change", change.coordinates, change.commit_time, values]
+
+
+def event_evidence(event: EmittedEvent) -> EvidenceItem:
+    values = {**event.keys, "key": event.key, "timestamp_type": event.timestamp_type}
+    return ["event", event.coordinates, event.timestamp_ms / 1000.0, values]
+
+
+def offsets_evidence(coordinates: str, time: float, values: dict[str, Any]) -> EvidenceItem:
+    return ["offsets", coordinates, time, values]
+
+
+def _merge(old: tuple[Evidence, ...], new: Iterable[EvidenceItem]) -> tuple[Evidence, ...]:
+    by_place = {(e.kind, e.coordinates): e for e in old}
+    for item in new:
+        by_place.setdefault((item[0], item[1]), Evidence(*item))
+    return tuple(sorted(by_place.values(), key=lambda e: (e.time, e.kind, e.coordinates)))
+
+
+def to_dict(f: Finding) -> dict[str, Any]:
+    return dataclasses.asdict(f)
+
+
+def from_dict(d: dict[str, Any]) -> Finding:
+    return Finding(**{**d, "evidence": tuple(Evidence(**e) for e in d["evidence"])})
+
+
+class Findings:
+    """The findings the engine may still change, and those changed since the last drain.
+
+    `raise_` opens or updates a finding (evidence is merged; a resolved one reopens);
+    `settle` records a fact that is already over (an event that came late, an order paid
+    after the threshold) whether or not the open finding had been raised yet, so that the
+    result does not depend on when the timer ran.
+    """
+
+    def __init__(self, horizon: float, max_entries: int):
+        self.live: Aging[Finding] = Aging(horizon, max_entries)
+        self.changed: dict[str, Finding] = {}
+        self.found_total = dict.fromkeys(RULES, 0)
+
+    def get(self, fid: str) -> Finding | None:
+        return self.live.get(fid)
+
+    def _put(self, f: Finding, created: bool) -> Finding:
+        self.live.put(f.id, f, f.last_seen)
+        self.changed[f.id] = f
+        if created:
+            self.found_total[f.rule] += 1
+        return f
+
+    def raise_(self, rule: str, identity: tuple[Any, ...], *, keys: dict[str, Any], summary: str, time: float,
+               evidence: Iterable[EvidenceItem], severity: str | None = None, replace: bool = False) -> Finding:
+        """Open (or update) the finding of `rule` about `identity`; `replace` keeps only the new evidence
+        (readings such as offsets, where the latest one is what counts)."""
+        fid = finding_id(rule, *identity)
+        severity = severity or RULES[rule][1]
+        old = self.live.get(fid)
+        if old is None:
+            return self._put(Finding(id=fid, rule=rule, name=RULES[rule][0], severity=severity, keys=keys,
+                                     summary=summary, first_seen=time, last_seen=time,
+                                     evidence=_merge((), evidence)), created=True)
+        if SEVERITY_RANK[old.severity] > SEVERITY_RANK[severity]:
+            severity = old.severity
+        new = dataclasses.replace(old, severity=severity, keys=keys, summary=summary,
+                                  last_seen=max(old.last_seen, time), status=OPEN, resolved_at=None, resolution=None,
+                                  evidence=_merge(() if replace else old.evidence, evidence))
+        return new if new == old else self._put(new, created=False)
+
+    def resolve(self, fid: str, at: float, why: str) -> None:
+        old = self.live.get(fid)
+        if old is not None and old.status == OPEN:
+            self._put(dataclasses.replace(old, status=RESOLVED, resolved_at=at, resolution=why,
+                                          last_seen=max(old.last_seen, at)), created=False)
+
+    def settle(self, rule: str, identity: tuple[Any, ...], *, keys: dict[str, Any], summary: str, since: float,
+               evidence: Iterable[EvidenceItem], at: float, why: str) -> None:
+        """Record a fact that started at `since` and ended at `at`, resolved, with all its evidence."""
+        self.raise_(rule, identity, keys=keys, summary=summary, time=since, evidence=evidence)
+        self.resolve(finding_id(rule, *identity), at, why)
+
+    def drain(self) -> list[Finding]:
+        out, self.changed = list(self.changed.values()), {}
+        return out
+
+    def open_by_rule_severity(self) -> list[dict[str, Any]]:
+        counts: dict[tuple[str, str], int] = {}
+        for f in self.live.values():
+            if f.status == OPEN:
+                counts[f.rule, f.severity] = counts.get((f.rule, f.severity), 0) + 1
+        return [{"rule": r, "severity": s, "count": n} for (r, s), n in sorted(counts.items())]
+
+    # The registry is one of the engine's memory spaces (see checks.horizon.Memory).
+    def expire(self, now: float) -> list[Finding]:
+        return self.live.expire(now)
+
+    @property
+    def dropped(self) -> int:
+        return self.live.dropped
+
+    def dump(self) -> dict[str, Any]:
+        live = self.live.dump()
+        return {"live": {**live, "items": [[k, t, to_dict(f)] for k, t, f in live["items"]]},
+                "changed": [to_dict(f) for f in self.changed.values()], "found_total": self.found_total}
+
+    def load(self, d: dict[str, Any]) -> None:
+        self.live.load({**d["live"], "items": [[k, t, from_dict(f)] for k, t, f in d["live"]["items"]]})
+        self.changed = {f["id"]: from_dict(f) for f in d["changed"]}
+        self.found_total = {**dict.fromkeys(RULES, 0), **d["found_total"]}

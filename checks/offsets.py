@@ -1,0 +1,61 @@
+"""F11 offset_drift and F12 partition_skew: readings that open while above a threshold.
+
+F11 has two sources: the backlog of committed changes per table not yet announced on Kafka
+(from checks.announcements), and the total lag of each watched consumer group. F12 is the
+population standard deviation of the per-partition lag of one group on one topic (the
+second seed article's `stddev(partition_lag) > 3.0`). Each finding holds the latest reading
+as its evidence and resolves when the reading drops back to the threshold or below.
+Partitions a group has never committed (lag None) are left out, not read as 0.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from checks.findings import Findings, finding_id, offsets_evidence
+from checks.settings import Rules
+
+
+class OffsetChecks:
+    def __init__(self, rules: Rules, findings: Findings):
+        self.drift = rules.offset_drift_threshold
+        self.skew = rules.partition_skew_threshold
+        self.findings = findings
+
+    def _reading(self, rule: str, identity: tuple[str, ...], above: bool, keys: dict[str, Any], summary: str,
+                 time: float, evidence: list[list[Any]], why: str) -> None:
+        if above:
+            self.findings.raise_(rule, identity, keys=keys, summary=summary, time=time, evidence=evidence, replace=True)
+        else:
+            self.findings.resolve(finding_id(rule, *identity), time, why)
+
+    def on_backlog(self, now: float, backlog: dict[str, int]) -> None:
+        for table, n in backlog.items():
+            self._reading("F11", ("backlog", table), n > self.drift, {"table": table, "backlog": n},
+                          f"{n} committed changes of {table} not yet announced (threshold {self.drift})", now,
+                          [offsets_evidence(f"backlog:{table}", now, {"waiting": n})],
+                          f"backlog down to {n}")
+
+    def on_offsets(self, snapshot: dict[str, Any]) -> None:
+        at = snapshot["polled_at"]
+        ends = {(p["topic"], p["partition"]): p["end"] for p in snapshot.get("partitions", ())}
+        for group in snapshot.get("groups", ()):
+            name, parts = group["group"], group["partitions"]
+            evidence = [offsets_evidence(f"{name}:{p['topic']}/{p['partition']}", at, {
+                "committed": p["committed"], "end": ends.get((p["topic"], p["partition"])), "lag": p["lag"],
+                "lag_seconds": p["lag_seconds"], "group_state": group.get("state")}) for p in parts]
+            lag = sum(p["lag"] for p in parts if p["lag"] is not None)
+            self._reading("F11", ("lag", name), lag > self.drift, {"group": name, "lag": lag},
+                          f"consumer group {name} is {lag} records behind (threshold {self.drift})", at, evidence,
+                          f"lag down to {lag}")
+            for topic in sorted({p["topic"] for p in parts}):
+                lags = [p["lag"] for p in parts if p["topic"] == topic and p["lag"] is not None]
+                if len(lags) < 2:
+                    continue
+                sd = statistics.pstdev(lags)
+                self._reading("F12", (name, topic), sd > self.skew,
+                              {"group": name, "topic": topic, "stddev": round(sd, 3)},
+                              f"lag of {name} on {topic} is uneven across partitions: stddev {sd:.2f} "
+                              f"(threshold {self.skew:g})", at,
+                              [e for e, p in zip(evidence, parts) if p["topic"] == topic], f"stddev down to {sd:.2f}")

@@ -1,0 +1,75 @@
+"""F3 stuck_pending and F4 illegal_transition: the life of one order.
+
+F3 is judged on the binlog clock: an order is stuck once the binlog has been read past
+`since + stuck_pending_seconds` with the order still pending. When it leaves pending later
+(paid, closed, deleted) the finding resolves; if it leaves after the threshold but before the
+timer looked, the finding is recorded already resolved, so the result does not depend on
+when the timer ran. F4 needs no state: the binlog's before image gives the old status.
+"""
+
+from __future__ import annotations
+
+from checks.findings import Findings, row_evidence, warn_null_key
+from checks.horizon import BINLOG, Memory
+from checks.settings import Orders
+from oncewatch.records import OP_DELETE, OP_UPDATE, RowChange
+
+class OrderLife:
+    def __init__(self, orders: Orders, state_machine: dict[str, tuple[str, ...]] | None, threshold: float,
+                 memory: Memory, findings: Findings):
+        self.orders = orders
+        self.pending_statuses = frozenset(orders.pending_statuses)
+        self.machine = state_machine
+        self.threshold = threshold
+        # order key -> [{"t": since, "ev": evidence}]
+        self.pending = memory.deadlines("pending_orders", BINLOG, threshold)
+        self.findings = findings
+
+    def on_row(self, change: RowChange) -> None:
+        o = self.orders
+        key = change.row.get(o.key_column)
+        if key is None:
+            warn_null_key("order row", change.coordinates)
+            return
+        key = str(key)
+        status = change.row.get(o.status_column)
+        if change.op != OP_DELETE and status in self.pending_statuses:
+            if not self.pending.has(key):
+                self.pending.add(key, {"t": change.commit_time, "ev": row_evidence(change, (o.key_column,
+                                                                                              o.status_column))})
+        else:
+            self._left_pending(key, change)
+        if self.machine is not None and change.op == OP_UPDATE and not change.snapshot:
+            self._check_transition(key, change)
+
+    def _left_pending(self, key: str, change: RowChange) -> None:
+        taken = self.pending.take(key)
+        if taken is None:
+            return
+        item, overdue = taken
+        if overdue or change.commit_time - item["t"] > self.threshold:
+            waited = change.commit_time - item["t"]
+            status = change.row.get(self.orders.status_column) if change.op != OP_DELETE else "deleted"
+            self.findings.settle(
+                "F3", (key,), keys={"order": key}, summary=self._summary(key),
+                since=item["t"] + self.threshold,
+                evidence=[item["ev"], row_evidence(change, (self.orders.key_column, self.orders.status_column))],
+                at=change.commit_time, why=f"order left pending ({status}) after {waited:.3f}s at {change.coordinates}")
+
+    def _summary(self, key: str) -> str:
+        return f"order {key} pending longer than {self.threshold:g}s"
+
+    def _check_transition(self, key: str, change: RowChange) -> None:
+        column = self.orders.status_column
+        old, new = (change.before or {}).get(column), change.row.get(column)
+        if old == new or new in self.machine.get(old, ()):
+            return
+        self.findings.raise_("F4", (key, change.txid, change.row_index), keys={"order": key, "from": old, "to": new},
+                             summary=f"order {key} went {old} -> {new}, not allowed by domain.state_machine",
+                             time=change.commit_time,
+                             evidence=[row_evidence(change, (self.orders.key_column, column))])
+
+    def tick(self, binlog_time: float) -> None:
+        for key, item in self.pending.due(binlog_time):
+            self.findings.raise_("F3", (key,), keys={"order": key}, summary=self._summary(key),
+                                 time=item["t"] + self.threshold, evidence=[item["ev"]])

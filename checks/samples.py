@@ -1,0 +1,77 @@
+"""Synthetic records in the shape of examples/shop.toml, for the rule tests and bench/engine.py.
+
+`Shop` hands out binlog coordinates (GTID, file position) and Kafka offsets in order, the
+way the collectors would, so tests read like the story they tell:
+
+    shop = Shop()
+    tx = shop.tx(100.0, order("O1", "paid", was="pending"), payment("T1", "O1", "success"))
+    ev = shop.event("order.paid", 100.2, order_no="O1")
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from oncewatch.records import (CLOCK_GTID_COMMIT_TS, OP_INSERT, OP_UPDATE, EmittedEvent, BinlogPosition, RowChange,
+                               Transaction)
+
+SCHEMA = "shop"
+# table -> primary key column
+PRIMARY_KEYS = {"orders": "order_no", "payments": "trade_no", "shipments": "shipment_id",
+                "points_grants": "grant_id", "refunds": "refund_id"}
+# payload field -> logical key, as [kafka.topics.paths] of examples/shop.toml
+PATHS = {"type": "event_type", "order_no": "order_key", "trade_no": "trade_no", "entity_id": "effect_id",
+         "amount": "amount", "status": "status"}
+
+RowSpec = tuple[str, str, dict[str, Any] | None, dict[str, Any]]  # table, op, before, after
+
+
+def _row(table: str, after: dict[str, Any], was: dict[str, Any] | None) -> RowSpec:
+    return (table, OP_INSERT if was is None else OP_UPDATE, None if was is None else {**after, **was}, after)
+
+
+def order(no: str, status: str, amount: str = "10.00", was: str | None = None) -> RowSpec:
+    return _row("orders", {"order_no": no, "status": status, "amount": Decimal(amount)},
+                None if was is None else {"status": was})
+
+
+def payment(trade_no: str, order_no: str, status: str, amount: str = "10.00", callback: str | None = "success",
+            was: str | None = None) -> RowSpec:
+    return _row("payments", {"trade_no": trade_no, "order_no": order_no, "status": status, "amount": Decimal(amount),
+                             "callback_status": callback}, None if was is None else {"status": was})
+
+
+def shipment(shipment_id: str, trade_no: str) -> RowSpec:
+    return _row("shipments", {"shipment_id": shipment_id, "trade_no": trade_no}, None)
+
+
+def grant(grant_id: str, trade_no: str) -> RowSpec:
+    return _row("points_grants", {"grant_id": grant_id, "trade_no": trade_no}, None)
+
+
+class Shop:
+    def __init__(self) -> None:
+        self.seq = 0
+        self.pos = 4
+        self.offsets: dict[tuple[str, int], int] = {}
+
+    def tx(self, at: float, *rows: RowSpec, snapshot: bool = False, clock: str = CLOCK_GTID_COMMIT_TS) -> Transaction:
+        self.seq += 1
+        txid = f"0-1-{self.seq}"
+        changes = []
+        for i, (table, op, before, after) in enumerate(rows):
+            self.pos += 100
+            changes.append(RowChange(schema=SCHEMA, table=table, op=op, pk=(after[PRIMARY_KEYS[table]],),
+                                     before=before, after=after, txid=txid, row_index=i, binlog_file="bin.000001",
+                                     end_pos=self.pos, commit_time=at, commit_clock=clock, snapshot=snapshot))
+        return Transaction(rows=tuple(changes), position=BinlogPosition(txid, "bin.000001", self.pos), commit_time=at)
+
+    def event(self, event_type: str, at: float, *, partition: int = 0, topic: str = "shop.events",
+              **fields: Any) -> EmittedEvent:
+        offset = self.offsets.get((topic, partition), 0)
+        self.offsets[topic, partition] = offset + 1
+        payload = {"type": event_type, **fields}
+        return EmittedEvent(topic=topic, partition=partition, offset=offset, timestamp_ms=round(at * 1000),
+                            timestamp_type="CreateTime", key=None, headers=(), payload=payload, format="json",
+                            keys={PATHS[k]: v for k, v in payload.items() if k in PATHS})
