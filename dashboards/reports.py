@@ -31,7 +31,9 @@ gave it; columns COLUMNS:
   keys, summary, evidence_kind, coordinates, evidence_time, values
 Times are ISO-8601 UTC with microseconds ("2024-05-01T12:00:00.123456Z"). keys and values are
 JSON with sorted keys, no spaces and non-ASCII characters as they are; exact decimals are
-strings ("12.50"). Empty cells are empty strings.
+strings ("12.50"). Empty cells are empty strings. Control characters other than tab and line
+feed, and U+FFFE/U+FFFF, are written as \\uXXXX in every cell, so that XLSX (XML, which cannot
+hold them, and turns CR into LF) keeps the same text as CSV.
 
 data_sha256 = SHA-256 of the data section written as CSV: the COLUMNS row, then the data rows,
 every cell a string, in the RFC 4180 dialect Python's csv.writer writes by default (comma,
@@ -51,6 +53,7 @@ import hashlib
 import hmac
 import io
 import json
+import re
 import zipfile
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
@@ -73,6 +76,8 @@ FINDING_FIELDS = ("id", "rule", "name", "severity", "status", "first_seen", "las
                   "resolution", "keys", "summary")
 EVIDENCE_FIELDS = ("kind", "coordinates", "time", "values")
 COLUMNS = ("finding_id", *FINDING_FIELDS[1:], "evidence_kind", "coordinates", "evidence_time", "values")
+# What XML 1.0 cannot hold or does not keep (CR becomes LF when read back).
+NOT_IN_XML = re.compile(r"[\x00-\x08\x0b-\x1f\ufffe\uffff]")
 
 
 class ReportError(ValueError):
@@ -93,9 +98,11 @@ def canonical_json(value: Any) -> str:
 
 
 def _text(value: Any) -> str:
+    """The text of one cell (module docstring)."""
     if value is None:
         return ""
-    return value if isinstance(value, str) else canonical_json(value)
+    text = value if isinstance(value, str) else canonical_json(value)
+    return NOT_IN_XML.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _epoch(t: dt.datetime) -> float:
@@ -319,8 +326,9 @@ def _read_json(data: bytes) -> tuple[str | None, bytes]:
 def _read_xlsx(data: bytes) -> tuple[str | None, bytes]:
     try:
         wb = load_workbook(io.BytesIO(data), read_only=True)
-        header = {k: v for k, v in wb["Report"].iter_rows(min_row=2, values_only=True)}
+        header = dict(wb["Report"].iter_rows(min_row=2, values_only=True))
         table = [["" if v is None else str(v) for v in line] for line in wb["Evidence"].iter_rows(values_only=True)]
+        wb.close()
     except (zipfile.BadZipFile, KeyError, ValueError) as exc:
         raise ReportError(f"not an oncewatch XLSX report ({exc}); was it written by `oncewatch export`?") from exc
     return header.get("data_sha256"), _csv(table)

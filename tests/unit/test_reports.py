@@ -7,11 +7,14 @@ import datetime as dt
 import hashlib
 import io
 import json
+import tempfile
 from decimal import Decimal
 from pathlib import Path
 
 import openpyxl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dashboards import reports
 from oncewatch.config import parse
@@ -257,3 +260,20 @@ def test_findings_table_has_one_line_per_finding(store):
 def test_unknown_format_is_refused(store):
     with pytest.raises(ValueError, match="use one of csv, json, xlsx"):
         make(store, "pdf")
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=st.text(), value=st.one_of(st.text(), st.decimals(allow_nan=False, allow_infinity=False), st.integers()))
+def test_any_text_survives_every_format_and_verifies(text, value):
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(f"{tmp}/oncewatch.db")
+        with store.batch() as tx:
+            tx.upsert_findings([Finding(id="f", rule="F9", name="duplicate_event", severity="info", keys={"k": text},
+                                        summary=text, first_seen=T0, last_seen=T0, resolution=text,
+                                        evidence=(Evidence("event", text, T0, {"v": value, text: text}),))])
+        out = all_formats(store)
+        store.close()
+    for fmt, data in out.items():
+        assert reports.verify(data, fmt), fmt
+    assert csv_parts(out["csv"])[1] == xlsx_sheets(out["xlsx"])["Evidence"]
+    assert json.loads(out["json"])["findings"][0]["summary"] == text  # JSON keeps the text exactly
