@@ -1,0 +1,436 @@
+"""Reads the configured Kafka topics and hands on their records as `EmittedEvent`s.
+
+The collector never joins or commits into a consumer group (DESIGN §8): it assigns itself every
+partition of the configured topics (`group_id=None`, no auto-commit) and seeks to positions the
+caller checkpointed. Each `poll()` returns an `EventBatch` whose `positions` ("topic/partition" ->
+next offset to read, for every assigned partition) the caller writes with the batch's events and
+quarantined records in ONE store transaction and passes back on restart; resuming is then exact.
+
+Partitions with no checkpoint start at `kafka.start_from` on the very first run; partitions that
+appear later (a topic created after start, partitions added) start at their earliest offset, since
+everything in them is new. A configured topic that does not exist yet is reported as waiting.
+
+Broker restarts are ridden out by kafka-python's own reconnects; any other client error rebuilds
+the consumer from the positions already handed on. Records deleted by retention before they were
+read are a loud, counted `gap` in the status, never a silent skip. Discovery, end offsets and
+`caught_up()` go through an admin client (bounded by the request timeout, safe from another
+thread); only the polling thread touches the consumer, which is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka import errors as kerrors
+from kafka.admin import OffsetSpec
+
+from collectors.kafka_formats import TopicParser
+from oncewatch.config import KafkaConfig
+from oncewatch.records import EmittedEvent, QuarantinedRecord
+
+log = logging.getLogger("oncewatch.collectors.kafka_events")
+
+UNKNOWN_TOPIC = kerrors.UnknownTopicOrPartitionError.errno
+ACCESS_ERRORS = (kerrors.AuthorizationError, kerrors.SaslAuthenticationFailedError)
+MAX_GAPS_KEPT = 100
+
+
+class KafkaEventsError(RuntimeError):
+    """Base class of the events collector's errors."""
+
+
+class KafkaAccessError(KafkaEventsError):
+    """The broker refuses the monitor's principal; fixing it needs a person."""
+
+
+def tp_key(tp: TopicPartition) -> str:
+    return f"{tp.topic}/{tp.partition}"
+
+
+def parse_tp_key(key: str) -> TopicPartition:
+    topic, _, partition = key.rpartition("/")
+    return TopicPartition(topic, int(partition))
+
+
+def client_settings(cfg: KafkaConfig) -> dict[str, Any]:
+    """Settings shared by the consumer and admin clients of the monitor."""
+    timeout_ms = int(cfg.request_timeout_seconds * 1000)
+    return {"bootstrap_servers": list(cfg.bootstrap_servers), "client_id": cfg.client_id,
+            "request_timeout_ms": timeout_ms, "bootstrap_timeout_ms": timeout_ms,
+            "reconnect_backoff_max_ms": min(timeout_ms, 5000)}
+
+
+def admin_client(cfg: KafkaConfig) -> KafkaAdminClient:
+    return KafkaAdminClient(**client_settings(cfg))
+
+
+def existing_partitions(admin: KafkaAdminClient, topics: Iterable[str]) -> tuple[set[TopicPartition], list[str]]:
+    """The partitions of those topics that exist, and the topics that do not exist yet."""
+    found: set[TopicPartition] = set()
+    missing: list[str] = []
+    for t in admin.describe_topics(list(topics)):
+        code = t.get("error_code", 0)
+        if code == UNKNOWN_TOPIC:
+            missing.append(t["name"])
+        elif code:
+            raise kerrors.for_code(code)(f"describing topic {t['name']!r}")
+        else:
+            found.update(TopicPartition(t["name"], p["partition_index"]) for p in t["partitions"])
+    return found, sorted(missing)
+
+
+def list_offsets(admin: KafkaAdminClient, tps: Iterable[TopicPartition], spec: OffsetSpec,
+                 timeout_ms: int) -> dict[TopicPartition, int]:
+    tps = list(tps)
+    if not tps:
+        return {}
+    return {tp: o.offset for tp, o in admin.list_partition_offsets({tp: spec for tp in tps},
+                                                                    timeout_ms=timeout_ms).items()}
+
+
+@dataclass(frozen=True)
+class EventBatch:
+    """What one poll read. `positions` covers every assigned partition, not only those read."""
+
+    events: tuple[EmittedEvent, ...]
+    quarantined: tuple[QuarantinedRecord, ...]
+    positions: dict[str, int]
+    positions_changed: bool  # write the checkpoint even with no records (e.g. a first start at "latest")
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Offsets of a partition that were gone from the broker before the monitor read them."""
+
+    topic: str
+    partition: int
+    from_offset: int
+    to_offset: int
+    kind: str  # "deleted" (retention ran ahead of the monitor) | "truncated" (the log shrank under it)
+    at: float
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    topic: str
+    partition: int
+    position: int
+    end: int
+
+
+@dataclass(frozen=True)
+class KafkaEventsStatus:
+    """A snapshot of the collector for the health row, /metrics and the pages."""
+
+    connected: bool
+    last_error: str | None
+    disconnected_since: float | None
+    reconnects: int
+    records_read: int
+    events_read: int
+    quarantined: dict[str, int]  # "topic|reason" -> count
+    waiting_for: tuple[str, ...]
+    partitions: tuple[PartitionStatus, ...]
+    gaps: tuple[Gap, ...]
+
+    @property
+    def caught_up(self) -> bool:
+        """Every assigned partition read to its last known end (see `KafkaEventCollector.caught_up`)."""
+        return self.connected and all(p.position >= p.end for p in self.partitions)
+
+    @property
+    def state(self) -> str:
+        if not self.connected:
+            return f"disconnected: {self.last_error}" if self.last_error else "connecting"
+        if self.waiting_for:
+            return "waiting for topic " + ", ".join(self.waiting_for) + " (does not exist yet)"
+        return "reading"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"connected": self.connected, "state": self.state, "last_error": self.last_error,
+                "disconnected_since": self.disconnected_since, "reconnects": self.reconnects,
+                "records_read": self.records_read, "events_read": self.events_read,
+                "quarantined": dict(self.quarantined), "waiting_for": list(self.waiting_for),
+                "partitions": [p.__dict__.copy() for p in self.partitions],
+                "gaps": [g.__dict__.copy() for g in self.gaps], "caught_up": self.caught_up}
+
+
+@dataclass
+class _State:
+    """Mutable state shared between the polling thread and status readers; guarded by a lock."""
+
+    positions: dict[TopicPartition, int]
+    ends: dict[TopicPartition, int] = field(default_factory=dict)
+    waiting_for: tuple[str, ...] = ()
+    connected: bool = False
+    ever_connected: bool = False
+    last_error: str | None = None
+    disconnected_since: float | None = None
+    reconnects: int = 0
+    records_read: int = 0
+    events_read: int = 0
+    quarantined: Counter[str] = field(default_factory=Counter)
+    gaps: list[Gap] = field(default_factory=list)
+
+
+class KafkaEventCollector:
+    """Polls the configured topics from checkpointed positions; see the module docstring.
+
+    `positions` is what the caller stored from the last `EventBatch.positions`, or None on the
+    very first run. Call `poll()` from one thread; `status`, `caught_up()` and `positions()` may be
+    called from any thread.
+    """
+
+    def __init__(self, cfg: KafkaConfig, positions: dict[str, int] | None = None):
+        self.cfg = cfg
+        self._parsers = {t.name: TopicParser(t, cfg.max_record_bytes) for t in cfg.topics}
+        start = {parse_tp_key(k): int(v) for k, v in (positions or {}).items()}
+        self._s = _State(positions={tp: o for tp, o in start.items() if tp.topic in self._parsers})
+        self._first_run = not positions
+        self._lock = threading.Lock()
+        self._timeout_ms = int(cfg.request_timeout_seconds * 1000)
+        self._consumer: KafkaConsumer | None = None
+        self._admin: KafkaAdminClient | None = None
+        self._assigned: set[TopicPartition] = set()
+        self._next_refresh = 0.0
+        self._last_positions: dict[str, int] = {}
+
+    # -------------------------------------------------------------- public
+
+    def poll(self, timeout_ms: int = 1000, max_records: int = 500) -> EventBatch:
+        """Read what is there (waiting up to `timeout_ms`); never raises for transport errors."""
+        if time.monotonic() >= self._next_refresh:
+            self._refresh()
+        if self._consumer is None or not self._assigned:
+            time.sleep(timeout_ms / 1000)  # nothing to read yet: keep the caller's loop from spinning
+            return self._batch([], [])
+        try:
+            records = self._consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+            return self._handle(records)
+        except kerrors.OffsetOutOfRangeError as exc:
+            self._gaps(exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {})
+        except ACCESS_ERRORS as exc:
+            raise self._access_error(exc) from exc
+        except kerrors.KafkaError as exc:
+            # Anything else leaves the consumer in an unknown state: rebuild it from the positions
+            # already handed on, which is exact by construction.
+            self._disconnected(exc)
+            self._drop_consumer()
+        return self._batch([], [])
+
+    @property
+    def status(self) -> KafkaEventsStatus:
+        with self._lock:
+            s = self._s
+            parts = tuple(PartitionStatus(tp.topic, tp.partition, s.positions[tp], s.ends.get(tp, s.positions[tp]))
+                          for tp in sorted(self._assigned) if tp in s.positions)
+            return KafkaEventsStatus(
+                connected=s.connected, last_error=s.last_error, disconnected_since=s.disconnected_since,
+                reconnects=s.reconnects, records_read=s.records_read, events_read=s.events_read,
+                quarantined=dict(s.quarantined), waiting_for=s.waiting_for, partitions=parts,
+                gaps=tuple(s.gaps))
+
+    def positions(self) -> dict[str, int]:
+        with self._lock:
+            return {tp_key(tp): o for tp, o in sorted(self._s.positions.items())}
+
+    def caught_up(self, timeout_ms: int | None = None) -> bool:
+        """True when, as of now, every partition of the configured topics has been read to its end.
+
+        Asks the broker (bounded by `timeout_ms`), so a record produced just before the call is
+        counted. A topic that does not exist has nothing to read. A broker that cannot be asked
+        means False: absence rules must not be judged on a stream we cannot see.
+        """
+        admin = self._admin
+        if admin is None:
+            return False
+        timeout_ms = self._timeout_ms if timeout_ms is None else timeout_ms
+        try:
+            current, _ = existing_partitions(admin, self._parsers)
+            ends = list_offsets(admin, current, OffsetSpec.LATEST, timeout_ms)
+        except kerrors.KafkaError:
+            return False
+        with self._lock:
+            self._s.ends.update((tp, e) for tp, e in ends.items() if tp in self._assigned)
+            return all(self._s.positions.get(tp, 0) >= end if tp in self._assigned else end == 0
+                       for tp, end in ends.items())
+
+    def close(self) -> None:
+        self._drop_consumer()
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
+
+    # -------------------------------------------------------------- polling
+
+    def _handle(self, records: dict[TopicPartition, list[Any]]) -> EventBatch:
+        events: list[EmittedEvent] = []
+        quarantined: list[QuarantinedRecord] = []
+        for tp, recs in records.items():
+            parse = self._parsers[tp.topic].parse
+            for rec in recs:
+                out = parse(rec)
+                if isinstance(out, EmittedEvent):
+                    events.append(out)
+                else:
+                    quarantined.append(out)
+        consumer = self._consumer
+        assert consumer is not None
+        # The consumer's position, not last offset + 1: it also steps over transaction markers,
+        # which occupy offsets but are no records, so "read to the end" can become true.
+        moved = {tp: consumer.position(tp, timeout_ms=0) for tp in self._assigned}
+        highwater = {tp: consumer.highwater(tp) for tp in records}
+        with self._lock:
+            s = self._s
+            s.positions.update((tp, o) for tp, o in moved.items() if o is not None)
+            s.ends.update((tp, h) for tp, h in highwater.items() if h is not None)
+            s.records_read += len(events) + len(quarantined)
+            s.events_read += len(events)
+            s.quarantined.update(f"{q.topic}|{q.reason}" for q in quarantined)
+        if records:
+            self._connected()
+        for q in quarantined:
+            log.warning("kafka record quarantined", extra={
+                "event": "kafka_record_quarantined", "topic": q.topic, "partition": q.partition,
+                "offset": q.offset, "reason": q.reason, "size": q.size})
+        return self._batch(events, quarantined)
+
+    def _batch(self, events: list[EmittedEvent], quarantined: list[QuarantinedRecord]) -> EventBatch:
+        positions = self.positions()
+        changed = positions != self._last_positions
+        self._last_positions = positions
+        return EventBatch(tuple(events), tuple(quarantined), positions, changed)
+
+    def _gaps(self, out_of_range: dict[TopicPartition, int]) -> None:
+        """Offsets no longer on the broker: record the gap loudly and go on from what is there."""
+        consumer, admin = self._consumer, self._admin
+        if consumer is None or admin is None:
+            return
+        try:
+            earliest = list_offsets(admin, out_of_range, OffsetSpec.EARLIEST, self._timeout_ms)
+            ends = list_offsets(admin, out_of_range, OffsetSpec.LATEST, self._timeout_ms)
+        except kerrors.KafkaError as exc:
+            self._disconnected(exc)
+            return
+        for tp, offset in out_of_range.items():
+            kind, resume = ("deleted", earliest[tp]) if offset < earliest[tp] else ("truncated", ends[tp])
+            gap = Gap(tp.topic, tp.partition, min(offset, resume), max(offset, resume), kind, time.time())
+            consumer.seek(tp, resume)
+            with self._lock:
+                self._s.positions[tp] = resume
+                self._s.gaps = (self._s.gaps + [gap])[-MAX_GAPS_KEPT:]
+            log.error("kafka offsets gone before the monitor read them", extra={
+                "event": "kafka_gap", "topic": tp.topic, "partition": tp.partition, "kind": kind,
+                "from_offset": gap.from_offset, "to_offset": gap.to_offset,
+                "hint": "raise the topic's retention above the monitor's longest downtime"})
+
+    # -------------------------------------------------------------- assignment
+
+    def _refresh(self) -> None:
+        """Find the configured topics' partitions, their end offsets, and (re)assign the consumer."""
+        self._next_refresh = time.monotonic() + self.cfg.metadata_refresh_seconds
+        try:
+            if self._admin is None:
+                self._admin = admin_client(self.cfg)
+            current, missing = existing_partitions(self._admin, self._parsers)
+            ends = list_offsets(self._admin, current, OffsetSpec.LATEST, self._timeout_ms)
+            starts = self._start_offsets(current - self._assigned)
+            if self._consumer is None:
+                self._consumer = KafkaConsumer(**client_settings(self.cfg), group_id=None, enable_auto_commit=False,
+                                               auto_offset_reset="none")
+                self._assigned = set()
+        except ACCESS_ERRORS as exc:
+            raise self._access_error(exc) from exc
+        except kerrors.KafkaError as exc:
+            self._disconnected(exc)
+            return
+        self._assign(current, starts, ends, missing)
+        self._first_run = False
+        self._connected()
+
+    def _start_offsets(self, new: set[TopicPartition]) -> dict[TopicPartition, int]:
+        with self._lock:
+            known = {tp: self._s.positions[tp] for tp in new if tp in self._s.positions}
+        unknown = new - set(known)
+        spec = OffsetSpec.LATEST if self._first_run and self.cfg.start_from == "latest" else OffsetSpec.EARLIEST
+        return {**known, **list_offsets(self._admin, unknown, spec, self._timeout_ms)}  # type: ignore[arg-type]
+
+    def _assign(self, current: set[TopicPartition], starts: dict[TopicPartition, int],
+                ends: dict[TopicPartition, int], missing: list[str]) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        gone = self._assigned - current
+        if current != self._assigned:
+            if current:
+                consumer.assign(sorted(current))
+            else:
+                consumer.unsubscribe()
+            for tp, offset in starts.items():
+                consumer.seek(tp, offset)
+        with self._lock:
+            s = self._s
+            for tp in gone:
+                s.positions.pop(tp, None)
+                s.ends.pop(tp, None)
+            s.positions.update(starts)
+            s.ends.update(ends)
+            if tuple(missing) != s.waiting_for and missing:
+                log.warning("waiting for kafka topics that do not exist yet",
+                            extra={"event": "kafka_topic_waiting", "topics": missing})
+            s.waiting_for = tuple(missing)
+        self._assigned = set(current)
+        if starts or gone:
+            log.info("kafka partitions assigned", extra={
+                "event": "kafka_assigned", "new": {tp_key(tp): o for tp, o in sorted(starts.items())},
+                "gone": sorted(tp_key(tp) for tp in gone), "partitions": len(current)})
+
+    def _drop_consumer(self) -> None:
+        if self._consumer is not None:
+            try:
+                self._consumer.close(autocommit=False)
+            except kerrors.KafkaError:
+                pass  # a consumer of a dead connection may fail to close; nothing is lost
+            self._consumer = None
+            self._assigned = set()
+
+    # -------------------------------------------------------------- health
+
+    def _connected(self) -> None:
+        with self._lock:
+            s = self._s
+            if s.connected:
+                return
+            if s.ever_connected:
+                s.reconnects += 1
+            s.connected = s.ever_connected = True
+            s.last_error = None
+            s.disconnected_since = None
+        log.info("kafka connected", extra={"event": "kafka_connected", "servers": list(self.cfg.bootstrap_servers)})
+
+    def _disconnected(self, exc: BaseException) -> None:
+        with self._lock:
+            s = self._s
+            first = s.connected or s.last_error is None  # log once per outage, not once per retry
+            s.connected = False
+            s.last_error = f"{type(exc).__name__}: {exc}"
+            if s.disconnected_since is None:
+                s.disconnected_since = time.time()
+        if first:
+            log.warning("kafka unavailable", extra={"event": "kafka_disconnected", "error": s.last_error})
+
+    def _access_error(self, exc: BaseException) -> KafkaAccessError:
+        return KafkaAccessError(
+            f"Kafka at {', '.join(self.cfg.bootstrap_servers)} refused the monitor ({exc}); grant its principal "
+            f"Describe and Read on the topics {', '.join(self._parsers)} (it needs no group and no write ACL)")
+
+
+__all__ = ["KafkaEventCollector", "EventBatch", "KafkaEventsStatus", "PartitionStatus", "Gap",
+           "KafkaEventsError", "KafkaAccessError", "tp_key", "parse_tp_key", "admin_client", "client_settings",
+           "existing_partitions", "list_offsets"]

@@ -1,0 +1,198 @@
+"""The events collector against the dev broker: known records in each format, garbage, topics that
+appear later, first-run start, restart from the checkpoint and offsets lost to retention."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from kafka import TopicPartition
+from kafka.admin import NewPartitions, NewTopic
+
+from collectors.kafka_events import KafkaEventCollector
+from oncewatch.config import TopicConfig
+from oncewatch.records import EmittedEvent
+from oncewatch.store import Store
+from tests.integration.kafka_fixtures import (create_topic, drain, json_topic, jsonb, kafka_admin, kafka_config,
+                                              produce, unique, wait_for, write)
+
+__all__ = ["kafka_admin"]  # the fixture, imported so pytest finds it
+
+PAID = {"type": "order.paid", "order_no": "O1", "trade_no": "T1", "amount": 99.90, "status": "paid"}
+SHIPPED = {"type": "shipment.created", "order_no": "O1", "trade_no": "T1", "entity_id": 501}
+PAID2 = {"type": "order.paid", "order_no": "O2", "trade_no": "T2", "amount": "12.00", "status": "paid"}
+SOURCE = {"version": "2.5.0.Final", "connector": "mysql", "name": "shopdb", "ts_ms": 1_700_000_000_000,
+          "snapshot": "false", "db": "shop", "sequence": None, "table": "payments", "server_id": 1,
+          "gtid": "0-1-77", "file": "mysql-bin.000003", "pos": 4331, "row": 0, "thread": 36, "query": None}
+PAY = {"id": 7, "trade_no": "T7", "order_no": "O7", "status": "pending", "amount": "10.00"}
+CDC_PATHS = {"trade_no": "trade_no", "order_key": "order_no", "status": "status"}
+
+
+def debezium(op: str, before: dict | None, after: dict | None, pos: int) -> bytes:
+    return jsonb({"before": before, "after": after, "source": {**SOURCE, "pos": pos}, "op": op,
+                  "ts_ms": 1_700_000_000_500, "transaction": None})
+
+
+def canal(type_: str, data: list[dict], old: list[dict] | None) -> bytes:
+    return jsonb({"data": data, "database": "shop", "es": 1_700_000_000_000, "id": 3, "isDdl": False,
+                  "mysqlType": {k: "varchar(64)" for k in PAY}, "old": old, "pkNames": ["id"], "sql": "",
+                  "sqlType": {k: 12 for k in PAY}, "table": "payments", "ts": 1_700_000_000_900, "type": type_})
+
+
+def test_known_records_in_each_format_become_exactly_those_events(kafka_admin, tmp_path):
+    jt, dt, ct = (create_topic(kafka_admin, "json", 2), create_topic(kafka_admin, "dbz"),
+                  create_topic(kafka_admin, "canal"))
+    sent_json = produce(jt, [(0, b"O1", jsonb(PAID)), (1, b"O1", jsonb(SHIPPED)), (0, b"O2", jsonb(PAID2))],
+                        headers=[("trace", b"t-1")])
+    key = jsonb({"schema": {"type": "struct", "fields": [{"type": "int64", "field": "id"}]}, "payload": {"id": 7}})
+    paid = {**PAY, "status": "success"}
+    sent_dbz = produce(dt, [(0, key, debezium("u", PAY, paid, 4331)), (0, key, debezium("d", paid, None, 4700)),
+                            (0, key, None)])
+    second = {**PAY, "id": 8, "trade_no": "T8"}
+    sent_canal = produce(ct, [(0, None, canal("UPDATE", [paid, {**second, "status": "success"}],
+                                              [{"status": "pending"}, {"status": "pending"}]))])
+    cdc_topics = [TopicConfig(dt, "debezium", dict(CDC_PATHS), ("trade_no",)),
+                  TopicConfig(ct, "canal", dict(CDC_PATHS), ("trade_no",))]
+    collector = KafkaEventCollector(kafka_config([json_topic(jt), *cdc_topics]))
+    store = Store(str(tmp_path / "store.db"))
+    try:
+        events, quarantined = drain(collector, 7, store=store)
+        assert quarantined == []
+        got = {e.coordinates: e for e in events}
+        assert len(got) == 7 and sorted(got) == sorted(e.coordinates for e in store.events())
+
+        (p0, o0, ts0), (p1, o1, _), (p2, o2, _) = sent_json
+        assert got[f"{jt}/{p0}@{o0}"] == EmittedEvent(
+            topic=jt, partition=p0, offset=o0, timestamp_ms=ts0, timestamp_type="CreateTime", key="O1",
+            headers=(("trace", "t-1"),), payload={**PAID, "amount": Decimal("99.90")}, format="json",
+            keys={"event_type": "order.paid", "order_key": "O1", "trade_no": "T1", "amount": Decimal("99.90"),
+                  "status": "paid"})
+        assert got[f"{jt}/{p1}@{o1}"].keys == {"event_type": "shipment.created", "order_key": "O1",
+                                               "trade_no": "T1", "effect_id": 501}
+        assert got[f"{jt}/{p2}@{o2}"].keys["amount"] == Decimal("12.00")
+
+        dbz = [got[f"{dt}/{p}@{o}"] for p, o, _ in sent_dbz]
+        assert [(e.cdc["op"], e.cdc["pk"], e.keys.get("status")) for e in dbz] == [
+            ("update", {"id": 7}, "success"), ("delete", {"id": 7}, "success"), ("tombstone", {"id": 7}, None)]
+        assert (dbz[0].cdc["before"], dbz[0].cdc["source"]["pos"], dbz[1].cdc["source"]["pos"]) == (PAY, 4331, 4700)
+
+        (p, o, _), = sent_canal
+        rows = got[f"{ct}/{p}@{o}"].cdc["rows"]
+        assert [(r["before"]["status"], r["after"]["status"], r["keys"]["trade_no"]) for r in rows] == [
+            ("pending", "success", "T7"), ("pending", "success", "T8")]
+
+        # Read to the end, and the checkpoint says so.
+        expected = {f"{jt}/0": 2, f"{jt}/1": 1, f"{dt}/0": 3, f"{ct}/0": 1}
+        assert collector.positions() == store.checkpoint("kafka_events") == expected
+        assert collector.caught_up()
+        status = collector.status
+        assert status.caught_up and status.connected and status.records_read == 7 and status.waiting_for == ()
+        assert {(p.topic, p.partition): (p.position, p.end) for p in status.partitions} == {
+            (jt, 0): (2, 2), (jt, 1): (1, 1), (dt, 0): (3, 3), (ct, 0): (1, 1)}
+    finally:
+        collector.close()
+        store.close()
+
+
+def test_garbage_is_quarantined_counted_and_reading_goes_on(kafka_admin, tmp_path):
+    topic = create_topic(kafka_admin, "garbage")
+    good = [(0, None, jsonb({**PAID, "order_no": f"O{i}"})) for i in range(3)]
+    garbage = [(0, None, b"\xff\xfe\x00binary"), (0, None, b"{not json"), (0, None, jsonb({"order_no": "O9"})),
+               (0, None, jsonb({**PAID, "amount": "12,50"})), (0, None, jsonb({**PAID, "pad": "x" * 5000})),
+               (0, b"k", None)]
+    sent = produce(topic, good[:1] + garbage + good[1:])
+    collector = KafkaEventCollector(kafka_config([json_topic(topic)], max_record_bytes=4096))
+    store = Store(str(tmp_path / "store.db"))
+    try:
+        events, quarantined = drain(collector, len(sent), store=store)
+        assert [e.offset for e in events] == [sent[0][1], sent[-2][1], sent[-1][1]]
+        assert [(q.offset, q.reason) for q in quarantined] == [
+            (sent[1][1], "not_utf8"), (sent[2][1], "not_json"), (sent[3][1], "missing_path"),
+            (sent[4][1], "wrong_type"), (sent[5][1], "too_large"), (sent[6][1], "null_value")]
+        assert store.quarantined() == quarantined
+        assert quarantined[0].preview == "\\xff\\xfe\\x00binary" and quarantined[4].size > 5000
+        status = collector.status
+        assert status.quarantined == {f"{topic}|{r}": 1 for r in ("not_utf8", "not_json", "missing_path",
+                                                                  "wrong_type", "too_large", "null_value")}
+        assert (status.records_read, status.events_read, status.connected) == (9, 3, True)
+        # Still running: a record produced after the garbage is read too.
+        more = produce(topic, [(0, None, jsonb(PAID2))])
+        events, _ = drain(collector, 1, store=store)
+        assert [e.offset for e in events] == [more[0][1]] and collector.caught_up()
+    finally:
+        collector.close()
+        store.close()
+
+
+def test_topic_created_later_and_partitions_added_later_are_read_from_their_start(kafka_admin):
+    name = unique("later")
+    collector = KafkaEventCollector(kafka_config([json_topic(name, required=())], start_from="latest"))
+    try:
+        wait_for(lambda: collector.status.waiting_for == (name,), "waiting for the missing topic", collector)
+        status = collector.status.as_dict()
+        assert status["state"] == f"waiting for topic {name} (does not exist yet)" and status["connected"]
+        assert collector.caught_up()  # a topic that does not exist has nothing unread
+        kafka_admin.create_topics([NewTopic(name, 1, 1)])
+        kafka_admin.wait_for_topics([name], timeout_ms=10_000)
+        sent = produce(name, [(0, None, jsonb(PAID)), (0, None, jsonb(PAID2))])
+        events, _ = drain(collector, 2)  # created after the first run started: read from its beginning
+        assert [(e.partition, e.offset) for e in events] == [(p, o) for p, o, _ in sent]
+        assert collector.status.waiting_for == ()
+        kafka_admin.create_partitions({name: NewPartitions(total_count=2)})
+        sent = produce(name, [(1, None, jsonb(SHIPPED))])
+        events, _ = drain(collector, 1)
+        assert [(e.partition, e.offset) for e in events] == [(1, 0)] and sent[0][:2] == (1, 0)
+        assert collector.positions() == {f"{name}/0": 2, f"{name}/1": 1}
+    finally:
+        collector.close()
+
+
+def test_first_run_at_latest_checkpoints_the_end_and_reads_only_what_comes_after(kafka_admin):
+    topic = create_topic(kafka_admin, "latest")
+    produce(topic, [(0, None, jsonb(PAID))] * 3)
+    collector = KafkaEventCollector(kafka_config([json_topic(topic)], start_from="latest"))
+    try:
+        batch = collector.poll(timeout_ms=200)
+        assert (batch.events, batch.positions, batch.positions_changed) == ((), {f"{topic}/0": 3}, True)
+        assert collector.poll(timeout_ms=200).positions_changed is False
+        produce(topic, [(0, None, jsonb(PAID2))] * 2)
+        events, _ = drain(collector, 2)
+        assert [e.offset for e in events] == [3, 4]
+    finally:
+        collector.close()
+
+
+def test_restarted_collector_resumes_exactly_from_the_checkpoint(kafka_admin, tmp_path):
+    topic = create_topic(kafka_admin, "resume", 2)
+    sent = produce(topic, [(i % 2, None, jsonb({**PAID, "order_no": f"O{i}"})) for i in range(12)])
+    store = Store(str(tmp_path / "store.db"))
+    cfg = kafka_config([json_topic(topic)])
+    first = KafkaEventCollector(cfg)
+    drain(first, 5, store=store, max_records=2)
+    first.close()  # stopped mid-stream, after its last batch was stored
+    sent += produce(topic, [(i % 2, None, jsonb({**PAID, "order_no": f"P{i}"})) for i in range(6)])
+    checkpoint = store.checkpoint("kafka_events")
+    assert sum(checkpoint.values()) >= 5
+    second = KafkaEventCollector(cfg, checkpoint)
+    try:
+        drain(second, len(sent) - sum(checkpoint.values()), store=store)
+        # Every record exactly once (the store's primary key would refuse a second copy).
+        assert sorted((e.partition, e.offset) for e in store.events()) == sorted((p, o) for p, o, _ in sent)
+        assert second.caught_up()
+    finally:
+        second.close()
+        store.close()
+
+
+def test_offsets_deleted_before_they_were_read_are_a_counted_gap(kafka_admin):
+    topic = create_topic(kafka_admin, "gap")
+    produce(topic, [(0, None, jsonb({**PAID, "order_no": f"O{i}"})) for i in range(10)])
+    kafka_admin.delete_records({TopicPartition(topic, 0): 6})
+    collector = KafkaEventCollector(kafka_config([json_topic(topic)]), {f"{topic}/0": 2})
+    try:
+        events, _ = drain(collector, 4)
+        assert [e.offset for e in events] == [6, 7, 8, 9]
+        (gap,), = [collector.status.gaps]
+        assert (gap.topic, gap.partition, gap.from_offset, gap.to_offset, gap.kind) == (topic, 0, 2, 6, "deleted")
+        assert collector.status.as_dict()["gaps"][0]["kind"] == "deleted"
+    finally:
+        collector.close()
