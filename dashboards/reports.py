@@ -21,8 +21,8 @@ Header (CSV: the leading lines `# field: value`; JSON: "header"; XLSX: sheet "Re
   findings, evidence_rows   counts
   data_sha256       SHA-256 of the data section, as defined below
 The header and the data are read in one store transaction, so the positions are the ones the
-findings were produced at. In JSON, empty header values are null; in CSV and XLSX, empty text,
-and objects are written as JSON.
+findings were produced at. In JSON, empty header values are null and positions are objects; in
+CSV and XLSX, they are empty text and compact JSON text.
 
 Data section: one row per evidence item (a finding without evidence gives one row with the
 evidence columns empty); findings ordered by first_seen then id, evidence in the order the rule
@@ -36,8 +36,9 @@ feed, and U+FFFE/U+FFFF, are written as \\uXXXX in every cell, so that XLSX (XML
 hold them, and turns CR into LF) keeps the same text as CSV.
 
 data_sha256 = SHA-256 of the data section written as CSV: the COLUMNS row, then the data rows,
-every cell a string, in the RFC 4180 dialect Python's csv.writer writes by default (comma,
-double quotes only where needed, CRLF after every row), UTF-8 without BOM. It is the same for
+every cell a string, as RFC 4180 and Python's default csv.writer write it: cells separated by
+commas, CRLF after every row, a cell in double quotes only when it holds a comma, a double quote
+(doubled inside), CR or LF; UTF-8 without BOM. It is the same for
 the three formats of one report. To recompute it:
   CSV   hash the bytes from the first line that does not start with '#' to the end of the file
         (`sed -n '/^[^#]/,$p' report.csv | sha256sum`);
