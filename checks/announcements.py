@@ -11,8 +11,9 @@ are reduced to a match key "topic + event_type + key" and paired first in, first
   `event_delay_seconds` it is an F10. A pair that is late beyond a grace period settles the
   F7/F8 (resolved, with why), whether or not the timer had already raised it: the result
   depends on the data, not on how the two streams interleaved.
-- Events from before the monitor started watching the binlog (`watch_start`) are not judged
-  as orphans: their change may simply predate us.
+- Events from before the first transaction the monitor read (`watch_start`) are not judged
+  as orphans: their change may simply predate us. Until that first transaction, no event is
+  judged (a data-defined start, so the result does not depend on when the timer ran).
 """
 
 from __future__ import annotations
@@ -177,14 +178,14 @@ class Announcements:
     # ------------------------------------------------------------ timer
 
     def tick(self, binlog_time: float, kafka_time: float) -> None:
-        if self.marks["watch_start"] is None:
-            self.marks["watch_start"] = binlog_time
         for mk, item in self.waiting.due(kafka_time):
             a, key = self._split(mk)
             self.findings.raise_("F7", (a.event_type, key), keys={"event_type": a.event_type, "key": key,
                                                                   "table": a.table},
                                  summary=self._missing(a, key), time=item["t"] + self.rules.missing_event_grace_seconds,
                                  evidence=[item["ev"]])
+        if self.marks["watch_start"] is None:
+            return
         before_watch = 0
         for mk, item in self.unmatched.due(binlog_time):
             a, key = self._split(mk)

@@ -10,11 +10,16 @@ way the collectors would, so tests read like the story they tell:
 
 from __future__ import annotations
 
+import dataclasses
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
-from oncewatch.records import (CLOCK_GTID_COMMIT_TS, OP_INSERT, OP_UPDATE, EmittedEvent, BinlogPosition, RowChange,
-                               Transaction)
+from checks.engine import Engine
+from checks.settings import Settings
+from oncewatch.config import load
+from oncewatch.records import (CLOCK_GTID_COMMIT_TS, OP_INSERT, OP_UPDATE, BinlogPosition, EmittedEvent, Finding,
+                               RowChange, Transaction)
 
 SCHEMA = "shop"
 # table -> primary key column
@@ -25,6 +30,13 @@ PATHS = {"type": "event_type", "order_no": "order_key", "trade_no": "trade_no", 
          "amount": "amount", "status": "status"}
 
 RowSpec = tuple[str, str, dict[str, Any] | None, dict[str, Any]]  # table, op, before, after
+EXAMPLE_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "shop.toml"
+
+
+def shop_settings(**rules: Any) -> Settings:
+    """The settings of examples/shop.toml, with some [rules] thresholds changed."""
+    settings = Settings.from_config(load(EXAMPLE_CONFIG))
+    return dataclasses.replace(settings, rules=dataclasses.replace(settings.rules, **rules))
 
 
 def _row(table: str, after: dict[str, Any], was: dict[str, Any] | None) -> RowSpec:
@@ -75,3 +87,22 @@ class Shop:
         return EmittedEvent(topic=topic, partition=partition, offset=offset, timestamp_ms=round(at * 1000),
                             timestamp_type="CreateTime", key=None, headers=(), payload=payload, format="json",
                             keys={PATHS[k]: v for k, v in payload.items() if k in PATHS})
+
+
+def push(engine: Engine, *records: Transaction | EmittedEvent) -> None:
+    """Hand records to the engine in the given order."""
+    for r in records:
+        if isinstance(r, Transaction):
+            engine.on_transaction(r)
+        else:
+            engine.on_events([r])
+
+
+def feed(engine: Engine, *records: Transaction | EmittedEvent) -> list[Finding]:
+    """`push`, then return what the engine drained."""
+    push(engine, *records)
+    return engine.drain()
+
+
+def rules_of(findings: list[Finding]) -> list[str]:
+    return sorted(f.rule for f in findings)

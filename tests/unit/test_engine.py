@@ -1,0 +1,84 @@
+"""The engine around the rules: state save/restore, drain, stats shape, the horizon."""
+
+import dataclasses
+import logging
+
+import pytest
+
+from checks.engine import Engine, StateMismatchError
+from checks.samples import Shop, feed, order, payment, push, rules_of, shipment, shop_settings
+from oncewatch.records import from_json, to_json
+
+T = 1000.0
+
+
+def restart(engine: Engine) -> Engine:
+    again = Engine(engine.settings)
+    again.restore(from_json(to_json(engine.state())))
+    return again
+
+
+def test_state_round_trips_through_json_and_the_run_goes_on_as_if_uninterrupted():
+    shop = Shop()
+    first = [shop.tx(T, order("O1", "pending", amount="12.50")),
+             shop.tx(T + 1, payment("T1", "O1", "success", amount="12.50"), order("O1", "paid", amount="12.50", was="pending")),
+             shop.tx(T + 2, shipment("S1", "T1")), shop.event("order.paid", T + 60, order_no="O1")]
+    second = [shop.tx(T + 3, shipment("S2", "T1")), shop.tx(T + 4, payment("T2", "O1", "success", amount="1.00")),
+              shop.event("shipment.created", T + 2.1, entity_id="S1")]
+    straight = Engine(shop_settings())
+    expected = {f.id: f for f in feed(straight, *first) + feed(straight, *second)}
+
+    engine = Engine(shop_settings())
+    push(engine, *first)  # not drained: findings changed since the last drain travel with the state
+    found = {f.id: f for f in feed(restart(engine), *second)}
+    assert found == expected
+    assert sorted(f.rule for f in found.values()) == ["F1", "F10", "F2", "F5", "F7"]
+
+
+def test_restore_refuses_state_from_another_shape():
+    state = Engine(shop_settings()).state()
+    other = dataclasses.replace(shop_settings(), announce=shop_settings().announce[:1])
+    with pytest.raises(StateMismatchError, match="another"):
+        Engine(other).restore(state)
+    Engine(shop_settings(event_delay_seconds=2.0)).restore(state)  # thresholds may change
+
+
+def test_drain_gives_each_change_once():
+    shop, engine = Shop(), Engine(shop_settings())
+    assert rules_of(feed(engine, shop.tx(T, shipment("S1", "T1"), shipment("S2", "T1")))) == ["F1"]
+    assert engine.drain() == []
+    assert feed(engine, shop.tx(T, shipment("S1", "T1"))) == []  # the same row again changes nothing
+
+
+def test_stats_shape():
+    shop, engine = Shop(), Engine(shop_settings())
+    feed(engine, shop.tx(T, shipment("S1", "T1"), shipment("S2", "T1")), shop.tx(T, order("O1", "paid", was="pending")),
+         shop.event("order.paid", T + 0.01, order_no="O1"))
+    stats = engine.stats()
+    assert set(stats) == {"backlog_by_table", "delay", "found_total", "open_by_rule_severity", "horizon_dropped_total"}
+    assert stats["backlog_by_table"] == {"shop.orders": 0, "shop.shipments": 2, "shop.points_grants": 0}
+    assert list(stats["delay"]["gtid_commit_ts"]["buckets"])[-1] == "+Inf"
+    assert stats["found_total"] == {f"F{i}": int(i == 1) for i in range(1, 13)}
+    assert stats["open_by_rule_severity"] == [{"rule": "F1", "severity": "critical", "count": 1}]
+    assert stats["horizon_dropped_total"] == 0
+
+
+def test_state_past_the_horizon_falls_off_counted_and_logged(caplog):
+    shop, engine = Shop(), Engine(shop_settings(horizon_seconds=100, stuck_pending_seconds=50))
+    feed(engine, shop.tx(T, shipment("S1", "T1")))  # waits for its event; Kafka is stalled at T
+    caplog.set_level(logging.WARNING, "oncewatch.checks.engine")
+    engine.tick(now=T + 200, binlog_time=T + 200, kafka_time=T)
+    stats = engine.stats()
+    assert stats["horizon_dropped_total"] == 2  # the shipment row (F1 memory) and the change waiting for its event
+    assert stats["backlog_by_table"]["shop.shipments"] == 0
+    (record,) = [r for r in caplog.records if getattr(r, "event", None) == "horizon_dropped"]
+    assert record.dropped == 2 and record.expired == {"effects": 1, "waiting_changes": 1}
+    engine.tick(now=T + 300, binlog_time=T + 300, kafka_time=T + 300)
+    assert engine.drain() == []  # never judged: it fell off before Kafka was read that far
+
+
+def test_max_entries_bounds_each_kind():
+    shop, engine = Shop(), Engine(shop_settings(horizon_max_entries=2))
+    feed(engine, *(shop.tx(T + i, shipment(f"S{i}", f"T{i}")) for i in range(3)))
+    assert engine.stats()["horizon_dropped_total"] == 2  # one effect row, one waiting change
+    assert len(engine.state()["memory"]["spaces"]["effects"]["items"]) == 2

@@ -1,0 +1,143 @@
+"""F7 missing_event, F8 orphan_event, F9 duplicate_event, F10 event_delay: changes against Kafka events.
+
+Grace periods are 30 s and the delay threshold 0.5 s (examples/shop.toml).
+"""
+
+from checks.engine import Engine
+from checks.findings import finding_id
+from checks.samples import Shop, feed, order, rules_of, shipment, shop_settings
+
+T = 1000.0
+
+
+def paid(shop: Shop, at: float, no: str = "O1"):
+    return shop.tx(at, order(no, "paid", was="pending"))
+
+
+def by_rule(found):
+    return {f.rule: f for f in found}
+
+
+def test_change_without_event_once_kafka_is_read_past_the_grace_is_f7():
+    shop, engine = Shop(), Engine(shop_settings())
+    tx = paid(shop, T)
+    feed(engine, tx)
+    engine.tick(now=T + 31, binlog_time=T + 31, kafka_time=T + 31)
+    (f,) = engine.drain()
+    assert (f.rule, f.status, f.severity) == ("F7", "open", "critical")
+    assert f.id == finding_id("F7", "order.paid", "O1") and f.first_seen == T + 30
+    assert f.keys == {"event_type": "order.paid", "key": "O1", "table": "shop.orders"}
+    assert f.evidence[0].coordinates == tx.rows[0].coordinates and f.evidence[0].values["status"] == "paid"
+    assert engine.stats()["backlog_by_table"]["shop.orders"] == 1
+
+
+def test_near_miss_event_not_read_yet_because_kafka_is_behind():
+    shop, engine = Shop(), Engine(shop_settings())
+    feed(engine, paid(shop, T))
+    engine.tick(now=T + 600, binlog_time=T + 600, kafka_time=T + 29)
+    assert engine.drain() == []
+
+
+def test_a_missing_event_that_arrives_late_resolves_f7_and_records_f10():
+    shop, engine = Shop(), Engine(shop_settings())
+    feed(engine, paid(shop, T))
+    engine.tick(now=T + 31, binlog_time=T + 31, kafka_time=T + 31)
+    engine.drain()
+    event = shop.event("order.paid", T + 45, order_no="O1")
+    found = by_rule(feed(engine, event))
+    assert sorted(found) == ["F10", "F7"]
+    assert (found["F7"].status, found["F7"].resolved_at) == ("resolved", T + 45)
+    assert event.coordinates in found["F7"].resolution
+    assert {e.kind for e in found["F7"].evidence} == {"row_change", "event"}
+    assert found["F10"].status == "open" and found["F10"].keys["delay_seconds"] == 45
+    assert engine.stats()["backlog_by_table"]["shop.orders"] == 0
+
+
+def test_a_late_event_read_before_the_timer_ran_gives_the_same_findings():
+    shop, engine = Shop(), Engine(shop_settings())
+    found = by_rule(feed(engine, paid(shop, T), shop.event("order.paid", T + 45, order_no="O1")))
+    assert sorted(found) == ["F10", "F7"] and found["F7"].status == "resolved" and found["F7"].first_seen == T + 30
+
+
+def test_near_miss_event_late_but_inside_the_grace_is_only_a_delay():
+    shop, engine = Shop(), Engine(shop_settings())
+    feed(engine, paid(shop, T))
+    engine.tick(now=T + 20, binlog_time=T + 20, kafka_time=T + 20)
+    found = feed(engine, shop.event("order.paid", T + 20, order_no="O1"))
+    engine.tick(now=T + 100, binlog_time=T + 100, kafka_time=T + 100)
+    assert rules_of(found + engine.drain()) == ["F10"]
+
+
+def test_event_within_the_delay_threshold_is_clean_and_observed_per_commit_clock():
+    shop, engine = Shop(), Engine(shop_settings())
+    found = feed(engine, paid(shop, T), shop.event("order.paid", T + 0.2, order_no="O1"),
+                 shop.tx(T + 1, shipment("S1", "T1"), clock="row_column"),
+                 shop.event("shipment.created", T + 3, entity_id="S1"))
+    engine.tick(now=T + 100, binlog_time=T + 100, kafka_time=T + 100)
+    (f10,) = found + engine.drain()
+    assert f10.rule == "F10" and f10.keys["key"] == "S1" and f10.keys["clock"] == "row_column"
+    delay = engine.stats()["delay"]
+    gtid = delay["gtid_commit_ts"]
+    assert gtid["count"] == 1 and abs(gtid["sum"] - 0.2) < 1e-6
+    assert gtid["buckets"]["0.1"] == 0 and gtid["buckets"]["0.25"] == 1 and gtid["buckets"]["+Inf"] == 1
+    assert delay["row_column"]["buckets"]["1.0"] == 0 and delay["row_column"]["buckets"]["2.5"] == 1
+
+
+def test_event_without_change_once_the_binlog_is_read_past_the_grace_is_f8_resolved_by_a_late_change():
+    shop, engine = Shop(), Engine(shop_settings())
+    feed(engine, shop.tx(T - 100, order("O0", "pending")))  # the binlog watch starts here
+    event = shop.event("order.paid", T, order_no="O1")
+    feed(engine, event)
+    engine.tick(now=T + 31, binlog_time=T + 29, kafka_time=T + 31)
+    assert engine.drain() == []
+    engine.tick(now=T + 31, binlog_time=T + 31, kafka_time=T + 31)
+    (f,) = engine.drain()
+    assert (f.rule, f.status, f.id) == ("F8", "open", finding_id("F8", "order.paid", "O1"))
+    assert f.evidence[0].coordinates == event.coordinates and f.evidence[0].kind == "event"
+    (f,) = feed(engine, paid(shop, T + 60))
+    assert (f.rule, f.status, f.resolved_at) == ("F8", "resolved", T + 60)
+
+
+def test_near_miss_event_sent_just_before_its_commit():
+    shop, engine = Shop(), Engine(shop_settings())
+    found = feed(engine, shop.tx(T - 100, order("O0", "pending")), shop.event("order.paid", T, order_no="O1"),
+                 paid(shop, T + 2))
+    engine.tick(now=T + 100, binlog_time=T + 100, kafka_time=T + 100)
+    assert found + engine.drain() == []
+
+
+def test_events_from_before_the_binlog_watch_are_not_orphans():
+    shop, engine = Shop(), Engine(shop_settings())
+    feed(engine, shop.event("order.paid", T - 500, order_no="O1"))
+    engine.tick(now=T, binlog_time=T, kafka_time=T)  # no transaction read yet: not judged
+    feed(engine, shop.tx(T, order("O2", "pending")))
+    engine.tick(now=T + 100, binlog_time=T + 100, kafka_time=T + 100)
+    assert engine.drain() == []
+
+
+def test_same_event_twice_is_benign_f9_and_a_different_payload_makes_it_conflicting():
+    shop, engine = Shop(), Engine(shop_settings())
+    first = shop.event("order.paid", T + 0.1, order_no="O1", amount="10.00")
+    (f,) = feed(engine, paid(shop, T), first, shop.event("order.paid", T + 0.2, order_no="O1", amount="10.00"))
+    assert (f.rule, f.severity, f.id) == ("F9", "info", finding_id("F9", "order.paid", "O1"))
+    assert "equal" in f.summary and len(f.evidence) == 2
+    (f,) = feed(engine, shop.event("order.paid", T + 0.3, order_no="O1", amount="99.00"))
+    assert (f.severity, len(f.evidence)) == ("critical", 3) and "differ" in f.summary
+    (f,) = feed(engine, shop.event("order.paid", T + 0.4, order_no="O1", amount="10.00"))
+    assert f.severity == "critical"
+
+
+def test_duplicates_read_before_their_change_are_f9_not_f8():
+    shop, engine = Shop(), Engine(shop_settings())
+    feed(engine, shop.tx(T - 100, order("O0", "pending")),
+         shop.event("order.paid", T, order_no="O1"), shop.event("order.paid", T + 1, order_no="O1"), paid(shop, T))
+    engine.tick(now=T + 100, binlog_time=T + 100, kafka_time=T + 100)
+    assert rules_of(engine.drain()) == ["F9"]
+
+
+def test_snapshot_rows_and_unannounced_event_types_are_not_matched():
+    shop, engine = Shop(), Engine(shop_settings())
+    feed(engine, shop.tx(T, order("O1", "paid", was="pending"), snapshot=True),
+         shop.event("order.viewed", T, order_no="O1"), shop.tx(T + 1, order("O2", "pending")))
+    engine.tick(now=T + 100, binlog_time=T + 100, kafka_time=T + 100)
+    assert engine.drain() == []

@@ -1,0 +1,54 @@
+"""F1 duplicate_effect: more than one effect row per trade_no, per effect table."""
+
+from checks.engine import Engine
+from checks.findings import finding_id
+from checks.samples import Shop, feed, grant, order, payment, rules_of, shipment, shop_settings
+
+
+def test_two_shipments_for_one_trade_no_is_one_f1_with_both_rows():
+    shop, engine = Shop(), Engine(shop_settings())
+    first, second = shop.tx(10, shipment("S1", "T1")), shop.tx(11, shipment("S2", "T1"))
+    found = feed(engine, first, second)
+    assert rules_of(found) == ["F1"]
+    f = found[0]
+    assert f.id == finding_id("F1", "shop.shipments", "T1")
+    assert f.severity == "critical" and f.keys == {"table": "shop.shipments", "trade_no": "T1"}
+    assert [e.coordinates for e in f.evidence] == [first.rows[0].coordinates, second.rows[0].coordinates]
+    assert [e.time for e in f.evidence] == [10, 11] and f.first_seen == 11
+    assert f.evidence[0].kind == "row_change" and f.evidence[0].values["trade_no"] == "T1"
+
+
+def test_a_third_row_updates_the_same_finding():
+    shop, engine = Shop(), Engine(shop_settings())
+    feed(engine, shop.tx(10, shipment("S1", "T1"), shipment("S2", "T1")))
+    again = feed(engine, shop.tx(12, shipment("S3", "T1")))
+    assert len(again) == 1 and len(again[0].evidence) == 3 and again[0].last_seen == 12
+    assert engine.stats()["found_total"]["F1"] == 1
+
+
+def test_near_miss_one_shipment_per_trade_no_for_two_trade_nos_of_one_order():
+    shop, engine = Shop(), Engine(shop_settings())
+    found = feed(engine, shop.tx(10, order("O1", "pending")),
+                 shop.tx(11, payment("T1", "O1", "failed", callback="failed")),
+                 shop.tx(12, payment("T2", "O1", "success"), order("O1", "paid", was="pending")),
+                 shop.tx(13, shipment("S1", "T1")), shop.tx(14, shipment("S2", "T2")))
+    assert "F1" not in rules_of(found)
+
+
+def test_one_row_in_each_of_two_effect_tables_is_not_a_duplicate():
+    shop, engine = Shop(), Engine(shop_settings())
+    assert "F1" not in rules_of(feed(engine, shop.tx(10, shipment("S1", "T1"), grant("G1", "T1"))))
+
+
+def test_an_update_of_the_same_shipment_is_not_a_second_one():
+    shop, engine = Shop(), Engine(shop_settings())
+    tx = shop.tx(10, shipment("S1", "T1"))
+    row = tx.rows[0]
+    update = shop.tx(11, ("shipments", "update", row.after, {**row.after, "carrier": "x"}))
+    assert "F1" not in rules_of(feed(engine, tx, update))
+
+
+def test_a_snapshot_row_counts_as_an_existing_effect():
+    shop, engine = Shop(), Engine(shop_settings())
+    found = feed(engine, shop.tx(1, shipment("S1", "T1"), snapshot=True), shop.tx(10, shipment("S2", "T1")))
+    assert rules_of(found) == ["F1"]

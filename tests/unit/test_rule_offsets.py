@@ -1,0 +1,66 @@
+"""F11 offset_drift (announce backlog, consumer-group lag) and F12 partition_skew."""
+
+from checks.engine import Engine
+from checks.findings import finding_id
+from checks.samples import Shop, feed, order, shop_settings
+
+
+def snapshot(at: float, lags: list[int | None], group: str = "shipping-service", topic: str = "shop.events"):
+    return {"polled_at": at,
+            "partitions": [{"topic": topic, "partition": i, "earliest": 0, "end": 1000} for i in range(len(lags))],
+            "groups": [{"group": group, "state": "Stable", "partitions": [
+                {"topic": topic, "partition": i, "committed": None if lag is None else 1000 - lag, "lag": lag,
+                 "lag_seconds": None if lag is None else lag / 10} for i, lag in enumerate(lags)]}]}
+
+
+def test_group_lag_above_the_threshold_is_f11_and_resolves_when_it_drops():
+    engine = Engine(shop_settings(offset_drift_threshold=100, partition_skew_threshold=1000.0))
+    engine.on_offsets(snapshot(10, [60, 50]))
+    (f,) = engine.drain()
+    assert (f.rule, f.status, f.id) == ("F11", "open", finding_id("F11", "lag", "shipping-service"))
+    assert f.keys["lag"] == 110
+    assert [(e.kind, e.coordinates, e.values["lag"], e.values["end"]) for e in f.evidence] == [
+        ("offsets", "shipping-service:shop.events/0", 60, 1000), ("offsets", "shipping-service:shop.events/1", 50, 1000)]
+    engine.on_offsets(snapshot(15, [90, 50]))
+    (f,) = engine.drain()
+    assert f.keys["lag"] == 140 and f.last_seen == 15 and len(f.evidence) == 2
+    engine.on_offsets(snapshot(20, [5, 5]))
+    (f,) = engine.drain()
+    assert (f.status, f.resolved_at, f.resolution) == ("resolved", 20, "lag down to 10")
+
+
+def test_partitions_without_a_commit_are_left_out_not_read_as_zero():
+    engine = Engine(shop_settings(offset_drift_threshold=100, partition_skew_threshold=3.0))
+    engine.on_offsets(snapshot(10, [None, 7]))
+    assert engine.drain() == []
+
+
+def test_announce_backlog_above_the_threshold_is_f11():
+    shop, engine = Shop(), Engine(shop_settings(offset_drift_threshold=1))
+    feed(engine, shop.tx(10, order("O1", "paid", was="pending"), order("O2", "paid", was="pending")))
+    engine.tick(now=11, binlog_time=11, kafka_time=11)
+    (f,) = engine.drain()
+    assert (f.rule, f.id, f.keys) == ("F11", finding_id("F11", "backlog", "shop.orders"),
+                                      {"table": "shop.orders", "backlog": 2})
+    feed(engine, shop.event("order.paid", 10.1, order_no="O1"))
+    engine.tick(now=12, binlog_time=12, kafka_time=12)
+    (f,) = [f for f in engine.drain() if f.rule == "F11"]
+    assert f.status == "resolved"
+
+
+def test_uneven_lag_across_partitions_is_f12():
+    engine = Engine(shop_settings(partition_skew_threshold=3.0))
+    engine.on_offsets(snapshot(10, [0, 0, 20, None]))
+    (f,) = engine.drain()
+    assert (f.rule, f.id, f.keys["stddev"]) == ("F12", finding_id("F12", "shipping-service", "shop.events"), 9.428)
+    assert len(f.evidence) == 4
+    engine.on_offsets(snapshot(20, [4, 5, 6, None]))
+    (f,) = engine.drain()
+    assert f.status == "resolved"
+
+
+def test_near_miss_even_lag_or_a_single_partition():
+    engine = Engine(shop_settings(partition_skew_threshold=3.0))
+    engine.on_offsets(snapshot(10, [100, 102, 101]))
+    engine.on_offsets(snapshot(11, [500], group="other"))
+    assert engine.drain() == []
