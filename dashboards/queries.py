@@ -6,14 +6,17 @@ MySQL or Kafka, so a page load costs a few indexed SQLite reads whatever the siz
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import os
 import statistics
 import time
 from collections.abc import Mapping
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
+from oncewatch.config import Config, load
 from oncewatch.records import EmittedEvent, Finding, RowChange, from_json
 from oncewatch.store import FINDING_COLUMNS, Store, finding_from_row
 
@@ -41,15 +44,19 @@ class StoreNotConfigured(RuntimeError):
     """Neither ONCEWATCH_STORE nor ONCEWATCH_CONFIG says where the store is."""
 
 
+def config(environ: Mapping[str, str] = os.environ) -> Config | None:
+    """The config named by ONCEWATCH_CONFIG, if any (exports need it: hash, mask fields)."""
+    return load(environ[ENV_CONFIG]) if environ.get(ENV_CONFIG) else None
+
+
 def store_path(environ: Mapping[str, str] = os.environ) -> str:
     """The store file: ONCEWATCH_STORE, else `store.path` of the ONCEWATCH_CONFIG file."""
     if environ.get(ENV_STORE):
         return environ[ENV_STORE]
-    if environ.get(ENV_CONFIG):
-        from oncewatch.config import load  # only when a config is given: it pulls in the parsers
-
-        return load(environ[ENV_CONFIG]).store.path
-    raise StoreNotConfigured(f"set {ENV_STORE}=/path/to/oncewatch.db or {ENV_CONFIG}=/path/to/config.toml")
+    cfg = config(environ)
+    if cfg is None:
+        raise StoreNotConfigured(f"set {ENV_STORE}=/path/to/oncewatch.db or {ENV_CONFIG}=/path/to/config.toml")
+    return cfg.store.path
 
 
 def open_store(path: str | None = None) -> Store:
@@ -146,6 +153,23 @@ def delay_buckets(stats: dict[str, Any]) -> dict[str, list[tuple[str, float]]]:
             for clock, h in sorted(stats.get("delay", {}).items())}
 
 
+def quantile(buckets: list[tuple[str, float]], q: float) -> float | None:
+    """The q-quantile of a cumulative histogram, interpolated inside its bucket as Prometheus'
+    histogram_quantile does (so the page and the alert agree)."""
+    total = buckets[-1][1] if buckets else 0
+    if not total:
+        return None
+    rank, lower, below = q * total, 0.0, 0.0
+    for bound, count in buckets:
+        upper = math.inf if bound == "+Inf" else float(bound)
+        if count >= rank:
+            if upper == math.inf:  # in the open-ended bucket: the highest finite bound, as Prometheus says
+                return lower
+            return lower + (upper - lower) * (rank - below) / (count - below)
+        lower, below = upper, count
+    return lower
+
+
 # ---------------------------------------------------------------- findings
 
 @dataclass(frozen=True)
@@ -179,16 +203,14 @@ class FindingFilter:
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
-@dataclass(frozen=True)
-class FindingsPage:
-    rows: list[dict[str, Any]]
-    total: int
+def count_findings(store: Store, flt: FindingFilter) -> int:
+    where, params = flt.where()
+    return store.conn.execute(f"SELECT count(*) FROM findings{where}", params).fetchone()[0]
 
 
-def findings_page(store: Store, flt: FindingFilter, limit: int = 200, offset: int = 0) -> FindingsPage:
+def findings_page(store: Store, flt: FindingFilter, limit: int = 200, offset: int = 0) -> list[dict[str, Any]]:
     """One page of findings, newest first, without their evidence (the drill-down loads that)."""
     where, params = flt.where()
-    total = store.conn.execute(f"SELECT count(*) FROM findings{where}", params).fetchone()[0]
     cur = store.conn.execute(
         "SELECT id, rule, name, severity, status, keys, summary, first_seen, last_seen, resolved_at, resolution"
         f" FROM findings{where} ORDER BY first_seen DESC, id LIMIT ? OFFSET ?", [*params, limit, offset])
@@ -196,7 +218,7 @@ def findings_page(store: Store, flt: FindingFilter, limit: int = 200, offset: in
     rows = [dict(zip(columns, r)) for r in cur]
     for r in rows:
         r["keys"] = from_json(r["keys"])
-    return FindingsPage(rows, total)
+    return rows
 
 
 def entity_of(keys: dict[str, Any]) -> str:
@@ -261,3 +283,16 @@ def diff(row: RowChange) -> dict[str, Any]:
         return {c: (row.before.get(c), row.after.get(c)) for c in sorted(set(row.before) | set(row.after))
                 if row.before.get(c) != row.after.get(c)}
     return dict(row.row)
+
+
+# ---------------------------------------------------------------- reports
+
+def report(cfg: Config, fmt: str, *, rule: str | None = None, status: str | None = None,
+           since: dt.datetime | None = None, until: dt.datetime | None = None, mask: bool = False) -> bytes:
+    """The auditor's report `oncewatch export` writes, as bytes for a download button."""
+    from dashboards.reports import export  # openpyxl is only needed when someone downloads
+
+    with closing(open_store(cfg.store.path)) as store:
+        return export(store, fmt, rule=rule, status=status, since=since, until=until, mask=mask,
+                      mask_fields=cfg.export.mask_fields, mask_key=cfg.export.key() if mask else None,
+                      config_fingerprint=cfg.fingerprint())

@@ -109,7 +109,8 @@ def seed(path: str, now: float | None = None) -> Store:
     rows = [
         _row("orders", OP_INSERT, "O501", None, {**paid, "status": "pending"}, 4701, 0, t0),
         _row("payments", OP_INSERT, "T1001", None,
-             {"trade_no": "T1001", "order_no": "O501", "status": "success", "amount": Decimal("99.00")}, 4702, 0, t0 + 5),
+             {"trade_no": "T1001", "order_no": "O501", "status": "success", "amount": Decimal("99.00")},
+             4702, 0, t0 + 5),
         _row("orders", OP_UPDATE, "O501", {**paid, "status": "pending"}, paid, 4702, 1, t0 + 5),
         _row("shipments", OP_INSERT, "S1", None, {"shipment_id": "S1", "trade_no": "T1001"}, 4703, 0, t0 + 6),
         _row("shipments", OP_INSERT, "S2", None, {"shipment_id": "S2", "trade_no": "T1001"}, 4704, 0, t0 + 9),

@@ -1,0 +1,106 @@
+"""Start the Streamlit dashboard headless, bound to 127.0.0.1 unless told otherwise.
+
+    launch(config="examples/shop.toml")            # or store="/path/oncewatch.db"
+    python -m dashboards.launch --config examples/shop.toml --port 8501
+
+The server runs as a child process (Streamlit wants its own main thread); `wait_ready` polls its
+health endpoint, `stop` ends it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from dashboards.queries import ENV_CONFIG, ENV_STORE
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = ROOT / "app.py"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8501
+
+
+class LaunchError(RuntimeError):
+    """The dashboard did not come up; the message carries the end of its output."""
+
+
+def command(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> list[str]:
+    return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
+            "--server.address", host, "--server.port", str(port), "--browser.gatherUsageStats", "false",
+            "--server.fileWatcherType", "none", "--server.runOnSave", "false", "--client.toolbarMode", "viewer"]
+
+
+def launch(*, config: str | None = None, store: str | None = None, host: str = DEFAULT_HOST,
+           port: int = DEFAULT_PORT, env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen:
+    """Start the dashboard for a config file or a store file; returns the server process.
+    Output goes to `log` (default: discarded)."""
+    if not (config or store):
+        raise ValueError("give config= (the monitor's config file) or store= (its store file)")
+    child_env = {**os.environ, **(env or {})}
+    if config:
+        child_env[ENV_CONFIG] = str(Path(config).resolve())
+    if store:
+        child_env[ENV_STORE] = str(Path(store).resolve())
+    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - handed to the child, closed below
+    try:
+        return subprocess.Popen(command(host, port), cwd=ROOT, env=child_env, stdout=out, stderr=subprocess.STDOUT)
+    finally:
+        if log:
+            out.close()
+
+
+def url(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> str:
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+
+
+def wait_ready(proc: subprocess.Popen, base_url: str, timeout: float = 60.0) -> None:
+    """Return once /_stcore/health answers ok; LaunchError if the process dies or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise LaunchError(f"streamlit exited with {proc.returncode} before answering on {base_url}")
+        try:
+            with urllib.request.urlopen(f"{base_url}/_stcore/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.2)
+    raise LaunchError(f"the dashboard did not answer on {base_url} within {timeout:.0f} s")
+
+
+def stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m dashboards.launch", description=__doc__.splitlines()[0])
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--config", help="the monitor's config file (exports need it)")
+    where.add_argument("--store", help="the monitor's store file")
+    p.add_argument("--host", default=DEFAULT_HOST, help="listen address (default 127.0.0.1; others need a login)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    args = p.parse_args(argv)
+    proc = launch(config=args.config, store=args.store, host=args.host, port=args.port)
+    wait_ready(proc, url(args.host, args.port))
+    print(f"oncewatch dashboard on {url(args.host, args.port)}", flush=True)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        stop(proc)
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

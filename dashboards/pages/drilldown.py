@@ -1,0 +1,81 @@
+"""Drill-down: for one trade_no or order, every row change and Kafka event in time order, with
+coordinates, timestamps and value diffs, and the findings on it with the evidence behind each."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.express as px
+import streamlit as st
+
+from dashboards import queries, ui
+from oncewatch.records import EmittedEvent, RowChange
+
+
+def change_text(row: RowChange) -> str:
+    changes = queries.diff(row)
+    if row.op == "update":
+        return ", ".join(f"{c}: {ui.text(a)} → {ui.text(b)}" for c, (a, b) in changes.items()) or "(no change)"
+    sign = "+" if row.op == "insert" else "−"
+    return f"{sign} " + ", ".join(f"{c}={ui.text(v)}" for c, v in changes.items())
+
+
+def row_entry(row: RowChange) -> dict:
+    return {"time": row.commit_time, "source": "binlog", "lane": f"binlog {row.qualified_table}",
+            "what": f"{row.qualified_table} {row.op} {'/'.join(map(str, row.pk))}", "coordinates": row.coordinates,
+            "clock": row.commit_clock, "change": change_text(row)}
+
+
+def event_entry(event: EmittedEvent) -> dict:
+    kind = event.keys.get("event_type") or (event.cdc or {}).get("op") or event.format
+    return {"time": event.timestamp_ms / 1000, "source": "kafka", "lane": f"kafka {event.topic}",
+            "what": f"{event.topic} {kind}" + (f" key={event.key}" if event.key is not None else ""),
+            "coordinates": event.coordinates, "clock": event.timestamp_type,
+            "change": ", ".join(f"{k}={ui.text(v)}" for k, v in sorted(event.keys.items()))}
+
+
+st.title("Drill-down")
+query = st.text_input("trade_no or order (or kind:value, e.g. trade_no:T1)", value=st.query_params.get("q", ""))
+if not query.strip():
+    st.info("Give a trade_no or an order to see everything oncewatch holds about it; the Findings page links here.")
+    st.stop()
+st.query_params["q"] = query.strip()
+
+with ui.store() as store:
+    found = queries.timeline(store, query)
+
+cols = st.columns(3)
+cols[0].metric("Row changes", len(found.rows), border=True)
+cols[1].metric("Kafka events", len(found.events), border=True)
+cols[2].metric("Findings", len(found.findings), border=True)
+st.caption(f"Looked up {', '.join(found.entities)}.")
+if found.truncated:
+    st.warning(f"More than {queries.TIMELINE_LIMIT:,} records: only the newest are shown.")
+
+entries = sorted([row_entry(r) for r in found.rows] + [event_entry(e) for e in found.events],
+                 key=lambda e: e["time"])
+if entries:
+    frame = pd.DataFrame(entries)
+    frame["at"] = pd.to_datetime(frame["time"], unit="s", utc=True)
+    fig = px.scatter(frame, x="at", y="lane", color="source", hover_data=["what", "coordinates", "change"],
+                     height=120 + 40 * frame["lane"].nunique())
+    fig.update_traces(marker={"size": 12})
+    fig.update_layout(margin={"l": 10, "r": 10, "t": 10, "b": 10}, xaxis_title=None, yaxis_title=None)
+    st.plotly_chart(fig, key="timeline", config={"displayModeBar": False})
+    frame["time"] = frame["time"].map(ui.when)
+    st.dataframe(frame[["time", "source", "what", "coordinates", "clock", "change"]], hide_index=True,
+                 column_config={"change": st.column_config.TextColumn(width="large")})
+else:
+    st.info("No row change or event of this entity is in the store.")
+
+st.subheader("Findings")
+for f in found.findings:
+    with st.expander(f"{f.rule} {f.name} · {f.severity} · {f.status}: {f.summary}", expanded=f.status == "open"):
+        st.markdown(f"**Why it fired:** {f.summary}. First seen {ui.when(f.first_seen)}, last seen "
+                    f"{ui.when(f.last_seen)}." + (f" Resolved {ui.when(f.resolved_at)}: {f.resolution}."
+                                                 if f.resolved_at else ""))
+        st.dataframe(pd.DataFrame([{"kind": e.kind, "coordinates": e.coordinates, "time": ui.when(e.time),
+                                    "values": ", ".join(f"{k}={ui.text(v)}" for k, v in sorted(e.values.items()))}
+                                   for e in f.evidence], columns=["kind", "coordinates", "time", "values"]),
+                     hide_index=True)
+if not found.findings:
+    st.caption("No finding mentions this entity.")

@@ -1,0 +1,60 @@
+"""Findings: filter by rule, severity, status, time and entity; each row links to its drill-down.
+
+Only one page of rows is read (newest first), so the page costs the same with 100,000 findings.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import pandas as pd
+import streamlit as st
+
+from dashboards import queries, ui
+
+PAGE_SIZE = 100
+DRILLDOWN = "dashboards/pages/drilldown.py"
+
+
+def epoch(t: dt.datetime | None) -> float | None:
+    return None if t is None else t.timestamp()
+
+
+st.title("Findings")
+cols = st.columns([2, 1.3, 1.3, 1, 1, 1.6])
+rules = cols[0].multiselect("Rule", list(queries.RULES), format_func=lambda r: f"{r} {queries.RULES[r]}")
+severities = cols[1].multiselect("Severity", queries.SEVERITIES)
+statuses = cols[2].multiselect("Status", queries.STATUSES)
+since = cols[3].date_input("Seen from (UTC)", value=None)
+until = cols[4].date_input("Seen until (UTC)", value=None)
+search = cols[5].text_input("trade_no or order", value=st.query_params.get("q", ""))
+
+flt = queries.FindingFilter(rules=tuple(rules), severities=tuple(severities), statuses=tuple(statuses),
+                            since=epoch(ui.day_start(since)), until=epoch(ui.day_start(until, plus_days=1)),
+                            search=search)
+with ui.store() as store:
+    total = queries.count_findings(store, flt)
+    pages = max(1, math.ceil(total / PAGE_SIZE))
+    page = st.number_input(f"Page (of {pages:,})", min_value=1, max_value=pages, value=1) if pages > 1 else 1
+    rows = queries.findings_page(store, flt, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
+
+first = (page - 1) * PAGE_SIZE
+st.caption(f"{total:,} findings match; showing {first + 1 if rows else 0:,}–{first + len(rows):,}, newest first.")
+table = pd.DataFrame([{
+    "first seen": ui.when(r["first_seen"]), "rule": r["rule"], "name": r["name"], "severity": r["severity"],
+    "status": r["status"], "entity": queries.entity_of(r["keys"]),
+    "drill-down": f"drilldown?q={queries.entity_of(r['keys'])}", "summary": r["summary"],
+    "resolved": f"{ui.when(r['resolved_at'])}: {r['resolution']}" if r["resolved_at"] else "",
+} for r in rows])
+if table.empty:
+    st.info("No finding matches these filters.")
+    st.stop()
+selection = st.dataframe(
+    table, hide_index=True, on_select="rerun", selection_mode="single-row", key="findings",
+    column_config={"drill-down": st.column_config.LinkColumn("drill-down", display_text="open ↗"),
+                   "summary": st.column_config.TextColumn(width="large")})
+st.caption("Select a row for the link to its drill-down, or follow its ↗ link (opens a new tab).")
+chosen = selection.selection.rows[0] if selection.selection.rows else 0
+entity = table["entity"].iloc[chosen]
+st.page_link(DRILLDOWN, label=f"Drill-down for {entity}", icon=":material/timeline:", query_params={"q": entity})

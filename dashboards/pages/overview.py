@@ -1,0 +1,81 @@
+"""Overview: is every collector up or behind, what is open, how far Kafka trails the binlog.
+
+The live panel is a fragment that reruns every REFRESH_SECONDS without reloading the page.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import plotly.express as px
+import streamlit as st
+
+from dashboards import queries, ui
+
+CHARTS = (("backlog", "Backlog (changes waiting for their event)", "table"),
+          ("delay_p99", "p99 event delay (s)", None),
+          ("group_lag", "Consumer-group lag (records)", "group"))
+
+
+def collector_tile(c: queries.Component | None, title: str) -> tuple[str, str, str | None]:
+    """(label, value, help) of one collector tile."""
+    if c is None:
+        return f"{title} — not reported", "–", "The monitor has not reported this collector (not configured?)."
+    v = c.value
+    state = "stale" if c.stale else "up" if c.up else "DOWN"
+    if not c.up:
+        since = v.get("disconnected_since")
+        return (f"{title} — {state}", f"down since {ui.when(since)[11:19]}" if since else "down",
+                v.get("last_error") or v.get("error"))
+    if c.name == "binlog":
+        figure = f"{ui.duration(v.get('seconds_behind'))} behind"
+    elif c.name == "kafka_events":
+        figure = f"{queries.unread_records(v):,} unread"
+    else:
+        skew = queries.lag_skew(v)
+        figure = f"max lag {max((s['max_lag'] for s in skew), default=0):,}"
+    return f"{title} — {state}", figure, f"reported {ui.duration(c.age_seconds)} ago"
+
+
+@st.fragment(run_every=ui.REFRESH_SECONDS)
+def live() -> None:
+    now = time.time()
+    with ui.store() as store:
+        comps = queries.components(store, now)
+        stats = queries.engine_stats(store)
+        p99 = queries.latest(store, "delay_p99")
+        points = {name: queries.series(store, name, now - ui.CHART_WINDOW_SECONDS) for name, _, _ in CHARTS}
+    ui.stale_banner(comps)
+
+    monitor = comps.get("monitor")
+    cols = st.columns(4)
+    cols[0].metric("Monitor — stale" if monitor and monitor.stale else "Monitor",
+                   "caught up" if monitor and monitor.value.get("caught_up") else "catching up" if monitor else "–",
+                   help=f"started {ui.when(monitor.value.get('started_at'))}" if monitor else None, border=True)
+    for col, (name, title) in zip(cols[1:], (("binlog", "Binlog"), ("kafka_events", "Kafka events"),
+                                             ("kafka_offsets", "Kafka offsets"))):
+        label, value, help_ = collector_tile(comps.get(name), title)
+        col.metric(label, value, help=help_, border=True)
+
+    cols = st.columns(3)
+    cols[0].metric("Open critical findings", f"{queries.open_critical(stats):,}", border=True)
+    cols[1].metric("Backlog", f"{queries.backlog_total(stats):,}", help="Committed changes still waiting for their "
+                   "Kafka event, all tables", border=True)
+    cols[2].metric("p99 event delay", ui.duration(p99), help="Kafka time minus commit time", border=True)
+
+    for col, (name, title, color) in zip(st.columns(3), CHARTS):
+        frame = pd.DataFrame(points[name])
+        if frame.empty:
+            col.caption(f"{title}: no points in the last hour")
+            continue
+        frame["at"] = pd.to_datetime(frame["at"], unit="s", utc=True)
+        fig = px.line(frame, x="at", y="value", color=color, title=title, height=260)
+        fig.update_layout(margin={"l": 10, "r": 10, "t": 40, "b": 10}, xaxis_title=None, yaxis_title=None,
+                          legend_title=None)
+        col.plotly_chart(fig, key=f"chart-{name}", config={"displayModeBar": False})
+    st.caption(f"Refreshed {ui.when(now)} every {ui.duration(ui.REFRESH_SECONDS)}.")
+
+
+st.title("Overview")
+live()

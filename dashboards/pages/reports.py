@@ -1,0 +1,52 @@
+"""Reports: the auditor's exports (the same files as `oncewatch export`) as download buttons.
+
+A report is only built when its button is clicked (deferred download), so the page stays quick
+however many findings the store holds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from functools import partial
+
+import streamlit as st
+
+from dashboards import queries, ui
+from oncewatch.config import ConfigError
+
+FORMATS = {"csv": "text/csv", "json": "application/json",
+           "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"}
+
+st.title("Reports")
+try:
+    cfg = queries.config()
+except ConfigError as exc:
+    st.error(f"The config in {queries.ENV_CONFIG} cannot be used: {exc}")
+    st.stop()
+if cfg is None:
+    st.info(f"Reports carry the hash of the monitor's config and mask the personal fields it names: start the "
+            f"dashboard with {queries.ENV_CONFIG}=/path/to/config.toml (not only {queries.ENV_STORE}) to export.")
+    st.stop()
+
+cols = st.columns([2, 1, 1, 1, 1])
+rule = cols[0].selectbox("Rule", [None, *queries.RULES],
+                         format_func=lambda r: "all rules" if r is None else f"{r} {queries.RULES[r]}")
+status = cols[1].selectbox("Status", [None, *queries.STATUSES], format_func=lambda s: s or "any status")
+since = ui.day_start(cols[2].date_input("Seen from (UTC)", value=None))
+until = ui.day_start(cols[3].date_input("Seen until (UTC)", value=None), plus_days=1)
+mask = cols[4].checkbox("Mask personal data", help="Masks: " + ", ".join(cfg.export.mask_fields))
+
+with ui.store() as store:
+    count = queries.count_findings(store, queries.FindingFilter(
+        rules=(rule,) if rule else (), statuses=(status,) if status else (),
+        since=since.timestamp() if since else None, until=until.timestamp() if until else None))
+st.metric("Findings in this report", f"{count:,}")
+st.caption("Each report has a header with the time range, the binlog and Kafka positions reached, the config's "
+           "SHA-256 and a SHA-256 of the data, so it can be checked later (`dashboards.reports.verify`).")
+
+stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+for col, (fmt, mime) in zip(st.columns(len(FORMATS)), FORMATS.items()):
+    col.download_button(
+        f"Download {fmt.upper()}", icon=":material/download:", mime=mime, on_click="ignore",
+        file_name=f"oncewatch-{rule or 'all'}-{stamp}.{fmt}",
+        data=partial(queries.report, cfg, fmt, rule=rule, status=status, since=since, until=until, mask=mask))

@@ -1,0 +1,79 @@
+"""Streamlit helpers the pages share: the read-only store of this run, time formats, the stale banner."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import streamlit as st
+
+from dashboards import queries
+from oncewatch.config import ConfigError
+from oncewatch.records import plain
+from oncewatch.store import Store, StoreError
+
+# How often the Overview's live panel reruns; st.fragment(run_every=...) takes seconds.
+REFRESH_SECONDS = float(os.environ.get("ONCEWATCH_REFRESH_SECONDS", "5"))
+# The small charts show this much history.
+CHART_WINDOW_SECONDS = 3600.0
+
+
+@contextmanager
+def store() -> Iterator[Store]:
+    """The store opened read-only for this run (closed after it); a missing store stops the page
+    with what to do instead of a traceback."""
+    try:
+        opened = queries.open_store()
+    except (queries.StoreNotConfigured, StoreError, ConfigError) as exc:
+        st.error(f"The oncewatch store cannot be read: {exc}. Start the monitor (`oncewatch run --config ...`) "
+                 f"and point the dashboard at its store with {queries.ENV_CONFIG} or {queries.ENV_STORE}.")
+        st.stop()
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def when(t: float | None) -> str:
+    """Epoch seconds as UTC with milliseconds, the precision the evidence has."""
+    if t is None:
+        return "–"
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def day_start(day: dt.date | None, plus_days: int = 0) -> dt.datetime | None:
+    """Midnight UTC of a picked date (plus some days: an "until" date includes its whole day)."""
+    if day is None:
+        return None
+    return dt.datetime.combine(day + dt.timedelta(days=plus_days), dt.time(), dt.timezone.utc)
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def text(value: Any) -> str:
+    """A row or payload value as people read it: exact decimals, no quotes around strings."""
+    value = plain(value)
+    return value if isinstance(value, str) else "NULL" if value is None else str(value)
+
+
+def stale_banner(components: dict[str, queries.Component]) -> None:
+    """Say loudly when the monitor has stopped writing: every figure below is then old."""
+    monitor = components.get("monitor")
+    if monitor is None:
+        st.warning("The monitor has not written its health yet: figures appear once `oncewatch run` is running.")
+    elif monitor.stale:
+        st.error(f"The monitor is stale: its last health report is {duration(monitor.age_seconds)} old "
+                 f"(at {when(monitor.value['updated_at'])}). Figures below are as of then.")

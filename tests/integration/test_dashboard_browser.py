@@ -1,0 +1,147 @@
+"""The dashboard in a real browser: served headless on a free port against the known scenario
+store, each page loaded by Debian's Chromium (driven over the DevTools protocol), waited for until
+its key figures are on screen, and saved as a PNG in artifacts/."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from websockets.sync.client import ClientConnection, connect
+
+from dashboards import launch, scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "artifacts" / "dashboard"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--no-first-run", "--hide-scrollbars", "--mute-audio")
+WIDTH, HEIGHT = 1400, 2200
+
+# Per page: its URL path, and text that must be on screen once it has rendered (the key figures).
+PAGES = {
+    "overview": ("", ["Binlog — up", "2.5 s behind", "4 unread", "max lag 22", "Open critical findings", "3",
+                      "Backlog", "9", "475 ms", "No login configured: the dashboard is bound to 127.0.0.1 only."]),
+    "findings": ("findings", ["7 findings match", "Drill-down for O507"]),
+    "drilldown": ("drilldown?q=T1001", ["Row changes", "Kafka events", "F1 duplicate_effect · critical · open",
+                                        "2 shop.shipments rows for trade_no T1001 (S1, S2)"]),
+    "drift": ("drift", ["Max group lag", "22", "Worst lag stddev", "6.00", "Unread by the monitor",
+                        "p99 delay (gtid_commit_ts)", "475 ms"]),
+    "reports": ("reports", ["Findings in this report", "7", "Download CSV", "Download JSON", "Download XLSX"]),
+}
+# Number of plotly charts each page must have drawn before its screenshot.
+CHARTS = {"overview": 3, "drilldown": 1, "drift": 4}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def dev_services() -> None:
+    """Overrides the package's check for MariaDB and Kafka: the dashboard reads only its store."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class DevTools:
+    """The few DevTools protocol calls the test needs, on one page target."""
+
+    def __init__(self, ws: ClientConnection):
+        self.ws = ws
+        self.ids = itertools.count(1)
+
+    def call(self, method: str, **params: object) -> dict:
+        msg_id = next(self.ids)
+        self.ws.send(json.dumps({"id": msg_id, "method": method, "params": params}))
+        while True:  # events arrive in between; only our answer matters
+            msg = json.loads(self.ws.recv(timeout=30))
+            if msg.get("id") == msg_id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg["result"]
+
+    def evaluate(self, expression: str) -> object:
+        return self.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    work = tmp_path_factory.mktemp("dashboard")
+    store = work / "scenario.db"
+    scenario.seed(str(store)).close()
+    config = work / "oncewatch.toml"
+    config.write_text(f'[mysql]\nuser = "oncewatch"\ntables = ["shop.orders"]\n\n[store]\npath = "{store}"\n')
+    port = free_port()
+    proc = launch.launch(config=str(config), port=port, log=work / "streamlit.log")
+    try:
+        launch.wait_ready(proc, launch.url(port=port))
+        yield launch.url(port=port)
+    finally:
+        launch.stop(proc)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevTools]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Debian's chromium is missing: apt-get install -y chromium (make services installs it)",
+                    pytrace=False)
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    proc = subprocess.Popen([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
+                             f"--window-size={WIDTH},{HEIGHT}", "about:blank"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 30
+        while not (port_file.exists() and port_file.read_text().count("\n") >= 1):
+            assert proc.poll() is None and time.monotonic() < deadline, "chromium did not open its DevTools port"
+            time.sleep(0.1)
+        port = port_file.read_text().split()[0]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as resp:
+            targets = json.load(resp)
+        page = next(t for t in targets if t["type"] == "page")
+        with connect(page["webSocketDebuggerUrl"], max_size=None) as ws:
+            tools = DevTools(ws)
+            tools.call("Page.enable")
+            tools.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=HEIGHT, deviceScaleFactor=1,
+                       mobile=False)
+            yield tools
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def wait_for(tools: DevTools, expected: list[str], charts: int, timeout: float = 30.0) -> str:
+    """The page's visible text once every expected string is in it and the charts are drawn."""
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = tools.evaluate("document.body.innerText") or ""
+        drawn = tools.evaluate("document.querySelectorAll('.js-plotly-plot .main-svg').length") or 0
+        running = tools.evaluate("!!document.querySelector('[data-testid=\"stStatusWidgetRunningIcon\"]')")
+        if all(e in text for e in expected) and drawn >= charts and not running:
+            return text
+        time.sleep(0.25)
+    missing = [e for e in expected if e not in text]
+    raise AssertionError(f"not on the page after {timeout:.0f} s: {missing}; charts drawn: {drawn}/{charts}\n{text}")
+
+
+@pytest.mark.parametrize("name", list(PAGES))
+def test_page_renders_its_key_figures(dashboard: str, browser: DevTools, name: str) -> None:
+    path, expected = PAGES[name]
+    browser.call("Page.navigate", url=f"{dashboard}/{path}")
+    text = wait_for(browser, expected, CHARTS.get(name, 0))
+    assert "Traceback" not in text and "Error" not in text.split("\n")[0]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = browser.call("Page.captureScreenshot", format="png")
+    (ARTIFACTS / f"{name}.png").write_bytes(base64.b64decode(shot["data"]))
+    assert (ARTIFACTS / f"{name}.png").stat().st_size > 10_000

@@ -1,0 +1,252 @@
+"""Every dashboard page run by AppTest on the known scenario store: no exceptions, the right figures."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from streamlit import config as st_config
+from streamlit.testing.v1 import AppTest
+
+from dashboards import auth, queries, reports
+from oncewatch.records import Evidence, Finding
+from oncewatch.store import Store
+from tests.unit.test_metrics import store_path  # noqa: F401 - the scenario store fixture
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+PAGES = "dashboards/pages/{}.py"
+
+
+@pytest.fixture
+def env(tmp_path: Path, store_path: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """ONCEWATCH_CONFIG names a config whose store is the scenario; the server 'listens' on loopback."""
+    cfg = tmp_path / "oncewatch.toml"
+    cfg.write_text(f'[mysql]\nuser = "oncewatch"\ntables = ["shop.orders"]\n\n[store]\npath = "{store_path}"\n')
+    for name in (queries.ENV_STORE, auth.PASSWORD_ENV, auth.PASSWORD_FILE_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(queries.ENV_CONFIG, str(cfg))
+    set_address("127.0.0.1")
+    return cfg
+
+
+def set_address(address: str | None) -> None:
+    st_config.set_option("server.address", address)
+
+
+@pytest.fixture(autouse=True)
+def reset_address() -> Iterator[None]:
+    yield
+    set_address(None)
+
+
+def run(page: str, **query: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=30).run()
+    if page != "overview":
+        at.switch_page(PAGES.format(page))
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def plotly_count(at: AppTest) -> int:
+    return len(at.get("plotly_chart"))
+
+
+# ---------------------------------------------------------------- Overview
+
+def test_overview_tiles_and_charts(env: Path) -> None:
+    at = run("overview")
+    assert metrics(at) == {
+        "Monitor": "catching up", "Binlog — up": "2.5 s behind", "Kafka events — up": "4 unread",
+        "Kafka offsets — up": "max lag 22", "Open critical findings": "3", "Backlog": "9",
+        "p99 event delay": "475 ms"}
+    assert plotly_count(at) == 3
+    assert not at.error
+    assert at.sidebar.caption[0].value == "No login configured: the dashboard is bound to 127.0.0.1 only."
+
+
+def test_overview_says_when_the_monitor_is_stale_or_a_collector_down(env: Path, store_path: str) -> None:
+    store = Store(store_path)
+    store.set_health("binlog", {"connected": False, "last_error": "Lost connection to MySQL server",
+                                "disconnected_since": 1_700_000_000.0, "reconnects": 4})
+    store.conn.execute("UPDATE health SET updated_at = updated_at - 300 WHERE component != 'binlog'")
+    store.close()
+    at = run("overview")
+    tiles = metrics(at)
+    assert tiles["Binlog — DOWN"] == "down since 22:13:20"
+    assert tiles["Kafka events — stale"] == "4 unread"
+    assert "Monitor — stale" in tiles
+    assert "The monitor is stale" in at.error[0].value
+
+
+def test_missing_store_is_explained(env: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(queries.ENV_STORE, str(tmp_path / "absent.db"))
+    at = run("overview")
+    assert "The oncewatch store cannot be read" in at.error[0].value
+
+
+# ---------------------------------------------------------------- Findings
+
+def test_findings_table_filters_and_links(env: Path) -> None:
+    at = run("findings")
+    table = at.dataframe[0].value
+    assert len(table) == 7 and at.caption[0].value.startswith("7 findings match")
+    assert table["rule"].tolist()[0] == "F9" and table["entity"].tolist()[-1] == "T1001"  # newest first
+    assert at.get("page_link")[0].proto.label == "Drill-down for O507"
+
+    at.multiselect[2].set_value(["open"]).run()
+    assert len(at.dataframe[0].value) == 5
+    at.multiselect[0].set_value(["F9"]).run()
+    assert at.dataframe[0].value["severity"].tolist() == ["critical", "info", "info"]
+
+    at.multiselect[0].set_value([]).run()
+    at.multiselect[2].set_value([]).run()
+    at.text_input[0].set_value("T1001").run()
+    table = at.dataframe[0].value
+    assert table["drill-down"].tolist() == ["drilldown?q=T1001"]
+    assert table["summary"].tolist() == ["2 shop.shipments rows for trade_no T1001 (S1, S2)"]
+
+
+def test_findings_are_paged(env: Path, store_path: str) -> None:
+    store = Store(store_path)
+    with store.batch() as tx:
+        tx.upsert_findings(Finding(id=f"bulk-{i}", rule="F3", name="stuck_pending", severity="warning",
+                                   keys={"order_key": f"B{i}"}, summary="stuck", first_seen=1000.0 + i,
+                                   last_seen=1000.0 + i, evidence=(Evidence("row_change", "f:1", 1.0, {}),))
+                           for i in range(250))
+    store.close()
+    at = run("findings")
+    assert at.number_input[0].label == "Page (of 3)" and len(at.dataframe[0].value) == 100
+    at.number_input[0].set_value(3).run()
+    assert len(at.dataframe[0].value) == 57  # 257 findings: 7 of the scenario, 250 more
+    assert at.caption[0].value == "257 findings match; showing 201–257, newest first."
+
+
+# ---------------------------------------------------------------- Drill-down
+
+def test_drilldown_of_a_trade_no(env: Path) -> None:
+    at = run("drilldown", q="T1001")
+    assert metrics(at) == {"Row changes": "3", "Kafka events": "3", "Findings": "1"}
+    timeline = at.dataframe[0].value
+    assert timeline["source"].tolist() == ["binlog", "kafka", "binlog", "kafka", "binlog", "kafka"]
+    assert timeline["coordinates"].tolist()[2:4] == ["mysql-bin.000003:104703#0-1-4703/0", "shop.events/1@200"]
+    assert timeline["change"].tolist()[2] == "+ shipment_id=S1, trade_no=T1001"
+    assert timeline["clock"].tolist()[:2] == ["gtid_commit_ts", "CreateTime"]
+    assert at.expander[0].label == ("F1 duplicate_effect · critical · open: "
+                                    "2 shop.shipments rows for trade_no T1001 (S1, S2)")
+    evidence = at.dataframe[1].value
+    assert evidence["coordinates"].tolist() == ["mysql-bin.000003:104703#0-1-4703/0",
+                                                "mysql-bin.000003:104704#0-1-4704/0"]
+    assert plotly_count(at) == 1
+
+
+def test_drilldown_of_an_order_shows_value_diffs(env: Path) -> None:
+    at = run("drilldown", q="O501")
+    changes = at.dataframe[0].value["change"].tolist()
+    assert "status: pending → paid" in changes
+    assert "+ amount=99.00, order_no=O501, status=pending" in changes
+
+
+def test_drilldown_of_an_unknown_entity(env: Path) -> None:
+    at = run("drilldown", q="nope")
+    assert metrics(at) == {"Row changes": "0", "Kafka events": "0", "Findings": "0"}
+    assert at.info[0].value == "No row change or event of this entity is in the store."
+
+
+# ---------------------------------------------------------------- Drift
+
+def test_drift_lag_skew_and_delay(env: Path) -> None:
+    at = run("drift")
+    assert metrics(at) == {"Max group lag": "22", "Worst lag stddev": "6.00", "Unread by the monitor": "4",
+                           "p99 delay (gtid_commit_ts)": "475 ms"}
+    lag, skew, position, quarantined, delay = (d.value for d in at.dataframe)
+    assert lag["committed"].tolist()[:3] == ["290", "280", "no commit"]
+    assert lag["lag_seconds"].tolist()[:2] == [1.5, 3.0]
+    assert dict(zip(skew["group"], skew["lag stddev (F12)"])) == {"points-service": 0.0, "shipping-service": 6.0}
+    assert position["unread"].tolist() == [0, 2, 2]
+    assert quarantined["records"].tolist() == [3, 1]
+    assert delay.to_dict("records") == [
+        {"clock": "gtid_commit_ts", "pairs": 100, "p50": "48 ms", "p99": "475 ms"},
+        {"clock": "row_column", "pairs": 20, "p50": "250 ms", "p99": "2.4 s"}]
+    assert plotly_count(at) == 4
+
+
+# ---------------------------------------------------------------- Reports
+
+def test_reports_offer_the_three_exports(env: Path) -> None:
+    at = run("reports")
+    assert metrics(at) == {"Findings in this report": "7"}
+    assert [b.label for b in at.get("download_button")] == ["Download CSV", "Download JSON", "Download XLSX"]
+    at.selectbox[0].set_value("F1").run()
+    assert metrics(at) == {"Findings in this report": "1"}
+
+
+def test_report_bytes_are_the_verifiable_export(env: Path) -> None:
+    cfg = queries.config()
+    for fmt in reports.FORMATS:
+        data = queries.report(cfg, fmt, rule="F1")
+        assert reports.verify(data, fmt)
+    assert b"# findings: 1" in queries.report(cfg, "csv", rule="F1")
+
+
+def test_reports_need_the_config(env: Path, store_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(queries.ENV_CONFIG)
+    monkeypatch.setenv(queries.ENV_STORE, store_path)
+    at = run("reports")
+    assert "ONCEWATCH_CONFIG" in at.info[0].value and not at.get("download_button")
+
+
+# ---------------------------------------------------------------- login
+
+def test_password_guards_every_page(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(auth.PASSWORD_ENV, "s3cret-pass")
+    at = AppTest.from_file(APP, default_timeout=30).run()
+    assert not at.metric and at.title[0].value == "oncewatch"
+    at.text_input[0].input("wrong")
+    at.button[0].click().run()
+    assert at.error[0].value == "Wrong password." and not at.metric
+    at.text_input[0].input("s3cret-pass")
+    at.button[0].click().run()
+    assert "Open critical findings" in metrics(at)
+    at.switch_page(PAGES.format("drift")).run()
+    assert "Max group lag" in metrics(at)
+
+
+def test_password_from_a_file(tmp_path: Path) -> None:
+    (tmp_path / "pw").write_text("from-file\n")
+    assert auth.configured_password({auth.PASSWORD_FILE_ENV: str(tmp_path / "pw")}) == "from-file"
+    with pytest.raises(auth.AuthConfigError, match="cannot read it"):
+        auth.configured_password({auth.PASSWORD_FILE_ENV: str(tmp_path / "absent")})
+
+
+def oidc_app(logged_in: bool) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=30)
+    at.secrets["auth"] = {"redirect_uri": "http://localhost:8501/oauth2callback", "cookie_secret": "x" * 32,
+                          "client_id": "oncewatch", "client_secret": "y",
+                          "server_metadata_url": "https://idp.example/.well-known/openid-configuration"}
+    # AppTest's secrets do not reach st.user's own check for [auth]: say the login state outright.
+    at.user = {"is_logged_in": logged_in, "email": "sre@example.com"}
+    return at.run()
+
+
+def test_oidc_login_when_auth_is_in_secrets(env: Path) -> None:
+    at = oidc_app(logged_in=False)
+    assert not at.exception and not at.metric
+    assert at.button[0].label == "Log in"
+    at = oidc_app(logged_in=True)
+    assert "Open critical findings" in metrics(at)
+    assert at.sidebar.button[0].label == "Log out"
+
+
+def test_no_login_and_not_on_loopback_shows_nothing(env: Path) -> None:
+    set_address("0.0.0.0")
+    at = AppTest.from_file(APP, default_timeout=30).run()
+    assert not at.metric
+    assert "No login is configured and the server listens on 0.0.0.0" in at.error[0].value
