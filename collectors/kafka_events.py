@@ -294,8 +294,6 @@ class KafkaEventCollector:
             s.records_read += len(events) + len(quarantined)
             s.events_read += len(events)
             s.quarantined.update(f"{q.topic}|{q.reason}" for q in quarantined)
-        if records:
-            self._connected()
         for q in quarantined:
             log.warning("kafka record quarantined", extra={
                 "event": "kafka_record_quarantined", "topic": q.topic, "partition": q.partition,

@@ -77,6 +77,13 @@ def write(store: Store, batch: EventBatch) -> None:
         tx.set_checkpoint("kafka_events", batch.positions)
 
 
+def poll_into(collector: KafkaEventCollector, store: Store | None, max_records: int = 500) -> EventBatch:
+    batch = collector.poll(timeout_ms=200, max_records=max_records)
+    if store is not None and (batch.events or batch.quarantined or batch.positions_changed):
+        write(store, batch)
+    return batch
+
+
 def drain(collector: KafkaEventCollector, records: int, *, store: Store | None = None, timeout: float = 20.0,
           max_records: int = 500) -> tuple[list[EmittedEvent], list[QuarantinedRecord]]:
     """Poll until `records` records (events + quarantined) came back, failing after `timeout`."""
@@ -86,17 +93,16 @@ def drain(collector: KafkaEventCollector, records: int, *, store: Store | None =
     while len(events) + len(quarantined) < records:
         assert time.monotonic() < deadline, (f"read {len(events)} events + {len(quarantined)} quarantined of "
                                              f"{records}; status {collector.status.as_dict()}")
-        batch = collector.poll(timeout_ms=200, max_records=max_records)
+        batch = poll_into(collector, store, max_records)
         events += batch.events
         quarantined += batch.quarantined
-        if store is not None and (batch.events or batch.quarantined or batch.positions_changed):
-            write(store, batch)
     return events, quarantined
 
 
-def wait_for(predicate: Any, what: str, collector: KafkaEventCollector, timeout: float = 20.0) -> None:
-    """Poll the collector until `predicate()` holds (the collector only changes state when polled)."""
+def wait_for(predicate: Any, what: str, collector: KafkaEventCollector, store: Store | None = None,
+             timeout: float = 20.0) -> None:
+    """Poll the collector (storing what it reads) until `predicate()` holds: it only changes when polled."""
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"{what}; status {collector.status.as_dict()}"
-        collector.poll(timeout_ms=100)
+        poll_into(collector, store)
