@@ -106,3 +106,15 @@ def wait_for(predicate: Any, what: str, collector: KafkaEventCollector, store: S
     while not predicate():
         assert time.monotonic() < deadline, f"{what}; status {collector.status.as_dict()}"
         poll_into(collector, store)
+
+
+def resume_and_check_exactly_once(cfg: KafkaConfig, store: Store, sent: list[tuple[int, int, int]]) -> None:
+    """A new collector started from the store's checkpoint reads the rest; every sent record is then
+    in the store exactly once (its primary key would refuse a second copy)."""
+    resumed = KafkaEventCollector(cfg, store.checkpoint("kafka_events"))
+    try:
+        drain(resumed, len(sent) - len(store.events()), store=store)
+        assert sorted((e.partition, e.offset) for e in store.events()) == sorted((p, o) for p, o, _ in sent)
+        assert resumed.caught_up()
+    finally:
+        resumed.close()

@@ -13,7 +13,7 @@ from oncewatch.config import TopicConfig
 from oncewatch.records import EmittedEvent
 from oncewatch.store import Store
 from tests.integration.kafka_fixtures import (create_topic, drain, json_topic, jsonb, kafka_admin, kafka_config,
-                                              produce, unique, wait_for, write)
+                                              produce, resume_and_check_exactly_once, unique, wait_for)
 
 __all__ = ["kafka_admin"]  # the fixture, imported so pytest finds it
 
@@ -170,16 +170,10 @@ def test_restarted_collector_resumes_exactly_from_the_checkpoint(kafka_admin, tm
     drain(first, 5, store=store, max_records=2)
     first.close()  # stopped mid-stream, after its last batch was stored
     sent += produce(topic, [(i % 2, None, jsonb({**PAID, "order_no": f"P{i}"})) for i in range(6)])
-    checkpoint = store.checkpoint("kafka_events")
-    assert sum(checkpoint.values()) >= 5
-    second = KafkaEventCollector(cfg, checkpoint)
+    assert sum(store.checkpoint("kafka_events").values()) >= 5
     try:
-        drain(second, len(sent) - sum(checkpoint.values()), store=store)
-        # Every record exactly once (the store's primary key would refuse a second copy).
-        assert sorted((e.partition, e.offset) for e in store.events()) == sorted((p, o) for p, o, _ in sent)
-        assert second.caught_up()
+        resume_and_check_exactly_once(cfg, store, sent)
     finally:
-        second.close()
         store.close()
 
 

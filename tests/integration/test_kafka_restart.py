@@ -12,7 +12,7 @@ from collectors.kafka_events import KafkaEventCollector
 from devservices import stack
 from oncewatch.store import Store
 from tests.integration.kafka_fixtures import (create_topic, drain, json_topic, jsonb, kafka_admin, kafka_config,
-                                              produce, wait_for)
+                                              produce, resume_and_check_exactly_once, wait_for)
 
 __all__ = ["kafka_admin"]
 
@@ -56,11 +56,7 @@ def test_broker_restart_and_collector_restart_mid_stream_lose_and_double_nothing
     finally:
         collector.close()
     sent += produce(topic, records("c", 10))
-    resumed = KafkaEventCollector(cfg, store.checkpoint("kafka_events"))
     try:
-        drain(resumed, len(sent) - len(store.events()), store=store)
-        assert sorted((e.partition, e.offset) for e in store.events()) == sorted((p, o) for p, o, _ in sent)
-        assert resumed.caught_up()
+        resume_and_check_exactly_once(cfg, store, sent)
     finally:
-        resumed.close()
         store.close()
