@@ -1,0 +1,261 @@
+"""One shop run: prepare the tables and topic, play every order's plan on time, drain, write the truth.
+
+Orders start at `rate` per second; each order's steps run one after the other with their
+planned delays, on a pool of worker threads that each hold a database connection (orders
+run in parallel, one order's steps never do). When every order has played out, the run
+waits until the announcements reached Kafka and the healthy consumer groups caught up,
+then measures the consumer lags and returns the `GroundTruth` (also written as JSON when
+`truth_path` is set).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+
+from kafka import KafkaAdminClient, KafkaProducer
+
+from shop import plan as plans
+from shop.announce import Announcer, KafkaAnnouncer, OutboxAnnouncer, Publisher
+from shop.consumers import DownstreamGroup, end_offsets, lag, wait_drained
+from shop.faults import BY_NAME, FaultMix
+from shop.schema import binlog_position, connect, prepare_tables, prepare_topic
+from shop.service import OrderRun, PaymentService
+from shop.settings import STYLE_IN_TRANSACTION, STYLE_OUTBOX, ShopSettings
+from shop.truth import Fault, GroundTruth, Recorder
+
+log = logging.getLogger(__name__)
+
+DRAIN_SECONDS = 60.0
+Job = Callable[[PaymentService], None]
+
+
+class ShopError(RuntimeError):
+    """The run could not finish: a worker, the relay or a consumer group failed (see the cause)."""
+
+
+class Scheduler:
+    """Timed jobs on worker threads; each worker owns one `PaymentService` (one connection)."""
+
+    def __init__(self, workers: int, make_service: Callable[[], PaymentService]):
+        self._make_service = make_service
+        self._heap: list[tuple[float, int, Job]] = []
+        self._seq = itertools.count()
+        self._cv = threading.Condition()
+        self._stopping = False
+        self.error: BaseException | None = None
+        self.max_late = 0.0  # how far behind its due time a job started: above ~0.2 s, the rate is too high
+        self._threads = [threading.Thread(target=self._work, name=f"shop-worker-{i}", daemon=True)
+                         for i in range(workers)]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def at(self, due: float, job: Job) -> None:
+        with self._cv:
+            heapq.heappush(self._heap, (due, next(self._seq), job))
+            self._cv.notify()
+
+    def _next(self) -> Job | None:
+        with self._cv:
+            while not self._stopping:
+                now = time.monotonic()
+                if self._heap and self._heap[0][0] <= now:
+                    due, _, job = heapq.heappop(self._heap)
+                    self.max_late = max(self.max_late, now - due)
+                    return job
+                self._cv.wait(self._heap[0][0] - now if self._heap else None)
+            return None
+
+    def _work(self) -> None:
+        try:
+            service = self._make_service()
+        except Exception as exc:  # noqa: BLE001 - handed to the runner, which stops the run
+            self._fail(exc)
+            return
+        try:
+            while (job := self._next()) is not None:
+                job(service)
+        except Exception as exc:  # noqa: BLE001 - same
+            self._fail(exc)
+        finally:
+            service.close()
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._cv:
+            self.error = self.error or exc
+            self._stopping = True
+            self._cv.notify_all()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+
+class _Traffic:
+    """Starts orders on time, plays their steps, counts the finished ones."""
+
+    def __init__(self, settings: ShopSettings, mix: FaultMix, tag: str, scheduler: Scheduler, recorder: Recorder,
+                 triggers: dict[int, list[Callable[[], None]]]):
+        self._settings = settings
+        self._triggers = triggers  # run when the order of that index starts
+        self._mix = mix
+        self._tag = tag
+        self._scheduler = scheduler
+        self._recorder = recorder
+        self._lock = threading.Lock()
+        self.runs: list[OrderRun] = []
+        self.finished = 0
+        self.t0 = 0.0
+
+    def start(self) -> None:
+        self.t0 = time.monotonic()
+        if self._settings.order_count:
+            self._scheduler.at(self.t0, lambda service: self._start_order(service, 0))
+
+    def _start_order(self, service: PaymentService, index: int) -> None:
+        count = self._settings.order_count
+        if index + 1 < count:
+            # Chained, so the heap holds one pending start and a long run does not plan ahead.
+            self._scheduler.at(self.t0 + (index + 1) / self._settings.rate,
+                               lambda s: self._start_order(s, index + 1))
+        for trigger in self._triggers.get(index, ()):
+            trigger()
+        plan = plans.build(self._settings.seed, index, self._tag, self._mix)
+        if plan.mode is not None and plan.fault_keys:
+            self._recorder.fault(Fault(plan.mode.name, plan.mode.rule, plan.fault_keys, also=plan.mode.also))
+        run = OrderRun(plan)
+        with self._lock:
+            self.runs.append(run)
+        self._step(service, run)
+
+    def _step(self, service: PaymentService, run: OrderRun) -> None:
+        steps = run.plan.steps
+        service.execute(run, steps[run.next_step])
+        run.next_step += 1
+        if run.next_step < len(steps):
+            self._scheduler.at(time.monotonic() + steps[run.next_step].delay, lambda s: self._step(s, run))
+        else:
+            with self._lock:
+                self.finished += 1
+
+    def wait(self, scheduler: Scheduler) -> float:
+        """Block until every order finished; the seconds it took since the first order."""
+        count = self._settings.order_count
+        while True:
+            if scheduler.error is not None:
+                raise ShopError(f"a service worker failed: {scheduler.error!r}") from scheduler.error
+            with self._lock:
+                if self.finished >= count:
+                    return time.monotonic() - self.t0
+            time.sleep(0.05)
+
+
+def _announcer(settings: ShopSettings, publisher: Publisher, recorder: Recorder) -> Announcer:
+    if settings.style == STYLE_OUTBOX:
+        return OutboxAnnouncer(publisher, recorder, settings.kafka.topic,
+                               lambda: connect(settings.mysql, autocommit=True), settings.slow_send_seconds)
+    return KafkaAnnouncer(publisher, recorder, inside_tx=settings.style == STYLE_IN_TRANSACTION,
+                          slow_seconds=settings.slow_send_seconds)
+
+
+def _pending_seconds(runs: list[OrderRun], recorder: Recorder) -> float:
+    """The longest a clean order stayed pending; a clean order still pending is an incident."""
+    longest = 0.0
+    for run in runs:
+        if run.plan.mode is not None and run.plan.mode.rule == "F3":
+            continue
+        if run.left_pending_at is None or run.created_at is None:
+            recorder.incident(f"order {run.plan.order_no} left pending without a fault")
+            continue
+        longest = max(longest, run.left_pending_at - run.created_at)
+    return round(longest, 3)
+
+
+def run(settings: ShopSettings) -> GroundTruth:
+    """Play one shop run against the configured MariaDB and Kafka and return its ground truth."""
+    mix = FaultMix.parse(settings.faults, settings.style)
+    tag = settings.run_tag or _new_tag()
+    k = settings.kafka
+    recorder = Recorder()
+    prepare_tables(settings.mysql, reset=settings.reset)
+    with ExitStack() as stack:
+        admin = KafkaAdminClient(bootstrap_servers=k.bootstrap_servers, client_id="oncewatch-shop")
+        stack.callback(admin.close)
+        prepare_topic(admin, k, reset=settings.reset)
+        start = {"binlog_gtid": binlog_position(settings.mysql),
+                 "kafka_end_offsets": {str(p): o for p, o in end_offsets(admin, k.topic, k.partitions).items()}}
+
+        groups = [DownstreamGroup(g, k.topic, k.bootstrap_servers) for g in k.groups]
+        for group in groups:
+            group.start()
+            stack.callback(group.stop)
+        for group in groups:
+            if not group.ready.wait(30) or group.error is not None:
+                raise ShopError(f"consumer group {group.group} did not join: {group.error!r}")
+
+        producer = KafkaProducer(bootstrap_servers=k.bootstrap_servers, client_id="oncewatch-shop",
+                                 acks="all", linger_ms=5)
+        stack.callback(producer.close)
+        publisher = Publisher(producer, k.topic, recorder)
+        announcer = _announcer(settings, publisher, recorder)
+        stack.callback(announcer.close)
+
+        scheduler = Scheduler(settings.workers, lambda: PaymentService(connect(settings.mysql), announcer,
+                                                                       settings.mysql.database))
+        stack.callback(scheduler.stop)
+        stall_at = settings.order_count // 10
+        skew_partition = settings.seed % k.partitions
+        triggers: dict[int, list[Callable[[], None]]] = {}
+        if mix.on("consumer_stall"):
+            triggers.setdefault(stall_at, []).append(lambda: groups[0].stall(frozenset(range(k.partitions))))
+        if mix.on("consumer_skew"):
+            triggers.setdefault(stall_at, []).append(lambda: groups[1].stall(frozenset({skew_partition})))
+        traffic = _Traffic(settings, mix, tag, scheduler, recorder, triggers)
+        log.info("shop run starts", extra={"seed": settings.seed, "style": settings.style, "orders":
+                                            settings.order_count, "rate": settings.rate, "run_tag": tag})
+        started_at = time.time()
+        scheduler.start()
+        traffic.start()
+        traffic_seconds = traffic.wait(scheduler)
+
+        announcer.drain(DRAIN_SECONDS)
+        wait_drained(admin, groups, k.topic, k.partitions, DRAIN_SECONDS)
+        consumers = {g.group: lag(admin, g.group, k.topic, k.partitions).to_dict() for g in groups}
+        for group, name in ((groups[0], "consumer_stall"), (groups[1], "consumer_skew")):
+            if group.stalled:
+                mode = BY_NAME[name]
+                recorder.fault(Fault(mode.name, mode.rule, {"group": group.group, "topic": k.topic}, also=mode.also,
+                                     detail={"stalled_partitions": sorted(group.stalled),
+                                             "stalled_at_order": stall_at, **consumers[group.group]}))
+        stats = {"traffic_seconds": round(traffic_seconds, 3),
+                 "orders_per_second": round(settings.order_count / traffic_seconds, 1) if traffic_seconds else 0.0,
+                 "events_sent": publisher.sent, "max_schedule_late_seconds": round(scheduler.max_late, 3),
+                 "max_clean_pending_seconds": _pending_seconds(traffic.runs, recorder),
+                 "started_at": round(started_at, 3), "finished_at": round(time.time(), 3)}
+    truth = GroundTruth(seed=settings.seed, style=settings.style, run_tag=tag, orders=settings.order_count,
+                        mix=dict(mix.rates), faults=recorder.faults(), start=start, consumers=consumers,
+                        stats=stats, incidents=recorder.incidents())
+    if settings.truth_path:
+        truth.write(settings.truth_path)
+    log.info("shop run done", extra={"orders": truth.orders, "faults": len(truth.faults), **stats})
+    return truth
+
+
+def _new_tag() -> str:
+    """Base-36 of the current time in 1/100 s: unique per run, short enough for a trade_no."""
+    n, digits = int(time.time() * 100), "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while n:
+        n, r = divmod(n, 36)
+        out = digits[r] + out
+    return out[-7:]

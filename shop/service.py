@@ -1,0 +1,271 @@
+"""The simulated payment service: orders, payment attempts, notifications, refunds, pick-ups.
+
+One `PaymentService` per worker thread, on its own connection; each step of an order's plan
+is one call. A notification (callback delivery or compensation query answer) goes through
+the handler its order's `HandlerPolicy` describes: verify the status and the amount, claim
+the idempotency key, then in one transaction the payment update, the side effects
+(shipment with a pick-up code, points grant) and the order status change, announced
+through the run's `Announcer`. Row timestamps are set here, in UTC with milliseconds, so
+each event's `occurred_at` is exactly its row's commit-time column.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import secrets
+import time
+import uuid
+from collections.abc import Callable
+from decimal import Decimal
+from types import TracebackType
+from typing import Any
+
+import pymysql
+
+from shop.announce import (ORDER_PAID, ORDER_REFUNDED, POINTS_GRANTED, SHIPMENT_CREATED, Announcer, Event,
+                           EventFault, InjectedFailure)
+from shop.plan import (VIA_QUERY, Close, CreateOrder, Notify, OrderPlan, PickUp, Refund, StartPayment,
+                       Step)
+
+log = logging.getLogger(__name__)
+
+# The shop's own state machine, the same as [domain.state_machine] in examples/shop.toml.
+ALLOWED = {"pending": ("paid", "closed"), "paid": ("shipped", "refunded"), "shipped": ("refunded",)}
+ANNOUNCED = {"paid": ORDER_PAID, "refunded": ORDER_REFUNDED}
+ER_DUP_ENTRY = 1062
+
+
+class OrderRun:
+    """One order in flight: its plan, the next step, and how long it stayed pending."""
+
+    def __init__(self, plan: OrderPlan):
+        self.plan = plan
+        self.next_step = 0
+        self.created_at: float | None = None
+        self.left_pending_at: float | None = None
+        self._event_fault = plan.event_fault
+
+    def take_event_fault(self, event_type: str) -> EventFault | None:
+        """The order's event fault, once, for the first event of its type."""
+        fault = self._event_fault
+        if fault is None or fault.event_type != event_type:
+            return None
+        self._event_fault = None
+        return fault
+
+
+def utc_now() -> dt.datetime:
+    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)  # DATETIME(3) keeps milliseconds
+
+
+def epoch_ms(at: dt.datetime) -> int:
+    return round(at.replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
+
+
+class Tx:
+    """One transaction of the service and what it announces: sent, written or queued by style."""
+
+    def __init__(self, conn: pymysql.connections.Connection, announcer: Announcer, run: OrderRun):
+        self._conn = conn
+        self._announcer = announcer
+        self._run = run
+        self._announced: list[tuple[Event, EventFault | None]] = []
+        self._on_commit: list[Callable[[], None]] = []
+        self.cursor: Any = None
+
+    def __enter__(self) -> Tx:
+        self.cursor = self._conn.cursor()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.cursor.close()
+        if exc_type is not None:
+            self._conn.rollback()
+            return
+        self._conn.commit()
+        for action in self._on_commit:
+            action()
+        for event, fault in self._announced:
+            self._announcer.after_commit(event, fault)
+
+    def execute(self, sql: str, args: tuple[Any, ...]) -> int:
+        return self.cursor.execute(sql, args)
+
+    def one(self, sql: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        self.cursor.execute(sql, args)
+        return self.cursor.fetchone()
+
+    def announce(self, event: Event) -> None:
+        fault = self._run.take_event_fault(event.type)
+        self._announced.append((event, fault))
+        self._announcer.in_tx(self.cursor, event, fault)
+
+    def on_commit(self, action: Callable[[], None]) -> None:
+        self._on_commit.append(action)
+
+
+class PaymentService:
+    def __init__(self, conn: pymysql.connections.Connection, announcer: Announcer, database: str):
+        self._conn = conn
+        self._announcer = announcer
+        self._db = database
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def execute(self, run: OrderRun, step: Step) -> None:
+        match step:
+            case CreateOrder():
+                self._create_order(run)
+            case StartPayment():
+                self._start_payment(run, step)
+            case Notify():
+                self._notify(run, step)
+            case Refund():
+                self._refund(run, step)
+            case PickUp():
+                self._move_locked(run, "shipped")
+            case Close():
+                self._move_locked(run, "closed")
+            case _:
+                raise TypeError(f"unknown step {type(step).__name__}")
+
+    def _tx(self, run: OrderRun) -> Tx:
+        return Tx(self._conn, self._announcer, run)
+
+    def _event(self, run: OrderRun, event_type: str, trade_no: str, entity_id: str, status: str,
+               at: dt.datetime, table: str) -> Event:
+        return Event(event_id=uuid.uuid4().hex, type=event_type, order_no=run.plan.order_no, trade_no=trade_no,
+                     entity_id=entity_id, amount=str(run.plan.amount), status=status,
+                     occurred_at=epoch_ms(at), table=f"{self._db}.{table}")
+
+    # ------------------------------------------------------------ orders and payments
+
+    def _create_order(self, run: OrderRun) -> None:
+        plan, at = run.plan, utc_now()
+        with self._tx(run) as tx:
+            tx.execute("INSERT INTO orders (order_no, user_id, amount, status, created_at, updated_at) "
+                       "VALUES (%s, %s, %s, 'pending', %s, %s)", (plan.order_no, plan.user_id, plan.amount, at, at))
+        run.created_at = time.monotonic()
+
+    def _start_payment(self, run: OrderRun, step: StartPayment) -> None:
+        at = utc_now()
+        with self._tx(run) as tx:
+            tx.execute("INSERT INTO payments (trade_no, order_no, channel, amount, status, callback_status, "
+                       "created_at, updated_at) VALUES (%s, %s, %s, %s, 'pending', NULL, %s, %s)",
+                       (step.trade_no, run.plan.order_no, step.channel, run.plan.amount, at, at))
+
+    def _lock_order(self, tx: Tx, run: OrderRun) -> tuple[str, Decimal]:
+        status, amount = tx.one("SELECT status, amount FROM orders WHERE order_no = %s FOR UPDATE",
+                                (run.plan.order_no,))
+        return status, amount
+
+    def _move(self, tx: Tx, run: OrderRun, current: str, to: str, trade_no: str, *, guarded: bool = True) -> None:
+        """Change the order's status; announce it when the contract says so."""
+        if current == to or (guarded and to not in ALLOWED.get(current, ())):
+            return
+        at = utc_now()
+        tx.execute("UPDATE orders SET status = %s, updated_at = %s WHERE order_no = %s", (to, at, run.plan.order_no))
+        if current == "pending":
+            tx.on_commit(lambda: setattr(run, "left_pending_at", time.monotonic()))
+        if to in ANNOUNCED:
+            tx.announce(self._event(run, ANNOUNCED[to], trade_no, run.plan.order_no, to, at, "orders"))
+
+    def _move_locked(self, run: OrderRun, to: str) -> None:
+        with self._tx(run) as tx:
+            status, _ = self._lock_order(tx, run)
+            self._move(tx, run, status, to, trade_no="")
+
+    def _refund(self, run: OrderRun, step: Refund) -> None:
+        with self._tx(run) as tx:
+            status, amount = self._lock_order(tx, run)
+            if "refunded" not in ALLOWED.get(status, ()):
+                return
+            tx.execute("INSERT INTO refunds (order_no, trade_no, amount, created_at) VALUES (%s, %s, %s, %s)",
+                       (run.plan.order_no, step.trade_no, amount, utc_now()))
+            self._move(tx, run, status, "refunded", step.trade_no)
+
+    # ------------------------------------------------------------ the notification handler
+
+    def _notify(self, run: OrderRun, step: Notify) -> None:
+        policy = run.plan.policy
+        if policy.whitelist:
+            success = {"success": True, "failed": False}.get(step.status)
+        else:
+            success = step.status != "failed"  # the bug: anything but 'failed' counts as paid
+        if success is None:
+            log.warning("notification rejected: status outside the whitelist", extra={"trade_no": step.trade_no})
+            return
+        try:
+            if success and policy.ship_first:
+                with self._tx(run) as tx:
+                    self._ship(tx, run, step.trade_no)
+            with self._tx(run) as tx:
+                self._handle(tx, run, step, success)
+        except InjectedFailure as exc:
+            log.info("notification failed, the channel will retry",
+                     extra={"trade_no": step.trade_no, "reason": str(exc)})
+
+    def _handle(self, tx: Tx, run: OrderRun, step: Notify, success: bool) -> None:
+        policy = run.plan.policy
+        status, amount = self._lock_order(tx, run)
+        if policy.verify_amount and step.amount != amount:
+            log.warning("notification rejected: amount differs from the order", extra={"trade_no": step.trade_no})
+            return
+        if success and not policy.state_machine:
+            # The handler's first version: mark the order paid before any check.
+            self._move(tx, run, status, "paid", step.trade_no, guarded=False)
+        if not self._claim(tx, run, step, success):
+            return
+        at = utc_now()
+        if not success:
+            tx.execute("UPDATE payments SET status = 'failed', callback_status = %s, updated_at = %s "
+                       "WHERE trade_no = %s", (step.status, at, step.trade_no))
+            return
+        # The amount booked is the notification's: equal to the order's unless verification is off.
+        tx.execute("UPDATE payments SET status = 'success', callback_status = %s, amount = %s, updated_at = %s "
+                   "WHERE trade_no = %s", (step.status, step.amount, at, step.trade_no))
+        if not policy.ship_first:
+            self._ship(tx, run, step.trade_no)
+        self._grant_points(tx, run, step.trade_no)
+        if policy.state_machine:
+            self._move(tx, run, status, "paid", step.trade_no)
+
+    def _claim(self, tx: Tx, run: OrderRun, step: Notify, success: bool) -> bool:
+        """Write the idempotency record; False when the notification was handled before."""
+        if step.idempotency_write_fails:
+            # Nothing of this transaction was announced yet: only the shipment before it stands.
+            raise InjectedFailure("idempotency record write timed out")
+        policy = run.plan.policy
+        if policy.idempotency == "none":
+            return True
+        key = run.plan.order_no if policy.idempotency == "order" else step.trade_no
+        if step.via == VIA_QUERY and policy.query_own_key:
+            key = f"query:{key}"
+        try:
+            tx.execute("INSERT INTO idempotency (idem_key, trade_no, order_no, result, created_at) "
+                       "VALUES (%s, %s, %s, %s, %s)",
+                       (key, step.trade_no, run.plan.order_no, "success" if success else "failed", utc_now()))
+        except pymysql.err.IntegrityError as exc:
+            if exc.args[0] != ER_DUP_ENTRY:
+                raise
+            log.debug("duplicate notification acknowledged", extra={"trade_no": step.trade_no})
+            return False
+        return True
+
+    def _ship(self, tx: Tx, run: OrderRun, trade_no: str) -> None:
+        at = utc_now()
+        tx.execute("INSERT INTO shipments (trade_no, order_no, pickup_code, created_at) VALUES (%s, %s, %s, %s)",
+                   (trade_no, run.plan.order_no, f"{secrets.randbelow(10 ** 6):06d}", at))
+        tx.announce(self._event(run, SHIPMENT_CREATED, trade_no, str(tx.cursor.lastrowid), "created", at,
+                                "shipments"))
+
+    def _grant_points(self, tx: Tx, run: OrderRun, trade_no: str) -> None:
+        at = utc_now()
+        tx.execute("INSERT INTO points_grants (trade_no, order_no, points, created_at) VALUES (%s, %s, %s, %s)",
+                   (trade_no, run.plan.order_no, int(run.plan.amount), at))
+        tx.announce(self._event(run, POINTS_GRANTED, trade_no, str(tx.cursor.lastrowid), "granted", at,
+                                "points_grants"))

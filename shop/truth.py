@@ -1,0 +1,114 @@
+"""Ground truth: the faults a run injected, with the keys the monitor's findings will carry.
+
+Every run writes it as JSON so that a scoring test can say, for each fault, whether the
+monitor found it and, for each finding, whether a fault is behind it:
+
+    {"seed": 7, "style": "after_commit", "run_tag": "k3x9a", "orders": 3000,
+     "mix": {"send_lost": 0.02, ...},
+     "faults": [{"mode": "send_lost", "rule": "F7",
+                 "keys": {"event_type": "order.paid", "entity_id": "Ok3x9a0000042",
+                          "order_no": "Ok3x9a0000042", "trade_no": "APk3x9a00000421",
+                          "table": "shop.orders"},
+                 "also": [], "detail": {"kind": "lost", "event_id": "..."}}, ...],
+     "start": {"binlog_gtid": "0-1-4242", "kafka_end_offsets": {"0": 0, "1": 0, "2": 0}},
+     "consumers": {"shipping-service": {"lag": {"0": 0, ...}, "total": 0, "stddev": 0.0}, ...},
+     "stats": {"orders_per_second": 61.2, "events_sent": 9120, ...},
+     "incidents": []}
+
+`keys` use the shop's names (order_no, trade_no, event_type, entity_id, table, group,
+topic); the monitor's names order / order_key and key / effect_id are read as aliases.
+A finding matches a fault (`Fault.matches`) when its rule is the fault's rule or one of
+`also` (effects the fault really causes under another rule), every key both carry has the
+same value, and they share at least one key. `incidents` lists anything the shop did that
+no fault explains (an unexpected send failure): a run with incidents cannot be scored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Key names the monitor uses (checks' finding keys, examples/shop.toml paths) -> the shop's names.
+KEY_ALIASES = {"order": "order_no", "order_key": "order_no", "key": "entity_id", "effect_id": "entity_id"}
+
+
+@dataclass(frozen=True)
+class Fault:
+    mode: str
+    rule: str
+    keys: dict[str, str]
+    also: tuple[str, ...] = ()
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def matches(self, rule: str, keys: dict[str, Any]) -> bool:
+        if rule != self.rule and rule not in self.also:
+            return False
+        theirs = {KEY_ALIASES.get(k, k): str(v) for k, v in keys.items() if v is not None}
+        shared = self.keys.keys() & theirs.keys()
+        return bool(shared) and all(self.keys[k] == theirs[k] for k in shared)
+
+
+@dataclass(frozen=True)
+class GroundTruth:
+    seed: int
+    style: str
+    run_tag: str
+    orders: int
+    mix: dict[str, float]
+    faults: tuple[Fault, ...]
+    start: dict[str, Any]
+    consumers: dict[str, Any]
+    stats: dict[str, Any]
+    incidents: tuple[str, ...] = ()
+
+    def by_rule(self, rule: str) -> list[Fault]:
+        return [f for f in self.faults if f.rule == rule]
+
+    def fault_for(self, rule: str, keys: dict[str, Any]) -> Fault | None:
+        """The fault behind a finding of `rule` with these entity keys, if there is one."""
+        return next((f for f in self.faults if f.matches(rule, keys)), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def write(self, path: str | Path) -> None:
+        """Write the JSON atomically: a scorer polling for the file never reads half of it."""
+        target = Path(path)
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True))
+        os.replace(tmp, target)
+
+    @classmethod
+    def load(cls, path: str | Path) -> GroundTruth:
+        d = json.loads(Path(path).read_text())
+        faults = tuple(Fault(**{**f, "also": tuple(f["also"])}) for f in d.pop("faults"))
+        return cls(**{**d, "faults": faults, "incidents": tuple(d["incidents"])})
+
+
+class Recorder:
+    """Collects faults and incidents as they happen, from any thread of the run."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._faults: list[Fault] = []
+        self._incidents: list[str] = []
+
+    def fault(self, fault: Fault) -> None:
+        with self._lock:
+            self._faults.append(fault)
+
+    def incident(self, what: str) -> None:
+        with self._lock:
+            self._incidents.append(what)
+
+    def faults(self) -> tuple[Fault, ...]:
+        with self._lock:
+            return tuple(self._faults)
+
+    def incidents(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._incidents)
