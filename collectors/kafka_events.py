@@ -37,7 +37,6 @@ from oncewatch.records import EmittedEvent, QuarantinedRecord
 
 log = logging.getLogger("oncewatch.collectors.kafka_events")
 
-UNKNOWN_TOPIC = kerrors.UnknownTopicOrPartitionError.errno
 ACCESS_ERRORS = (kerrors.AuthorizationError, kerrors.SaslAuthenticationFailedError)
 MAX_GAPS_KEPT = 100
 
@@ -72,12 +71,13 @@ def admin_client(cfg: KafkaConfig) -> KafkaAdminClient:
 
 
 def existing_partitions(admin: KafkaAdminClient, topics: Iterable[str]) -> tuple[set[TopicPartition], list[str]]:
-    """The partitions of those topics that exist, and the topics that do not exist yet."""
+    """The partitions of those topics that exist, and the topics that do not exist (or are not
+    ready: being created, no leader yet) and so cannot be read yet."""
     found: set[TopicPartition] = set()
     missing: list[str] = []
     for t in admin.describe_topics(list(topics)):
         code = t.get("error_code", 0)
-        if code == UNKNOWN_TOPIC:
+        if code and kerrors.for_code(code).retriable:
             missing.append(t["name"])
         elif code:
             raise kerrors.for_code(code)(f"describing topic {t['name']!r}")

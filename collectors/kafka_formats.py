@@ -167,23 +167,25 @@ KEY_TYPES: dict[str, Callable[[Any], Any]] = {
 class KeyExtractor:
     """Pulls the configured keys out of a document (a JSON payload or a CDC row image)."""
 
-    paths: tuple[tuple[str, str, tuple[str | int, ...]], ...]  # (key, dotted path, compiled path)
+    # (key, dotted path, compiled path, converter)
+    paths: tuple[tuple[str, str, tuple[str | int, ...], Callable[[Any], Any]], ...]
     required: frozenset[str]
 
     @classmethod
     def of(cls, topic: TopicConfig) -> KeyExtractor:
-        return cls(tuple((k, p, compile_path(p)) for k, p in topic.paths.items()), frozenset(topic.required))
+        return cls(tuple((k, p, compile_path(p), KEY_TYPES[k]) for k, p in topic.paths.items()),
+                   frozenset(topic.required))
 
     def extract(self, doc: Any, where: str = "payload") -> dict[str, Any]:
         keys: dict[str, Any] = {}
-        for name, dotted, path in self.paths:
+        for name, dotted, path, convert in self.paths:
             value = lookup(doc, path)
             if value is _MISSING:
                 if name in self.required:
                     raise Rejected(MISSING_PATH, f"{name}: no value at {where} path {dotted!r}")
                 continue
             try:
-                keys[name] = KEY_TYPES[name](value)
+                keys[name] = convert(value)
             except TypeError as exc:
                 hint = (" (Debezium's precise decimals need the schema wrapper, or set the connector's "
                         "decimal.handling.mode=string)") if name == "amount" and isinstance(value, str) else ""
@@ -281,7 +283,8 @@ class TopicParser:
             topic=rec.topic, partition=rec.partition, offset=rec.offset, timestamp_ms=rec.timestamp,
             timestamp_type=TIMESTAMP_TYPES.get(rec.timestamp_type, "NoTimestampType"),
             key=None if rec.key is None else rec.key.decode("utf-8", "backslashreplace"),
-            headers=tuple((k, "" if v is None else v.decode("utf-8", "backslashreplace")) for k, v in rec.headers),
+            headers=tuple((k, "" if v is None else v.decode("utf-8", "backslashreplace")) for k, v in rec.headers)
+            if rec.headers else (),
             payload=payload, format=self.topic.format, keys=keys, cdc=cdc)
 
     # ------------------------------------------------------------ json

@@ -1,0 +1,132 @@
+"""Events/s of the Kafka events collector against a bare kafka-python consume loop over one topic.
+
+Produces N JSON events (the shape of the shop's events) to a fresh topic on the dev broker, then
+reads them back RUNS times with each loop, alternating which goes first, and prints the medians
+and their ratio (collector / bare). The collector loop does what the monitor does with every
+batch: poll, parse, key extraction, and one store transaction with the events, their entity
+index entries, the quarantine and the checkpoint (SQLite in a temp dir). Both loops use the same
+client settings and batch size, and both are timed from creating the client to the last record.
+Target: ratio >= 0.7. Usage:
+
+    .venv/bin/python bench/kafka_ingest.py [--events 50000] [--partitions 3] [--runs 5] [--batch 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
+from kafka.admin import NewTopic  # noqa: E402
+
+from collectors.kafka_events import KafkaEventCollector, client_settings  # noqa: E402
+from devservices import stack  # noqa: E402
+from oncewatch.config import KafkaConfig, TopicConfig  # noqa: E402
+from oncewatch.store import Store  # noqa: E402
+
+BOOTSTRAP = f"{stack.HOST}:{stack.KAFKA_PORT}"
+PATHS = {"event_type": "type", "order_key": "order_no", "trade_no": "trade_no", "amount": "amount",
+         "status": "status", "effect_id": "entity_id"}
+ENTITY_KEYS = ("trade_no", "order_key", "effect_id")
+
+
+def produce(topic: str, events: int, partitions: int) -> None:
+    producer = KafkaProducer(bootstrap_servers=BOOTSTRAP, linger_ms=20, batch_size=256 * 1024, acks=1)
+    for i in range(events):
+        body = {"type": "order.paid", "order_no": f"O{i:08d}", "trade_no": f"T{i:08d}", "entity_id": i,
+                "amount": f"{i % 10000}.{i % 100:02d}", "status": "paid", "channel": "alipay",
+                "paid_at": "2026-01-01T12:00:00.123Z", "meta": {"trace": uuid.uuid4().hex, "attempt": 1}}
+        producer.send(topic, key=body["order_no"].encode(), value=json.dumps(body).encode(), partition=i % partitions)
+    producer.flush()
+    producer.close()
+
+
+def config(topic: str) -> KafkaConfig:
+    return KafkaConfig(bootstrap_servers=(BOOTSTRAP,), client_id="oncewatch-bench",
+                       topics=(TopicConfig(topic, "json", PATHS, ("event_type",)),), consumer_groups=(),
+                       max_record_bytes=1_048_576, offsets_poll_seconds=5.0, request_timeout_seconds=10.0,
+                       start_from="earliest")
+
+
+def bare_loop(cfg: KafkaConfig, topic: str, partitions: int, expected: int, batch: int) -> float:
+    t0 = time.perf_counter()
+    consumer = KafkaConsumer(**client_settings(cfg), group_id=None, enable_auto_commit=False,
+                             auto_offset_reset="earliest")
+    consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+    consumer.seek_to_beginning()
+    n = 0
+    while n < expected:
+        n += sum(len(recs) for recs in consumer.poll(timeout_ms=500, max_records=batch).values())
+    elapsed = time.perf_counter() - t0
+    consumer.close(autocommit=False)
+    return n / elapsed
+
+
+def collector_loop(cfg: KafkaConfig, expected: int, batch: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(str(Path(tmp) / "bench.db"))
+        t0 = time.perf_counter()
+        collector = KafkaEventCollector(cfg)
+        n = 0
+        while n < expected:
+            b = collector.poll(timeout_ms=500, max_records=batch)
+            entities = [(i, f"{k}:{e.keys[k]}") for i, e in enumerate(b.events) for k in ENTITY_KEYS if k in e.keys]
+            with store.batch() as tx:
+                tx.add_events(b.events, entities)
+                tx.add_quarantined(b.quarantined)
+                tx.set_checkpoint("kafka_events", b.positions)
+            n += len(b.events) + len(b.quarantined)
+        elapsed = time.perf_counter() - t0
+        collector.close()
+        stored = store.conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+        store.close()
+    if stored != expected:
+        raise SystemExit(f"the collector stored {stored} events, expected {expected}")
+    return n / elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=50_000)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=500, help="max records per poll, both loops")
+    args = ap.parse_args()
+
+    topic = f"owbench.kafka.{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+    admin.create_topics([NewTopic(topic, num_partitions=args.partitions, replication_factor=1)])
+    t0 = time.perf_counter()
+    produce(topic, args.events, args.partitions)
+    print(f"produced {args.events} events to {topic} ({args.partitions} partitions) in "
+          f"{time.perf_counter() - t0:.1f} s")
+    cfg = config(topic)
+    bare, ours = [], []
+    try:
+        for run in range(args.runs):
+            if run % 2 == 0:
+                bare.append(bare_loop(cfg, topic, args.partitions, args.events, args.batch))
+                ours.append(collector_loop(cfg, args.events, args.batch))
+            else:
+                ours.append(collector_loop(cfg, args.events, args.batch))
+                bare.append(bare_loop(cfg, topic, args.partitions, args.events, args.batch))
+            print(f"run {run + 1}: bare {bare[-1]:,.0f} events/s, collector {ours[-1]:,.0f} events/s, "
+                  f"ratio {ours[-1] / bare[-1]:.2f}")
+    finally:
+        admin.delete_topics([topic])
+        admin.close()
+    b, o = statistics.median(bare), statistics.median(ours)
+    print(f"median over {args.runs} runs: bare kafka-python loop {b:,.0f} events/s, "
+          f"collector (parse + keys + store + checkpoint) {o:,.0f} events/s, ratio {o / b:.2f} (target >= 0.7)")
+
+
+if __name__ == "__main__":
+    main()
