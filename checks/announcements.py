@@ -11,9 +11,10 @@ are reduced to a match key "topic + event_type + key" and paired first in, first
   `event_delay_seconds` it is an F10. A pair that is late beyond a grace period settles the
   F7/F8 (resolved, with why), whether or not the timer had already raised it: the result
   depends on the data, not on how the two streams interleaved.
-- Events from before the first transaction the monitor read (`watch_start`) are not judged
-  as orphans: their change may simply predate us. Until that first transaction, no event is
-  judged (a data-defined start, so the result does not depend on when the timer ran).
+- Events from before the first transaction the monitor read (`watch_start`) are never judged
+  as orphans: their change may simply predate us. They stay matchable until the horizon.
+  Until that first transaction, no event is judged (a data-defined start, so the result does
+  not depend on when the timer ran).
 """
 
 from __future__ import annotations
@@ -100,9 +101,10 @@ class Announcements:
                 continue
             self._pair(a, str(key), item, False, *taken)
             # Events already judged orphans of this key are, now that it is announced, duplicates.
-            while (more := self.unmatched.overdue.get(mk)):
-                self.unmatched.discard(mk, more[0])
-                self._duplicate(a, str(key), more[0])
+            while (overdue := self.unmatched.overdue.get(mk)):
+                event = overdue[0]
+                self.unmatched.discard(mk, event)
+                self._duplicate(a, str(key), event)
 
     def on_event(self, event: EmittedEvent) -> None:
         a = self.by_event.get((event.topic, event.keys.get("event_type")))
@@ -138,7 +140,7 @@ class Announcements:
             self.findings.settle("F7", (a.event_type, key), keys=keys, summary=self._missing(a, key),
                                  since=c + r.missing_event_grace_seconds, evidence=evidence, at=e,
                                  why=f"event arrived {delay:.3f}s after the commit at {event['ev'][1]}")
-        if event_overdue or -delay > r.orphan_event_grace_seconds:
+        if e >= self.marks["watch_start"] and (event_overdue or -delay > r.orphan_event_grace_seconds):
             self.findings.settle("F8", (a.event_type, key), keys=keys, summary=self._orphan(a, key),
                                  since=e + r.orphan_event_grace_seconds, evidence=evidence, at=c,
                                  why=f"change committed {-delay:.3f}s after the event at {change['ev'][1]}")
@@ -189,12 +191,11 @@ class Announcements:
         before_watch = 0
         for mk, item in self.unmatched.due(binlog_time):
             a, key = self._split(mk)
-            if item["t"] < self.marks["watch_start"]:
-                self.unmatched.discard(mk, item)
-                before_watch += 1
-            elif mk in self.announced:
+            if mk in self.announced:
                 self.unmatched.discard(mk, item)
                 self._duplicate(a, key, item)
+            elif item["t"] < self.marks["watch_start"]:
+                before_watch += 1
             else:
                 self.findings.raise_("F8", (a.event_type, key), keys={"event_type": a.event_type, "key": key,
                                                                       "table": a.table},

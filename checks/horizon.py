@@ -135,7 +135,7 @@ class Deadlines:
         return self.fresh.dropped + self.overdue.dropped
 
     def discard(self, key: str, item: dict[str, Any]) -> None:
-        """Forget one overdue item that has been judged for good (a duplicate, an event from before the watch)."""
+        """Forget one overdue item that has been judged for good (e.g. found to be a duplicate)."""
         items = self.overdue.get(key)
         if items is not None and item in items:
             items.remove(item)

@@ -141,3 +141,14 @@ def test_snapshot_rows_and_unannounced_event_types_are_not_matched():
          shop.event("order.viewed", T, order_no="O1"), shop.tx(T + 1, order("O2", "pending")))
     engine.tick(now=T + 100, binlog_time=T + 100, kafka_time=T + 100)
     assert engine.drain() == []
+
+
+def test_orphans_of_a_key_that_gets_announced_late_become_duplicates():
+    shop, engine = Shop(), Engine(shop_settings())
+    feed(engine, shop.tx(T - 100, order("O0", "pending")), shop.event("order.paid", T, order_no="O1"),
+         shop.event("order.paid", T + 1, order_no="O1"))
+    engine.tick(now=T + 40, binlog_time=T + 40, kafka_time=T + 40)
+    assert [(f.rule, len(f.evidence)) for f in engine.drain()] == [("F8", 2)]
+    found = by_rule(feed(engine, paid(shop, T + 50)))
+    assert (found["F8"].status, found["F8"].resolved_at) == ("resolved", T + 50)
+    assert (found["F9"].status, found["F9"].severity, found["F9"].first_seen) == ("open", "info", T + 1)
