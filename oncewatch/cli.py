@@ -49,7 +49,9 @@ def cmd_tail_binlog(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the monitor until SIGTERM/SIGINT, or with --until-idle until both streams are read to their
     ends and nothing changed for that many seconds."""
+    from checks.engine import StateMismatchError
     from collectors.binlog import BinlogError
+    from collectors.kafka_events import KafkaEventsError
     from oncewatch.monitor import Monitor, SourceUnavailableError
 
     cfg = load(args.config)
@@ -57,9 +59,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     _on_signals(monitor.stop)
     try:
         monitor.run(until_idle=args.until_idle)
-    except (BinlogError, SourceUnavailableError) as exc:
+    except (BinlogError, KafkaEventsError, SourceUnavailableError) as exc:
         print(f"oncewatch: {exc}", file=sys.stderr)
         return EXIT_SOURCE
+    except StateMismatchError as exc:
+        print(f"oncewatch: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     return EXIT_OK
 
 

@@ -1,10 +1,11 @@
 """The running monitor: collectors in reader threads, one writer that feeds the engine and the store.
 
-Reader threads only read (the binlog collector, the Kafka collectors) and put what they read
-on one bounded queue. The main thread is the store's only writer: it takes a batch off the
-queue, feeds the engine, and writes records, engine state, findings and *both* checkpoints in
-one store transaction (DESIGN §7), so a kill -9 at any instant resumes with nothing lost and
-nothing doubled. Health of every part is written to the store for /metrics and the pages.
+Reader threads only read (the binlog collector, the Kafka events and offsets collectors) and
+put what they read on one bounded queue. The main thread is the store's only writer: it takes
+what is queued, feeds the engine, and writes the records, the engine's state, the findings and
+*both* checkpoints in one store transaction (DESIGN §7), so a kill -9 at any instant resumes
+with nothing lost and nothing doubled. Health of every part goes to the store every second for
+/metrics and the pages; /metrics itself is served from the store (dashboards.metrics).
 """
 
 from __future__ import annotations
@@ -18,17 +19,28 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from collectors.binlog import BinlogCollector, BinlogError, bootstrap
+from checks.engine import Engine
+from checks.settings import Settings
+from collectors.binlog import BinlogCollector, BinlogError, bootstrap, connect
+from collectors.kafka_events import EventBatch, KafkaEventCollector, KafkaEventsError
+from collectors.kafka_offsets import KafkaOffsetsCollector
+from dashboards.queries import delay_buckets, quantile
 from oncewatch.config import Config, ConfigError
-from oncewatch.records import BinlogPosition, RowChange, Transaction
+from oncewatch.records import BinlogPosition, EmittedEvent, RowChange, Transaction
 from oncewatch.store import Batch, Store
 
 log = logging.getLogger("oncewatch.monitor")
 
 BINLOG_CHECKPOINT = "binlog"
-QUEUE_SIZE = 256
-BATCH_SECONDS = 0.2
+KAFKA_CHECKPOINT = "kafka_events"
+ENGINE_STATE = "engine"
+QUEUE_SIZE = 512
+BATCH_SECONDS = 0.25
 HEALTH_SECONDS = 1.0
+SERIES_SECONDS = 5.0
+
+REQUIRED_BINLOG_SETTINGS = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
+                            "binlog_row_metadata": "FULL"}
 
 
 class MonitorError(RuntimeError):
@@ -39,16 +51,10 @@ class SourceUnavailableError(MonitorError):
     """A source cannot be reached or refuses the monitor's account at start-up."""
 
 
-REQUIRED_BINLOG_SETTINGS = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
-                            "binlog_row_metadata": "FULL"}
-
-
 def preflight_mysql(cfg: Config) -> None:
     """Check, before reading anything, that the server is reachable, lets the monitor in, has the
     binlog settings the collector relies on and has every watched table."""
     import pymysql
-
-    from collectors.binlog import connect
 
     m = cfg.mysql
     try:
@@ -81,24 +87,66 @@ def preflight_mysql(cfg: Config) -> None:
         conn.close()
 
 
-@dataclass
+def preflight_kafka(cfg: Config) -> None:
+    """The brokers answer (topics that do not exist yet are waited for, not an error)."""
+    from kafka import errors as kerrors
+
+    from collectors.kafka_events import admin_client
+
+    if cfg.kafka is None:
+        return
+    try:
+        admin_client(cfg.kafka).close()
+    except kerrors.KafkaError as exc:
+        raise SourceUnavailableError(f"cannot reach Kafka at {', '.join(cfg.kafka.bootstrap_servers)} "
+                                     f"({type(exc).__name__}); check kafka.bootstrap_servers") from exc
+
+
+@dataclass(frozen=True)
 class _Fatal:
     error: BaseException
 
 
+@dataclass(frozen=True)
+class _Offsets:
+    snapshot: dict[str, Any]
+
+
 @dataclass
 class Progress:
-    """What the writer has committed so far, for --until-idle and the health row."""
+    """What the writer has committed so far: for --until-idle, the engine's clocks and the health row."""
 
     last_change_at: float = field(default_factory=time.time)
     binlog_time: float = 0.0
-    transactions: int = 0
-    rows: int = 0
+    kafka_time: float = 0.0
+    newest_event_ms: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> newest timestamp read
+    binlog_caught_up: bool = False
+    kafka_caught_up: bool = False
 
 
-def entity_keys_of_row(row: RowChange) -> list[str]:
-    """Drill-down index entries of a row: its table's primary key, for now."""
-    return [f"pk:{row.qualified_table}:{'/'.join(str(v) for v in row.pk)}"]
+class EntityIndex:
+    """Which drill-down entities ('trade_no:T1', 'order_key:O1') a row or an event belongs to."""
+
+    def __init__(self, settings: Settings):
+        d = settings.domain
+        self.columns: dict[str, list[tuple[str, str]]] = {}
+        if d.orders:
+            self.columns.setdefault(d.orders.table, []).append(("order_key", d.orders.key_column))
+        if d.payments:
+            self.columns.setdefault(d.payments.table, []).extend(
+                [("trade_no", d.payments.trade_no_column), ("order_key", d.payments.order_column)])
+        for effect in d.effects:
+            self.columns.setdefault(effect.table, []).append(("trade_no", effect.trade_no_column))
+
+    def of_row(self, row: RowChange) -> list[str]:
+        image = row.row
+        return [f"pk:{row.qualified_table}:{'/'.join(str(v) for v in row.pk)}"] + [
+            f"{kind}:{image[col]}" for kind, col in self.columns.get(row.qualified_table, ())
+            if image.get(col) is not None]
+
+    @staticmethod
+    def of_event(event: EmittedEvent) -> list[str]:
+        return [f"{kind}:{event.keys[kind]}" for kind in ("trade_no", "order_key") if event.keys.get(kind) is not None]
 
 
 class Monitor:
@@ -107,11 +155,17 @@ class Monitor:
     def __init__(self, cfg: Config, store: Store | None = None):
         self.cfg = cfg
         self.store = store or Store(cfg.store.path)
+        self.settings = Settings.from_config(cfg)
+        self.engine = Engine(self.settings)
+        self.index = EntityIndex(self.settings)
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=QUEUE_SIZE)
         self._stop = threading.Event()
         self.progress = Progress()
         self.binlog: BinlogCollector | None = None
+        self.kafka: KafkaEventCollector | None = None
+        self.offsets: KafkaOffsetsCollector | None = None
         self.started_at = time.time()
+        self._last_offsets: dict[str, Any] | None = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -120,8 +174,11 @@ class Monitor:
 
     # -------------------------------------------------------------- start-up
 
-    def ensure_binlog_start(self) -> BinlogPosition:
-        """The checkpoint, or a fresh bootstrap of the watched tables when there is none."""
+    def restore(self) -> BinlogPosition:
+        """Engine state and positions from the store; a bootstrap of the watched tables on the first run."""
+        saved_state = self.store.state(ENGINE_STATE)
+        if saved_state is not None:
+            self.engine.restore(saved_state)
         saved = self.store.checkpoint(BINLOG_CHECKPOINT)
         if saved is not None:
             return BinlogPosition.from_dict(saved)
@@ -130,23 +187,22 @@ class Monitor:
     def bootstrap(self) -> BinlogPosition:
         log.info("bootstrapping watched tables", extra={"event": "bootstrap_start",
                                                          "tables": list(self.cfg.mysql.tables)})
+        rows: list[RowChange] = []
+
+        def take(chunk: list[RowChange]) -> None:
+            rows.extend(chunk)
+
+        snap = bootstrap(self.cfg.mysql, on_rows=take)
         with self.store.batch() as tx:
-            snap = bootstrap(self.cfg.mysql, on_rows=lambda rows: self._write_rows(tx, rows))
+            self._write_rows(tx, rows)
+            self.engine.on_transaction(Transaction(rows=tuple(rows), position=snap.position,
+                                                   commit_time=snap.taken_at))
             tx.set_checkpoint(BINLOG_CHECKPOINT, snap.position.to_dict())
-        log.info("bootstrap done", extra={"event": "bootstrap_done", "gtid": snap.position.gtid})
+            self._write_engine(tx)
+        log.info("bootstrap done", extra={"event": "bootstrap_done", "gtid": snap.position.gtid, "rows": len(rows)})
         return snap.position
 
     # -------------------------------------------------------------- readers
-
-    def _binlog_reader(self, start: BinlogPosition) -> None:
-        self.binlog = BinlogCollector(self.cfg.mysql, start)
-        if self._stop.is_set():
-            return
-        try:
-            for tx in self.binlog.transactions():
-                self._put(tx)
-        except BinlogError as exc:
-            self._put(_Fatal(exc))
 
     def _put(self, item: Any) -> None:
         while not self._stop.is_set():
@@ -156,25 +212,81 @@ class Monitor:
             except queue.Full:
                 continue
 
+    def _binlog_reader(self, collector: BinlogCollector) -> None:
+        try:
+            for tx in collector.transactions():
+                self._put(tx)
+        except BinlogError as exc:
+            self._put(_Fatal(exc))
+
+    def _kafka_reader(self, collector: KafkaEventCollector) -> None:
+        try:
+            while not self._stop.is_set():
+                batch = collector.poll(timeout_ms=500, max_records=2000)
+                if batch.events or batch.quarantined or batch.positions_changed:
+                    self._put(batch)
+        except KafkaEventsError as exc:
+            self._put(_Fatal(exc))
+
+    def _offsets_reader(self, collector: KafkaOffsetsCollector) -> None:
+        collector.run(self._stop, lambda snap: self._put(_Offsets(snap)))
+
     # -------------------------------------------------------------- writer
 
     def _write_rows(self, tx: Batch, rows: list[RowChange] | tuple[RowChange, ...]) -> None:
-        tx.add_row_changes(rows, [(i, k) for i, r in enumerate(rows) for k in entity_keys_of_row(r)])
+        tx.add_row_changes(rows, [(i, k) for i, r in enumerate(rows) for k in self.index.of_row(r)])
+
+    def _write_engine(self, tx: Batch) -> None:
+        tx.upsert_findings(self.engine.drain())
+        tx.set_state(ENGINE_STATE, self.engine.state())
+        tx.set_state("engine_stats", self.engine.stats())
 
     def _apply(self, items: list[Any]) -> None:
-        last_position: BinlogPosition | None = None
+        binlog_at: BinlogPosition | None = None
+        kafka_at: dict[str, int] | None = None
         with self.store.batch() as tx:
             for item in items:
                 if isinstance(item, Transaction):
+                    self.engine.on_transaction(item)
                     if item.rows:
                         self._write_rows(tx, item.rows)
                         self.progress.last_change_at = time.time()
-                    self.progress.transactions += 1
-                    self.progress.rows += len(item.rows)
-                    self.progress.binlog_time = item.commit_time
-                    last_position = item.position
-            if last_position is not None:
-                tx.set_checkpoint(BINLOG_CHECKPOINT, last_position.to_dict())
+                    self.progress.binlog_time = max(self.progress.binlog_time, item.commit_time)
+                    binlog_at = item.position
+                elif isinstance(item, EventBatch):
+                    self.engine.on_events(item.events)
+                    tx.add_events(item.events, [(i, k) for i, e in enumerate(item.events)
+                                                for k in self.index.of_event(e)])
+                    tx.add_quarantined(item.quarantined)
+                    for e in item.events:
+                        key = f"{e.topic}/{e.partition}"
+                        self.progress.newest_event_ms[key] = max(self.progress.newest_event_ms.get(key, 0),
+                                                                 e.timestamp_ms)
+                    if item.events or item.quarantined:
+                        self.progress.last_change_at = time.time()
+                    kafka_at = item.positions
+                elif isinstance(item, _Offsets):
+                    self.engine.on_offsets(item.snapshot)
+                    self._last_offsets = item.snapshot
+            self._tick()
+            if binlog_at is not None:
+                tx.set_checkpoint(BINLOG_CHECKPOINT, binlog_at.to_dict())
+            if kafka_at is not None:
+                tx.set_checkpoint(KAFKA_CHECKPOINT, kafka_at)
+            self._write_engine(tx)
+
+    def _tick(self) -> None:
+        now = time.time()
+        p = self.progress
+        binlog_time = now if p.binlog_caught_up else p.binlog_time
+        if self.kafka is None or p.kafka_caught_up:
+            kafka_time = now
+        else:
+            behind = [part for part in self.kafka.status.partitions if part.position < part.end]
+            newest = [p.newest_event_ms.get(f"{part.topic}/{part.partition}") for part in behind]
+            kafka_time = min(n / 1000 for n in newest) if newest and None not in newest else p.kafka_time
+        p.kafka_time = max(p.kafka_time, kafka_time)
+        self.engine.tick(now, binlog_time, p.kafka_time)
 
     def _drain_queue(self) -> list[Any]:
         items: list[Any] = []
@@ -186,15 +298,14 @@ class Monitor:
                 break
         return items
 
-    def _write_health(self) -> None:
-        if self.binlog:
-            self.store.set_health("binlog", self.binlog.status.as_dict())
-        self.store.set_health("monitor", {"started_at": self.started_at, "pid": os.getpid(),
-                                          "binlog_time": self.progress.binlog_time,
-                                          "caught_up": self.caught_up()})
+    # -------------------------------------------------------------- health
 
-    def caught_up(self) -> bool:
-        """True when the binlog has been read to the server's current end."""
+    def _refresh_caught_up(self) -> None:
+        p = self.progress
+        p.binlog_caught_up = self._binlog_caught_up()
+        p.kafka_caught_up = self.kafka is None or (self.kafka.status.connected and self.kafka.caught_up())
+
+    def _binlog_caught_up(self) -> bool:
         b = self.binlog
         if b is None or not b.status.connected or b.status.last_position is None:
             return False
@@ -202,32 +313,113 @@ class Monitor:
             server = b.current_server_position()
         except Exception:  # noqa: BLE001 - a server we cannot ask is not caught up with
             return False
-        return server.gtid == b.status.last_position.gtid
+        return server.gtid == b.status.last_position.gtid and self.queue.empty()
 
-    def run(self, until_idle: float | None = None, on_tick: Callable[[], None] | None = None) -> None:
+    def _write_health(self, with_series: bool) -> None:
+        p = self.progress
+        if self.binlog:
+            self.store.set_health("binlog", self.binlog.status.as_dict())
+        if self.kafka:
+            self.store.set_health("kafka_events", self.kafka.status.as_dict())
+        if self._last_offsets is not None:
+            self.store.set_health("kafka_offsets", self._last_offsets)
+        self.store.set_health("monitor", {"started_at": self.started_at, "pid": os.getpid(),
+                                          "binlog_time": p.binlog_time, "kafka_time": p.kafka_time,
+                                          "caught_up": p.binlog_caught_up and p.kafka_caught_up})
+        if with_series:
+            with self.store.batch() as tx:
+                tx.add_series(self._series_points(time.time()))
+
+    def _series_points(self, now: float) -> list[tuple[str, dict[str, str], float, float]]:
+        stats = self.engine.stats()
+        points = [("backlog", {"table": t}, now, float(n)) for t, n in stats.get("backlog_by_table", {}).items()]
+        p99 = delay_p99(stats)
+        if p99 is not None:
+            points.append(("delay_p99", {}, now, p99))
+        for g in (self._last_offsets or {}).get("groups", []):
+            by_topic: dict[str, list[int]] = {}
+            for part in g.get("partitions", []):
+                if part.get("lag") is not None:
+                    by_topic.setdefault(part["topic"], []).append(part["lag"])
+            points += [("group_lag", {"group": g["group"], "topic": t}, now, float(sum(lags)))
+                       for t, lags in by_topic.items()]
+        return points
+
+    # -------------------------------------------------------------- main loop
+
+    def _start_readers(self, start: BinlogPosition) -> list[threading.Thread]:
+        self.binlog = BinlogCollector(self.cfg.mysql, start)
+        threads = [threading.Thread(target=self._binlog_reader, args=(self.binlog,), name="binlog", daemon=True)]
+        if self.cfg.kafka is not None:
+            self.kafka = KafkaEventCollector(self.cfg.kafka, self.store.checkpoint(KAFKA_CHECKPOINT))
+            threads.append(threading.Thread(target=self._kafka_reader, args=(self.kafka,), name="kafka-events",
+                                            daemon=True))
+            if self.cfg.kafka.consumer_groups or self.cfg.kafka.topics:
+                self.offsets = KafkaOffsetsCollector(self.cfg.kafka)
+                threads.append(threading.Thread(target=self._offsets_reader, args=(self.offsets,),
+                                                name="kafka-offsets", daemon=True))
+        for t in threads:
+            t.start()
+        return threads
+
+    def _serve_metrics(self) -> Callable[[], None]:
+        if self.cfg.metrics.port == 0:
+            return lambda: None
+        from dashboards.metrics import serve
+
+        server, _thread = serve(self.cfg.store.path, self.cfg.metrics.host, self.cfg.metrics.port)
+        log.info("serving /metrics", extra={"event": "metrics_listening", "host": self.cfg.metrics.host,
+                                            "port": server.server_port})
+
+        def close() -> None:
+            server.shutdown()
+            server.server_close()
+        return close
+
+    def run(self, until_idle: float | None = None) -> None:
         preflight_mysql(self.cfg)
-        start = self.ensure_binlog_start()
-        reader = threading.Thread(target=self._binlog_reader, args=(start,), name="binlog-reader", daemon=True)
-        reader.start()
-        last_health = 0.0
+        preflight_kafka(self.cfg)
+        start = self.restore()
+        close_metrics = self._serve_metrics()
+        threads = self._start_readers(start)
+        last_health = last_series = 0.0
         try:
             while not self._stop.is_set():
                 items = self._drain_queue()
                 fatal = next((i for i in items if isinstance(i, _Fatal)), None)
                 if fatal:
                     raise fatal.error
-                if items:
-                    self._apply(items)
                 now = time.time()
                 if now - last_health >= HEALTH_SECONDS:
-                    self._write_health()
+                    self._refresh_caught_up()
+                if items or now - last_health >= HEALTH_SECONDS:
+                    self._apply(items)
+                if now - last_health >= HEALTH_SECONDS:
+                    self._write_health(with_series=now - last_series >= SERIES_SECONDS)
+                    last_series = now if now - last_series >= SERIES_SECONDS else last_series
                     last_health = now
-                    if until_idle is not None and now - self.progress.last_change_at >= until_idle \
-                            and self.queue.empty() and self.caught_up():
+                    if until_idle is not None and self._idle_for(until_idle, now):
                         break
-                if on_tick:
-                    on_tick()
         finally:
             self.stop()
-            reader.join(timeout=10)
-            self._write_health()
+            for t in threads:
+                t.join(timeout=10)
+            for c in (self.kafka, self.offsets):
+                if c is not None:
+                    c.close()
+            self._write_health(with_series=False)
+            close_metrics()
+
+    def _idle_for(self, seconds: float, now: float) -> bool:
+        p = self.progress
+        return (now - p.last_change_at >= seconds and self.queue.empty()
+                and p.binlog_caught_up and p.kafka_caught_up)
+
+
+def delay_p99(stats: dict[str, Any]) -> float | None:
+    """The worst 99th percentile of event delay over the commit clocks in use."""
+    values = [q for b in delay_buckets(stats).values() if (q := quantile(b, 0.99)) is not None]
+    return max(values) if values else None
+
+
+__all__ = ["Monitor", "MonitorError", "SourceUnavailableError", "preflight_mysql", "preflight_kafka", "delay_p99"]
