@@ -112,8 +112,10 @@ def unread_records(kafka_events: dict[str, Any]) -> int:
 
 def series(store: Store, name: str, since: float) -> list[dict[str, Any]]:
     """Points of one series since a time: [{'at', 'value', **labels}], oldest first."""
-    return [{"at": at, "value": value, **from_json(labels)} for labels, at, value in store.conn.execute(
-        "SELECT labels, at, value FROM series WHERE name = ? AND at >= ? ORDER BY at", (name, since))]
+    rows = store.conn.execute("SELECT labels, at, value FROM series WHERE name = ? AND at >= ? ORDER BY at",
+                              (name, since)).fetchall()
+    parsed = {labels: from_json(labels) for labels in {r[0] for r in rows}}  # a handful of label sets
+    return [{"at": at, "value": value, **parsed[labels]} for labels, at, value in rows]
 
 
 def latest(store: Store, name: str) -> float | None:
@@ -195,10 +197,13 @@ class FindingFilter:
             clauses.append("first_seen < ?")
             params.append(self.until)
         if self.search.strip():
-            # instr() cheaply discards most rows; json_each then insists on an exact key value.
+            # Any key value (lists included: F2's trade_nos) equal to the search. instr() cheaply
+            # discards most rows, json_tree insists on an exact value; as a rowid set, so the
+            # newest-first scan of the findings_seen index tests membership without reading rows.
             value = self.search.strip()
-            clauses.append("instr(keys, ?) > 0 AND EXISTS (SELECT 1 FROM json_each(findings.keys) j "
-                           "WHERE CAST(j.value AS TEXT) = ?)")
+            clauses.append("findings.rowid IN (SELECT rowid FROM findings WHERE instr(keys, ?) > 0 AND EXISTS "
+                           "(SELECT 1 FROM json_tree(findings.keys) j WHERE j.atom IS NOT NULL "
+                           "AND CAST(j.atom AS TEXT) = ?))")
             params.extend([value, value])
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
@@ -209,11 +214,12 @@ def count_findings(store: Store, flt: FindingFilter) -> int:
 
 
 def findings_page(store: Store, flt: FindingFilter, limit: int = 200, offset: int = 0) -> list[dict[str, Any]]:
-    """One page of findings, newest first, without their evidence (the drill-down loads that)."""
+    """One page of findings, newest first, without their evidence (the drill-down loads that).
+    Ties go by rowid, which the findings_seen index holds, so deep pages skip through the index alone."""
     where, params = flt.where()
     cur = store.conn.execute(
         "SELECT id, rule, name, severity, status, keys, summary, first_seen, last_seen, resolved_at, resolution"
-        f" FROM findings{where} ORDER BY first_seen DESC, id LIMIT ? OFFSET ?", [*params, limit, offset])
+        f" FROM findings{where} ORDER BY first_seen DESC, rowid DESC LIMIT ? OFFSET ?", [*params, limit, offset])
     columns = [d[0] for d in cur.description]
     rows = [dict(zip(columns, r)) for r in cur]
     for r in rows:

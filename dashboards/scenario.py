@@ -53,7 +53,8 @@ def _finding(fid: str, rule: str, name: str, severity: str, keys: dict, summary:
                    resolution=resolution)
 
 
-def _health(store: Store, now: float) -> None:
+def write_health(store: Store, now: float) -> None:
+    """The four health rows of a monitor that is up, as in the module docstring."""
     store.set_health("binlog", {
         "connected": True, "seconds_behind": 2.5,
         "last_position": {"gtid": "0-1-4711", "file": "mysql-bin.000003", "pos": 123456},
@@ -159,5 +160,5 @@ def seed(path: str, now: float | None = None) -> Store:
                       + [("backlog", {"table": "shop.shipments"}, t0 + 30 * i, float(i % 3)) for i in ramp]
                       + [("delay_p99", {}, t0 + 30 * i, 0.2 + 0.275 * i / 20) for i in ramp]
                       + [("group_lag", {"group": GROUP, "topic": TOPIC}, t0 + 30 * i, float(12 + i)) for i in ramp])
-    _health(store, now)
+    write_health(store, now)
     return store

@@ -1,0 +1,62 @@
+"""The read queries behind the pages: entity search, drill-down lookups, quantiles, store location."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dashboards import queries
+from oncewatch.records import Evidence, Finding
+from oncewatch.store import Store
+from tests.unit.test_metrics import store_path  # noqa: F401 - the scenario store fixture
+
+
+def finding(fid: str, keys: dict, first_seen: float) -> Finding:
+    return Finding(id=fid, rule="F2", name="double_charge", severity="critical", keys=keys, summary="s",
+                   first_seen=first_seen, last_seen=first_seen, evidence=(Evidence("offsets", "x", 0.0, {}),))
+
+
+def test_search_matches_whole_key_values_lists_included(store_path: str) -> None:
+    store = Store(store_path)
+    with store.batch() as tx:
+        tx.upsert_findings([finding("list", {"order": "O9", "trade_nos": ["T7", "T8"]}, 1.0),
+                            finding("number", {"order": 4242}, 2.0),
+                            finding("longer", {"trade_no": "T77"}, 3.0)])
+    ids = {v: [r["id"] for r in queries.findings_page(store, queries.FindingFilter(search=v))]
+           for v in ("T8", "4242", "T7", "T1001", "T100")}
+    assert ids == {"T8": ["list"], "4242": ["number"], "T7": ["list"], "T1001": ["f1-t1001"], "T100": []}
+    assert queries.count_findings(store, queries.FindingFilter(search="T7")) == 1
+
+
+def test_filters_and_newest_first(store_path: str) -> None:
+    store = Store(store_path, readonly=True)
+    flt = queries.FindingFilter(rules=("F7", "F9"), statuses=("open",))
+    assert [r["id"] for r in queries.findings_page(store, flt)] == ["f9-o507", "f9-o506", "f9-o503", "f7-o502"]
+    assert [r["id"] for r in queries.findings_page(store, flt, limit=2, offset=2)] == ["f9-o503", "f7-o502"]
+    assert queries.count_findings(store, queries.FindingFilter(severities=("info",))) == 2
+
+
+def test_timeline_takes_bare_values_and_kind_value(store_path: str) -> None:
+    store = Store(store_path, readonly=True)
+    assert queries.entity_keys(" T1 ") == ("trade_no:T1", "order_key:T1")
+    assert queries.entity_keys("order_key:O501") == ("order_key:O501",)
+    explicit = queries.timeline(store, "order_key:O501")
+    assert (len(explicit.rows), len(explicit.events), [f.id for f in explicit.findings]) == (3, 1, ["f1-t1001"])
+    assert queries.timeline(store, "").entities == ()
+
+
+def test_quantile_interpolates_like_histogram_quantile() -> None:
+    buckets = [("0.25", 9.0), ("0.5", 10.0), ("1.0", 10.0), ("+Inf", 10.0)]
+    assert queries.quantile(buckets, 0.99) == pytest.approx(0.475)
+    assert queries.quantile([("0.5", 0.0), ("+Inf", 4.0)], 0.5) == 0.5  # in the open bucket: highest bound
+    assert queries.quantile([("+Inf", 0.0)], 0.5) is None
+
+
+def test_store_location(tmp_path: Path) -> None:
+    assert queries.store_path({queries.ENV_STORE: "/x/s.db"}) == "/x/s.db"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[mysql]\nuser = "u"\ntables = ["shop.orders"]\n\n[store]\npath = "w.db"\n')
+    assert queries.store_path({queries.ENV_CONFIG: str(cfg)}) == str(tmp_path / "w.db")
+    with pytest.raises(queries.StoreNotConfigured, match="ONCEWATCH_STORE"):
+        queries.store_path({})
