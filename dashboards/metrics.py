@@ -9,6 +9,7 @@ partition, group, clock, rule, severity, reason; never a trade_no, order or othe
 from __future__ import annotations
 
 import re
+import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import closing
@@ -27,6 +28,8 @@ from oncewatch.store import StoreError
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9464
 COLLECTORS = ("binlog", "kafka_events", "kafka_offsets")
+# The health field that counts what each collector read (the offsets poller reads no records).
+RECORDS_READ = {"binlog": "rows_read", "kafka_events": "records_read"}
 
 
 def _gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
@@ -51,8 +54,8 @@ def _binlog(value: dict[str, Any]) -> Iterator[Metric]:
         if match:
             file_number.add_metric([], int(match.group(1)))
         offset.add_metric([], position.get("pos", 0))
-        for part in filter(None, position.get("gtid", "").split(",")):
-            domain, _server, seq = part.strip().split("-")
+        # MariaDB's domain-server-sequence triples; anything else is left out rather than fail the scrape.
+        for domain, seq in re.findall(r"(?:^|,)\s*(\d+)-\d+-(\d+)", position.get("gtid") or ""):
             gtid.add_metric([domain], int(seq))
     yield from (file_number, offset, gtid)
     transactions = _counter("binlog_transactions_read", "Committed transactions read from the binlog.")
@@ -147,8 +150,34 @@ def _engine(stats: dict[str, Any]) -> Iterator[Metric]:
     yield dropped
 
 
+def _health(health: dict[str, queries.Component]) -> Iterator[Metric]:
+    updated = _gauge("health_updated_timestamp_seconds", "When the monitor last wrote this component's health "
+                     "(unix time); an old value means a stale monitor.", ("component",))
+    for name, c in sorted(health.items()):
+        updated.add_metric([name], c.value["updated_at"])
+    yield updated
+    up = _gauge("collector_up", "1 when the collector is connected (the offsets poller: answered).",
+                ("collector",))
+    records = _counter("collector_records_read", "Records read: binlog rows, Kafka records.", ("collector",))
+    reconnects = _counter("collector_reconnects", "Reconnections after a lost connection.", ("collector",))
+    for name in COLLECTORS:
+        if name not in health:
+            continue
+        value = health[name].value
+        up.add_metric([name], 1 if health[name].up else 0)
+        if name in RECORDS_READ:
+            records.add_metric([name], value.get(RECORDS_READ[name], 0))
+            reconnects.add_metric([name], value.get("reconnects", 0))
+    yield from (up, records, reconnects)
+    parts = {"binlog": _binlog, "kafka_events": _kafka_events, "kafka_offsets": _kafka_offsets,
+             "monitor": _monitor}
+    for name, metrics in parts.items():
+        if name in health:
+            yield from metrics(health[name].value)
+
+
 class StoreCollector(Collector):
-    """Reads the store at scrape time. A store that cannot be opened gives `oncewatch_store_up 0`."""
+    """Reads the store at scrape time. A store that cannot be read gives `oncewatch_store_up 0` alone."""
 
     def __init__(self, store_path: str):
         self.store_path = store_path
@@ -159,40 +188,14 @@ class StoreCollector(Collector):
             with closing(queries.open_store(self.store_path)) as store:
                 health = queries.components(store, time.time())
                 stats = queries.engine_stats(store)
-        except StoreError:
+        except (StoreError, sqlite3.Error):  # missing, not yet initialised, or unreadable
             store_up.add_metric([], 0)
             yield store_up
             return
         store_up.add_metric([], 1)
         yield store_up
-        yield from self._health(health)
+        yield from _health(health)
         yield from _engine(stats)
-
-    @staticmethod
-    def _health(health: dict[str, queries.Component]) -> Iterator[Metric]:
-        updated = _gauge("health_updated_timestamp_seconds", "When the monitor last wrote this component's health "
-                         "(unix time); an old value means a stale monitor.", ("component",))
-        for name, c in sorted(health.items()):
-            updated.add_metric([name], c.value["updated_at"])
-        yield updated
-        up = _gauge("collector_up", "1 when the collector is connected (the offsets poller: answered).",
-                    ("collector",))
-        records = _counter("collector_records_read", "Records read: binlog rows, Kafka records.", ("collector",))
-        reconnects = _counter("collector_reconnects", "Reconnections after a lost connection.", ("collector",))
-        for name in COLLECTORS:
-            if name not in health:
-                continue
-            value = health[name].value
-            up.add_metric([name], 1 if health[name].up else 0)
-            if name != "kafka_offsets":
-                records.add_metric([name], value.get("rows_read", value.get("records_read", 0)))
-                reconnects.add_metric([name], value.get("reconnects", 0))
-        yield from (up, records, reconnects)
-        parts = {"binlog": _binlog, "kafka_events": _kafka_events, "kafka_offsets": _kafka_offsets,
-                 "monitor": _monitor}
-        for name, metrics in parts.items():
-            if name in health:
-                yield from metrics(health[name].value)
 
 
 def registry(store_path: str) -> CollectorRegistry:

@@ -36,6 +36,9 @@ SEVERITIES = ("critical", "warning", "info")
 STATUSES = ("open", "resolved")
 # Entity kinds the drill-down tries when given a bare value (entity_index keys are 'kind:value').
 ENTITY_KINDS = ("trade_no", "order_key")
+# Keys of a finding that name its entity, best first: the rules write trade_no, order (F2-F6),
+# key (the announced key of F7-F10); order_key is the events' name for an order.
+FINDING_ENTITY_KEYS = ("trade_no", "order", "order_key", "key")
 # A drill-down shows at most this many rows and events of one entity, newest kept.
 TIMELINE_LIMIT = 2000
 
@@ -228,11 +231,9 @@ def findings_page(store: Store, flt: FindingFilter, limit: int = 200, offset: in
 
 
 def entity_of(keys: dict[str, Any]) -> str:
-    """The value the drill-down should open for a finding: its trade_no, else its order, else any key."""
-    for kind in ENTITY_KINDS:
-        if keys.get(kind) is not None:
-            return str(keys[kind])
-    return next((str(v) for v in keys.values() if v is not None), "")
+    """The value the drill-down should open for a finding ('' for findings about no one entity,
+    e.g. F12 on a consumer group)."""
+    return next((str(keys[k]) for k in FINDING_ENTITY_KEYS if keys.get(k) is not None), "")
 
 
 # ---------------------------------------------------------------- drill-down

@@ -45,6 +45,11 @@ def _evidence_of(item: RowChange | EmittedEvent) -> Evidence:
     return Evidence("event", item.coordinates, item.timestamp_ms / 1000, dict(item.payload))
 
 
+def _announced(order: str) -> dict:
+    """Keys the announcement rules (F7-F10) give a finding about an order's order.paid event."""
+    return {"event_type": "order.paid", "key": order, "table": "shop.orders"}
+
+
 def _finding(fid: str, rule: str, name: str, severity: str, keys: dict, summary: str, at: float,
              evidence: list[RowChange | EmittedEvent], resolution: str | None = None) -> Finding:
     return Finding(id=fid, rule=rule, name=name, severity=severity, keys=keys, summary=summary, first_seen=at,
@@ -130,20 +135,21 @@ def seed(path: str, now: float | None = None) -> Store:
     event_entities = [(0, "order_key:O501"), (0, "trade_no:T1001"), (1, "trade_no:T1001"), (2, "trade_no:T1001"),
                       (3, "order_key:O507"), (4, "order_key:O507")]
     findings = [
-        _finding("f1-t1001", "F1", "duplicate_effect", "critical", {"trade_no": "T1001", "order_key": "O501"},
+        _finding("f1-t1001", "F1", "duplicate_effect", "critical", {"table": "shop.shipments", "trade_no": "T1001"},
                  "2 shop.shipments rows for trade_no T1001 (S1, S2)", t0 + 9, [rows[3], rows[4]]),
-        _finding("f7-o502", "F7", "missing_event", "critical", {"order_key": "O502"},
+        _finding("f7-o502", "F7", "missing_event", "critical", _announced("O502"),
                  "orders O502 became paid, no order.paid event on shop.events after 30 s", t0 + 50, [rows[5]]),
-        _finding("f7-o504", "F7", "missing_event", "critical", {"order_key": "O504"},
+        _finding("f7-o504", "F7", "missing_event", "critical", _announced("O504"),
                  "orders O504 became paid, no order.paid event on shop.events after 30 s", t0 + 60, [],
                  resolution="event arrived late (F10)"),
-        _finding("f2-o505", "F2", "double_charge", "critical", {"order_key": "O505"},
+        _finding("f2-o505", "F2", "double_charge", "critical",
+                 {"order": "O505", "trade_nos": ["T2005", "T2006"]},
                  "2 successful trade_nos for order O505", t0 + 70, [], resolution="refunded T2006"),
-        _finding("f9-o503", "F9", "duplicate_event", "info", {"order_key": "O503"},
+        _finding("f9-o503", "F9", "duplicate_event", "info", _announced("O503"),
                  "order.paid for O503 announced twice, same payload", t0 + 80, []),
-        _finding("f9-o506", "F9", "duplicate_event", "info", {"order_key": "O506"},
+        _finding("f9-o506", "F9", "duplicate_event", "info", _announced("O506"),
                  "order.paid for O506 announced twice, same payload", t0 + 90, []),
-        _finding("f9-o507", "F9", "duplicate_event", "critical", {"order_key": "O507"},
+        _finding("f9-o507", "F9", "duplicate_event", "critical", _announced("O507"),
                  "order.paid for O507 announced twice with different amounts", t0 + 100, [events[3], events[4]]),
     ]
     with store.batch() as tx:

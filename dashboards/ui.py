@@ -51,6 +51,10 @@ def day_start(day: dt.date | None, plus_days: int = 0) -> dt.datetime | None:
     return dt.datetime.combine(day + dt.timedelta(days=plus_days), dt.time(), dt.timezone.utc)
 
 
+def epoch(t: dt.datetime | None) -> float | None:
+    return None if t is None else t.timestamp()
+
+
 def duration(seconds: float | None) -> str:
     if seconds is None:
         return "–"

@@ -5,8 +5,8 @@ Only one page of rows is read (newest first), so the page costs the same with 10
 
 from __future__ import annotations
 
-import datetime as dt
 import math
+from urllib.parse import quote
 
 import pandas as pd
 import streamlit as st
@@ -17,8 +17,12 @@ PAGE_SIZE = 100
 DRILLDOWN = "dashboards/pages/drilldown.py"
 
 
-def epoch(t: dt.datetime | None) -> float | None:
-    return None if t is None else t.timestamp()
+def table_row(r: dict) -> dict:
+    entity = queries.entity_of(r["keys"])
+    return {"first seen": ui.when(r["first_seen"]), "rule": r["rule"], "name": r["name"], "severity": r["severity"],
+            "status": r["status"], "entity": entity, "drill-down": f"drilldown?q={quote(entity)}" if entity else None,
+            "summary": r["summary"],
+            "resolved": f"{ui.when(r['resolved_at'])}: {r['resolution']}" if r["resolved_at"] else ""}
 
 
 st.title("Findings")
@@ -31,7 +35,7 @@ until = cols[4].date_input("Seen until (UTC)", value=None)
 search = cols[5].text_input("trade_no or order", value=st.query_params.get("q", ""))
 
 flt = queries.FindingFilter(rules=tuple(rules), severities=tuple(severities), statuses=tuple(statuses),
-                            since=epoch(ui.day_start(since)), until=epoch(ui.day_start(until, plus_days=1)),
+                            since=ui.epoch(ui.day_start(since)), until=ui.epoch(ui.day_start(until, plus_days=1)),
                             search=search)
 with ui.store() as store:
     total = queries.count_findings(store, flt)
@@ -41,12 +45,7 @@ with ui.store() as store:
 
 first = (page - 1) * PAGE_SIZE
 st.caption(f"{total:,} findings match; showing {first + 1 if rows else 0:,}–{first + len(rows):,}, newest first.")
-table = pd.DataFrame([{
-    "first seen": ui.when(r["first_seen"]), "rule": r["rule"], "name": r["name"], "severity": r["severity"],
-    "status": r["status"], "entity": queries.entity_of(r["keys"]),
-    "drill-down": f"drilldown?q={queries.entity_of(r['keys'])}", "summary": r["summary"],
-    "resolved": f"{ui.when(r['resolved_at'])}: {r['resolution']}" if r["resolved_at"] else "",
-} for r in rows])
+table = pd.DataFrame([table_row(r) for r in rows])
 if table.empty:
     st.info("No finding matches these filters.")
     st.stop()
@@ -57,4 +56,5 @@ selection = st.dataframe(
 st.caption("Select a row for the link to its drill-down, or follow its ↗ link (opens a new tab).")
 chosen = selection.selection.rows[0] if selection.selection.rows else 0
 entity = table["entity"].iloc[chosen]
-st.page_link(DRILLDOWN, label=f"Drill-down for {entity}", icon=":material/timeline:", query_params={"q": entity})
+if entity:
+    st.page_link(DRILLDOWN, label=f"Drill-down for {entity}", icon=":material/timeline:", query_params={"q": entity})

@@ -39,7 +39,7 @@ mask = cols[4].checkbox("Mask personal data", help="Masks: " + ", ".join(cfg.exp
 with ui.store() as store:
     count = queries.count_findings(store, queries.FindingFilter(
         rules=(rule,) if rule else (), statuses=(status,) if status else (),
-        since=since.timestamp() if since else None, until=until.timestamp() if until else None))
+        since=ui.epoch(since), until=ui.epoch(until)))
 st.metric("Findings in this report", f"{count:,}")
 st.caption("Each report has a header with the time range, the binlog and Kafka positions reached, the config's "
            "SHA-256 and a SHA-256 of the data, so it can be checked later (`dashboards.reports.verify`).")

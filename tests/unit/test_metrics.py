@@ -145,3 +145,5 @@ def test_disconnected_collector_and_missing_store(served, tmp_path: Path) -> Non
 
     missing = metrics.registry(str(tmp_path / "nowhere.db"))
     assert missing.get_sample_value("oncewatch_store_up") == 0
+    (tmp_path / "empty.db").touch()  # created, never initialised by a monitor: no tables
+    assert metrics.registry(str(tmp_path / "empty.db")).get_sample_value("oncewatch_store_up") == 0

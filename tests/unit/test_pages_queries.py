@@ -24,8 +24,9 @@ def test_search_matches_whole_key_values_lists_included(store_path: str) -> None
                             finding("number", {"order": 4242}, 2.0),
                             finding("longer", {"trade_no": "T77"}, 3.0)])
     ids = {v: [r["id"] for r in queries.findings_page(store, queries.FindingFilter(search=v))]
-           for v in ("T8", "4242", "T7", "T1001", "T100")}
-    assert ids == {"T8": ["list"], "4242": ["number"], "T7": ["list"], "T1001": ["f1-t1001"], "T100": []}
+           for v in ("T8", "4242", "T7", "T1001", "T100", "T2006")}
+    assert ids == {"T8": ["list"], "4242": ["number"], "T7": ["list"], "T1001": ["f1-t1001"], "T100": [],
+                   "T2006": ["f2-o505"]}
     assert queries.count_findings(store, queries.FindingFilter(search="T7")) == 1
 
 
@@ -37,12 +38,20 @@ def test_filters_and_newest_first(store_path: str) -> None:
     assert queries.count_findings(store, queries.FindingFilter(severities=("info",))) == 2
 
 
+def test_entity_of_a_finding() -> None:
+    assert queries.entity_of({"table": "shop.shipments", "trade_no": "T1"}) == "T1"
+    assert queries.entity_of({"from": "refunded", "order": "O1", "to": "paid"}) == "O1"
+    assert queries.entity_of({"event_type": "order.paid", "key": "O2", "table": "shop.orders"}) == "O2"
+    assert queries.entity_of({"group": "g", "topic": "t"}) == ""
+
+
 def test_timeline_takes_bare_values_and_kind_value(store_path: str) -> None:
     store = Store(store_path, readonly=True)
     assert queries.entity_keys(" T1 ") == ("trade_no:T1", "order_key:T1")
     assert queries.entity_keys("order_key:O501") == ("order_key:O501",)
     explicit = queries.timeline(store, "order_key:O501")
-    assert (len(explicit.rows), len(explicit.events), [f.id for f in explicit.findings]) == (3, 1, ["f1-t1001"])
+    assert (len(explicit.rows), len(explicit.events), [f.id for f in explicit.findings]) == (3, 1, [])
+    assert [f.id for f in queries.timeline(store, "O502").findings] == ["f7-o502"]
     assert queries.timeline(store, "").entities == ()
 
 
