@@ -1,0 +1,101 @@
+"""`make demo`: the simulated shop with faults, the monitor watching it, the dashboard.
+
+Assumes the dev services run (`make demo` starts them first). Resets the shop's tables and
+topic and the demo's store, starts the monitor (which bootstraps on the empty shop), then the
+shop at a few orders per second with the default fault mix, then the Streamlit dashboard;
+prints one line per address and stops everything it started on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from dashboards import launch
+from oncewatch.config import load
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "examples" / "shop.toml"
+LOGS = ROOT / ".devstack" / "demo"
+# A mix where every rule shows within the first minutes at a few orders per second.
+DEFAULT_FAULTS = "all"
+
+
+def wait_http(url: str, what: str, proc: subprocess.Popen, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"demo: {what} exited (code {proc.returncode}); see {LOGS}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise SystemExit(f"demo: {what} did not answer at {url} within {timeout:.0f}s; see {LOGS}")
+
+
+def spawn(argv: list[str], name: str) -> subprocess.Popen:
+    LOGS.mkdir(parents=True, exist_ok=True)
+    with open(LOGS / f"{name}.log", "ab") as out:
+        return subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rate", type=float, default=3.0, help="new orders per second (default %(default)s)")
+    ap.add_argument("--faults", default=DEFAULT_FAULTS, help="the shop's fault mix (default %(default)s)")
+    ap.add_argument("--minutes", type=float, default=600.0, help="how long the shop keeps selling")
+    args = ap.parse_args(argv)
+    cfg = load(CONFIG)
+    bin_dir = Path(sys.executable).parent
+    procs: list[subprocess.Popen] = []
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        print("demo: resetting the shop's tables and topic", flush=True)
+        subprocess.run([str(bin_dir / "oncewatch-shop"), "--reset", "--orders", "0"], cwd=ROOT, check=True,
+                       stdout=subprocess.DEVNULL)
+        for suffix in ("", "-wal", "-shm"):
+            Path(cfg.store.path + suffix).unlink(missing_ok=True)
+        monitor = spawn([str(bin_dir / "oncewatch"), "run", "--config", str(CONFIG)], "monitor")
+        procs.append(monitor)
+        metrics_url = f"http://{cfg.metrics.host}:{cfg.metrics.port}/metrics"
+        wait_http(metrics_url, "the monitor", monitor)
+        procs.append(spawn([str(bin_dir / "oncewatch-shop"), "--duration", str(args.minutes * 60),
+                            "--rate", str(args.rate), "--faults", args.faults,
+                            "--truth", str(LOGS / "truth.json")], "shop"))
+        dashboard = launch.launch(config=str(CONFIG), log=LOGS / "dashboard.log")
+        procs.append(dashboard)
+        launch.wait_ready(dashboard, launch.url())
+        print(f"demo: dashboard  {launch.url()}", flush=True)
+        print(f"demo: /metrics   {metrics_url}", flush=True)
+        print(f"demo: logs in {LOGS.relative_to(ROOT)}; Ctrl-C stops the shop, the monitor and the dashboard",
+              flush=True)
+        while not stopping and all(p.poll() is None for p in procs[:1]):
+            time.sleep(0.5)
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        print("demo: stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
