@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import json
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -38,7 +37,9 @@ DELAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 
 
 
 def payload_digest(payload: Any) -> str:
-    return hashlib.blake2b(json.dumps(payload, sort_keys=True, default=str).encode(), digest_size=12).hexdigest()
+    """Stable across processes. A replay carries the same bytes, so its parsed payload has the same
+    key order and repr; payloads that differ only in key order count as different (cheap, and rare)."""
+    return hashlib.blake2b(repr(payload).encode(), digest_size=12).hexdigest()
 
 
 def match_key(a: Announce, key: Any) -> str:
@@ -56,7 +57,7 @@ class Announcements:
         self.waiting = memory.deadlines("waiting_changes", BINLOG, rules.missing_event_grace_seconds)
         # match key -> [{"t": event time, "h": payload digest, "ev"}]
         self.unmatched = memory.deadlines("unmatched_events", KAFKA, rules.orphan_event_grace_seconds)
-        # match key -> {"h", "ev"} of the event that announced it first
+        # match key -> (payload digest, evidence) of the event that announced it first
         self.announced = memory.aging("announced", KAFKA)
         self.delay = memory.counters("delay", {})
         self.marks = memory.counters("marks", {"watch_start": None})
@@ -79,12 +80,13 @@ class Announcements:
 
     # ------------------------------------------------------------ input
 
-    def on_change(self, change: RowChange) -> None:
+    def on_change(self, entries: list[Announce], change: RowChange) -> None:
+        """`entries`: the [[announce]] entries of the change's table."""
         if change.snapshot:
             return
         if self.marks["watch_start"] is None:
             self.marks["watch_start"] = change.commit_time
-        for a in self.by_table[change.qualified_table]:
+        for a in entries:
             if not a.selects(change.op, change.before, change.after):
                 continue
             key = change.row.get(a.key_column)
@@ -93,7 +95,7 @@ class Announcements:
                 continue
             mk = match_key(a, key)
             item = {"t": change.commit_time, "clock": change.commit_clock, "table": a.table,
-                    "ev": row_evidence(change, (a.key_column,) + ((a.when_column,) if a.when_column else ()))}
+                    "ev": row_evidence(change, a.table, (a.key_column,) + ((a.when_column,) if a.when_column else ()))}
             taken = self.unmatched.take(mk)
             if taken is None:
                 self.waiting.add(mk, item)
@@ -134,7 +136,7 @@ class Announcements:
         c, e = change["t"], event["t"]
         delay = e - c
         self._observe(change["clock"], delay)
-        self.announced.put(match_key(a, key), {"h": event["h"], "ev": event["ev"]}, e)
+        self.announced.put(match_key(a, key), (event["h"], event["ev"]), e)
         evidence = [change["ev"], event["ev"]]
         if change_overdue or delay > r.missing_event_grace_seconds:
             self.findings.settle("F7", (a.event_type, key), keys=keys, summary=self._missing(a, key),
@@ -151,15 +153,15 @@ class Announcements:
                                          f"({change['clock']} clock)", time=e, evidence=evidence)
 
     def _duplicate(self, a: Announce, key: str, event: dict[str, Any]) -> None:
-        first = self.announced.get(match_key(a, key))
+        digest, first = self.announced.get(match_key(a, key))
         old = self.findings.get(finding_id("F9", a.event_type, key))
-        conflicting = event["h"] != first["h"] or (old is not None and old.severity == "critical")
+        conflicting = event["h"] != digest or (old is not None and old.severity == "critical")
         self.findings.raise_(
             "F9", (a.event_type, key), keys={"event_type": a.event_type, "key": key, "table": a.table},
             severity="critical" if conflicting else "info",
             summary=f"{a.event_type} {key} announced more than once; payloads "
                     + ("differ (conflicting)" if conflicting else "equal (at-least-once replay)"),
-            time=event["t"], evidence=[first["ev"], event["ev"]])
+            time=event["t"], evidence=[first, event["ev"]])
 
     def _split(self, mk: str) -> tuple[Announce, str]:
         topic, event_type, key = mk.split("\x1f", 2)

@@ -14,14 +14,12 @@ from checks.settings import Effect
 from oncewatch.records import OP_DELETE, RowChange
 
 class DuplicateEffects:
-    def __init__(self, effects: tuple[Effect, ...], memory: Memory, findings: Findings):
-        self.by_table = {e.table: e for e in effects}
+    def __init__(self, memory: Memory, findings: Findings):
         # "table\x1ftrade_no" -> {primary key: evidence}
         self.rows = memory.aging("effects", BINLOG)
         self.findings = findings
 
-    def on_row(self, change: RowChange) -> None:
-        effect = self.by_table[change.qualified_table]
+    def on_row(self, effect: Effect, change: RowChange) -> None:
         trade_no = change.row.get(effect.trade_no_column)
         if change.op == OP_DELETE:
             return
@@ -32,7 +30,7 @@ class DuplicateEffects:
         pk = "\x1f".join(map(str, change.pk))
         rows = self.rows.get(key) or {}
         if pk not in rows:
-            rows[pk] = row_evidence(change, (effect.trade_no_column,))
+            rows[pk] = row_evidence(change, effect.table, (effect.trade_no_column,))
         self.rows.put(key, rows, change.commit_time)
         if len(rows) > 1:
             self.findings.raise_("F1", (effect.table, trade_no), keys={"table": effect.table, "trade_no": trade_no},

@@ -45,6 +45,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from checks.announcements import Announcements
@@ -60,6 +61,9 @@ from oncewatch.records import EmittedEvent, Finding, RowChange, Transaction
 log = logging.getLogger("oncewatch.checks.engine")
 
 STATE_VERSION = 1
+HORIZON_LOG_EVERY = 60.0  # seconds of `now` between two horizon log lines (it happens every tick at steady state)
+# Spaces whose entries still awaited a verdict (stuck? missing? orphan?): losing them is a warning.
+AWAITING = ("pending_orders", "waiting_changes", "unmatched_events")
 
 
 class StateMismatchError(ValueError):
@@ -78,13 +82,14 @@ class Engine:
         self.memory = Memory(rules.horizon_seconds, rules.horizon_max_entries)
         self.findings = self.memory.add("findings", Findings(rules.horizon_seconds, rules.horizon_max_entries),
                                         STREAMS)
-        self.routes: dict[str, list[Callable[[RowChange], None]]] = {}
+        # (schema, table) -> handlers: a tuple key spares building "schema.table" for every row
+        self.routes: dict[tuple[str, str], list[Callable[[RowChange], None]]] = {}
         self.callbacks: PaymentChecks | None = None
         self.orders: OrderLife | None = None
         if domain.effects:
-            effects = DuplicateEffects(domain.effects, self.memory, self.findings)
+            effects = DuplicateEffects(self.memory, self.findings)
             for e in domain.effects:
-                self._route(e.table, effects.on_row)
+                self._route(e.table, partial(effects.on_row, e))
         if domain.orders:
             self.orders = OrderLife(domain.orders, domain.state_machine, rules.stuck_pending_seconds, self.memory,
                                     self.findings)
@@ -97,13 +102,16 @@ class Engine:
                 if domain.payments.callback_status_column:
                     self.callbacks = payments
         self.announcements = Announcements(settings.announce, rules, self.memory, self.findings)
-        for table in self.announcements.by_table:
-            self._route(table, self.announcements.on_change)
+        for table, entries in self.announcements.by_table.items():
+            self._route(table, partial(self.announcements.on_change, entries))
         self.offsets = OffsetChecks(rules, self.findings)
         self._dropped_logged = 0
+        self._expired: dict[str, int] = {}
+        self._logged_at = float("-inf")
 
     def _route(self, table: str, handler: Callable[[RowChange], None]) -> None:
-        self.routes.setdefault(table, []).append(handler)
+        schema, name = table.split(".")
+        self.routes.setdefault((schema, name), []).append(handler)
 
     # ------------------------------------------------------------ state
 
@@ -123,9 +131,9 @@ class Engine:
     def on_transaction(self, tx: Transaction) -> None:
         routes = self.routes
         for row in tx.rows:
-            for handler in routes.get(f"{row.schema}.{row.table}", ()):
+            for handler in routes.get((row.schema, row.table), ()):
                 handler(row)
-        if self.callbacks is not None:
+        if self.callbacks is not None and len(tx.rows) > 1:  # F6 needs an order and a payment row
             self.callbacks.check_callbacks(tx)
 
     def on_events(self, events: Iterable[EmittedEvent]) -> None:
@@ -143,13 +151,20 @@ class Engine:
         self.offsets.on_backlog(now, self.announcements.backlog)
         gone = self.memory.expire(binlog_time, kafka_time)
         self.announcements.forget(gone.get("waiting_changes", ()))
+        for name, values in gone.items():
+            self._expired[name] = self._expired.get(name, 0) + len(values)
+        self._log_horizon(now)
+
+    def _log_horizon(self, now: float) -> None:
         dropped = self.memory.dropped()
-        if dropped > self._dropped_logged:
-            log.warning("open state fell off the horizon; later facts about it are judged without it", extra={
-                "event": "horizon_dropped", "dropped": dropped - self._dropped_logged,
-                "expired": {name: len(values) for name, values in gone.items()},
-                "horizon_seconds": self.settings.rules.horizon_seconds})
-            self._dropped_logged = dropped
+        if dropped == self._dropped_logged or now - self._logged_at < HORIZON_LOG_EVERY:
+            return
+        level = logging.WARNING if any(name in self._expired for name in AWAITING) else logging.INFO
+        log.log(level, "open state fell off the horizon; later facts about it are judged without it", extra={
+            "event": "horizon_dropped", "dropped": dropped - self._dropped_logged, "expired": self._expired,
+            "horizon_seconds": self.settings.rules.horizon_seconds,
+            "max_entries": self.settings.rules.horizon_max_entries})
+        self._dropped_logged, self._expired, self._logged_at = dropped, {}, now
 
     # ------------------------------------------------------------ output
 

@@ -3,7 +3,7 @@
 A finding's id is a hash of its rule and the identity of the fact (F1: table + trade_no,
 F7: event type + key, ...), so the same fact found twice (after a restart, or with the two
 streams read in another order) is one finding. Evidence is kept in state as compact lists
-`[kind, coordinates, time, values]` and sorted by time when a finding is built, so the
+`(kind, coordinates, time, values)` and sorted by time when a finding is built, so the
 order in which the streams were read does not show in the result. Times are stream times
 (commit times, Kafka timestamps, deadlines derived from them), never the wall clock, for
 the same reason.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from checks.horizon import Aging
@@ -38,7 +38,10 @@ RULES: dict[str, tuple[str, str]] = {
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 OPEN, RESOLVED = "open", "resolved"
 
-EvidenceItem = list[Any]  # [kind, coordinates, time, values]: JSON-able, compact in memory
+# (kind, coordinates, time, ((name, value), ...)): lists once through JSON. Held by the hundred
+# thousand in open state, so kept to plain tuples: CPython's collector stops tracking a tuple
+# of plain values (never one holding a dict), which keeps full collections cheap.
+EvidenceItem = Sequence[Any]
 
 log = logging.getLogger("oncewatch.checks")
 
@@ -53,30 +56,36 @@ def finding_id(rule: str, *identity: Any) -> str:
     return f"{rule}-{digest[:20]}"
 
 
-def row_evidence(change: RowChange, columns: Iterable[str]) -> EvidenceItem:
-    """The change with the columns a rule looked at (and their old values where they changed)."""
-    row, before = change.row, change.before if change.after is not None else None
-    values: dict[str, Any] = {"table": change.qualified_table, "op": change.op, "commit_clock": change.commit_clock}
-    for column in columns:
-        values[column] = row.get(column)
-        if before is not None and before.get(column) != row.get(column):
-            values[f"before.{column}"] = before.get(column)
-    return ["row_change", change.coordinates, change.commit_time, values]
+def row_evidence(change: RowChange, table: str, columns: Iterable[str]) -> EvidenceItem:
+    """The change with the columns a rule looked at (and their old values where they changed).
+
+    `table` is the configured name, passed in so that every item shares that one string."""
+    after, before = change.after, change.before
+    row = after if after is not None else before or {}
+    values = [("table", table), ("op", change.op), ("commit_clock", change.commit_clock)]
+    values += [(column, row.get(column)) for column in columns]
+    if after is not None and before is not None:
+        values += [(f"before.{c}", before.get(c)) for c in columns if before.get(c) != after.get(c)]
+    return ("row_change", change.coordinates, change.commit_time, tuple(values))
 
 
 def event_evidence(event: EmittedEvent) -> EvidenceItem:
-    values = {**event.keys, "key": event.key, "timestamp_type": event.timestamp_type}
-    return ["event", event.coordinates, event.timestamp_ms / 1000.0, values]
+    values = (*event.keys.items(), ("key", event.key), ("timestamp_type", event.timestamp_type))
+    return ("event", event.coordinates, event.timestamp_ms / 1000.0, values)
 
 
 def offsets_evidence(coordinates: str, time: float, values: dict[str, Any]) -> EvidenceItem:
-    return ["offsets", coordinates, time, values]
+    return ("offsets", coordinates, time, tuple(values.items()))
+
+
+def value_of(item: EvidenceItem, name: str) -> Any:
+    return dict(item[3]).get(name)
 
 
 def _merge(old: tuple[Evidence, ...], new: Iterable[EvidenceItem]) -> tuple[Evidence, ...]:
     by_place = {(e.kind, e.coordinates): e for e in old}
-    for item in new:
-        by_place.setdefault((item[0], item[1]), Evidence(*item))
+    for kind, coordinates, time, values in new:
+        by_place.setdefault((kind, coordinates), Evidence(kind, coordinates, time, dict(values)))
     return tuple(sorted(by_place.values(), key=lambda e: (e.time, e.kind, e.coordinates)))
 
 
@@ -154,6 +163,9 @@ class Findings:
         return [{"rule": r, "severity": s, "count": n} for (r, s), n in sorted(counts.items())]
 
     # The registry is one of the engine's memory spaces (see checks.horizon.Memory).
+    def __len__(self) -> int:
+        return len(self.live)
+
     def expire(self, now: float) -> list[Finding]:
         return self.live.expire(now)
 

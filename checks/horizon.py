@@ -1,6 +1,8 @@
 """Bounded open state: maps whose entries fall off a time horizon, counted, never silently.
 
 `Aging` is a dict kept in last-touched order so that expiring is a walk from the front.
+Each walk is one iterator over the dict: `next(iter(d))` after deleting from the front scans
+the deleted slots every time (CPython keeps them until a resize), which made sweeps quadratic.
 `Deadlines` holds items that become due at `time + grace` (an order that may get stuck, a
 change waiting for its event) and moves them to `overdue` once judged, where they wait to be
 resolved. Both serialise to plain lists in order, because `to_json` sorts dict keys and
@@ -10,6 +12,7 @@ the order is what makes expiring cheap.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import islice, takewhile
 from typing import Any, Generic, Protocol, TypeVar
 
 V = TypeVar("V")
@@ -35,12 +38,14 @@ class Aging(Generic[V]):
         return None if entry is None else entry[1]
 
     def put(self, key: str, value: V, time: float) -> None:
-        """Set and move to the back; over `max_entries`, the oldest entry falls off."""
+        """Set and move to the back; over `max_entries`, the oldest 1% falls off (in one walk)."""
         self.items.pop(key, None)
         self.items[key] = (time, value)
         if len(self.items) > self.max_entries:
-            del self.items[next(iter(self.items))]
-            self.dropped += 1
+            oldest = list(islice(self.items, len(self.items) - self.max_entries + self.max_entries // 100))
+            for k in oldest:
+                del self.items[k]
+            self.dropped += len(oldest)
 
     def pop(self, key: str) -> V | None:
         entry = self.items.pop(key, None)
@@ -56,16 +61,11 @@ class Aging(Generic[V]):
         out of order waits for the next sweep: the walk stops at the first young entry.
         """
         cutoff = now - self.horizon
-        gone = []
-        while self.items:
-            key = next(iter(self.items))
-            time, value = self.items[key]
-            if time >= cutoff:
-                break
+        old = list(takewhile(lambda kv: kv[1][0] < cutoff, self.items.items()))
+        for key, _ in old:
             del self.items[key]
-            gone.append(value)
-        self.dropped += len(gone)
-        return gone
+        self.dropped += len(old)
+        return [value for _, (_, value) in old]
 
     def dump(self) -> dict[str, Any]:
         return {"items": [[k, t, v] for k, (t, v) in self.items.items()], "dropped": self.dropped}
@@ -73,6 +73,16 @@ class Aging(Generic[V]):
     def load(self, d: dict[str, Any]) -> None:
         self.items = {k: (t, v) for k, t, v in d["items"]}
         self.dropped = d["dropped"]
+
+
+def _pop_first(aging: Aging[list[dict[str, Any]]], key: str) -> dict[str, Any] | None:
+    entry = aging.items.get(key)
+    if entry is None:
+        return None
+    items = entry[1]
+    if len(items) == 1:
+        del aging.items[key]
+    return items.pop(0)
 
 
 class Deadlines:
@@ -88,6 +98,9 @@ class Deadlines:
         self.fresh: Aging[list[dict[str, Any]]] = Aging(horizon, max_entries)
         self.overdue: Aging[list[dict[str, Any]]] = Aging(horizon, max_entries)
 
+    def __len__(self) -> int:
+        return len(self.fresh) + len(self.overdue)
+
     def add(self, key: str, item: dict[str, Any]) -> None:
         items = self.fresh.get(key)
         if items is None:
@@ -100,25 +113,19 @@ class Deadlines:
 
     def take(self, key: str) -> tuple[dict[str, Any], bool] | None:
         """The oldest item of `key` and whether it was overdue; None when there is none."""
-        for aging, overdue in ((self.overdue, True), (self.fresh, False)):
-            items = aging.get(key)
-            if items:
-                item = items.pop(0)
-                if not items:
-                    aging.pop(key)
-                return item, overdue
-        return None
+        item = _pop_first(self.overdue, key)
+        if item is not None:
+            return item, True
+        item = _pop_first(self.fresh, key)
+        return None if item is None else (item, False)
 
     def due(self, now: float) -> list[tuple[str, dict[str, Any]]]:
         """Move the items whose deadline is before `now` to overdue and return them."""
         out = []
-        while self.fresh.items:
-            key = next(iter(self.fresh.items))
-            time, items = self.fresh.items[key]
-            if time + self.grace >= now:
-                break
-            late = [i for i in items if i["t"] + self.grace < now]
-            rest = [i for i in items if i["t"] + self.grace >= now]
+        cutoff = now - self.grace
+        for key, (time, items) in list(takewhile(lambda kv: kv[1][0] < cutoff, self.fresh.items.items())):
+            late = [i for i in items if i["t"] < cutoff]
+            rest = [i for i in items if i["t"] >= cutoff]
             self.fresh.pop(key)
             if rest:
                 self.fresh.put(key, rest, rest[0]["t"])
@@ -154,6 +161,8 @@ class Space(Protocol):
     """What the engine's memory needs of each piece of open state."""
 
     dropped: int
+
+    def __len__(self) -> int: ...
 
     def expire(self, now: float) -> list[Any]: ...
 
@@ -201,6 +210,10 @@ class Memory:
 
     def dropped(self) -> int:
         return sum(space.dropped for space, _ in self.spaces.values())
+
+    def held(self) -> int:
+        """Entries held over all spaces (keys, not the items under them)."""
+        return sum(len(space) for space, _ in self.spaces.values())
 
     def dump(self) -> dict[str, Any]:
         return {"spaces": {name: space.dump() for name, (space, _) in self.spaces.items()}, "plain": self.plain}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from checks.findings import Findings, finding_id, offsets_evidence
+from checks.findings import EvidenceItem, Findings, finding_id, offsets_evidence
 from checks.settings import Rules
 
 
@@ -24,7 +24,7 @@ class OffsetChecks:
         self.findings = findings
 
     def _reading(self, rule: str, identity: tuple[str, ...], above: bool, keys: dict[str, Any], summary: str,
-                 time: float, evidence: list[list[Any]], why: str) -> None:
+                 time: float, evidence: list[EvidenceItem], why: str) -> None:
         if above:
             self.findings.raise_(rule, identity, keys=keys, summary=summary, time=time, evidence=evidence, replace=True)
         else:

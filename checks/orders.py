@@ -9,7 +9,7 @@ when the timer ran. F4 needs no state: the binlog's before image gives the old s
 
 from __future__ import annotations
 
-from checks.findings import Findings, row_evidence, warn_null_key
+from checks.findings import EvidenceItem, Findings, row_evidence, warn_null_key
 from checks.horizon import BINLOG, Memory
 from checks.settings import Orders
 from oncewatch.records import OP_DELETE, OP_UPDATE, RowChange
@@ -35,8 +35,7 @@ class OrderLife:
         status = change.row.get(o.status_column)
         if change.op != OP_DELETE and status in self.pending_statuses:
             if not self.pending.has(key):
-                self.pending.add(key, {"t": change.commit_time, "ev": row_evidence(change, (o.key_column,
-                                                                                              o.status_column))})
+                self.pending.add(key, {"t": change.commit_time, "ev": self._evidence(change)})
         else:
             self._left_pending(key, change)
         if self.machine is not None and change.op == OP_UPDATE and not change.snapshot:
@@ -53,8 +52,12 @@ class OrderLife:
             self.findings.settle(
                 "F3", (key,), keys={"order": key}, summary=self._summary(key),
                 since=item["t"] + self.threshold,
-                evidence=[item["ev"], row_evidence(change, (self.orders.key_column, self.orders.status_column))],
+                evidence=[item["ev"], self._evidence(change)],
                 at=change.commit_time, why=f"order left pending ({status}) after {waited:.3f}s at {change.coordinates}")
+
+    def _evidence(self, change: RowChange) -> EvidenceItem:
+        o = self.orders
+        return row_evidence(change, o.table, (o.key_column, o.status_column))
 
     def _summary(self, key: str) -> str:
         return f"order {key} pending longer than {self.threshold:g}s"
@@ -66,8 +69,7 @@ class OrderLife:
             return
         self.findings.raise_("F4", (key, change.txid, change.row_index), keys={"order": key, "from": old, "to": new},
                              summary=f"order {key} went {old} -> {new}, not allowed by domain.state_machine",
-                             time=change.commit_time,
-                             evidence=[row_evidence(change, (self.orders.key_column, column))])
+                             time=change.commit_time, evidence=[self._evidence(change)])
 
     def tick(self, binlog_time: float) -> None:
         for key, item in self.pending.due(binlog_time):

@@ -12,34 +12,33 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from checks.findings import EvidenceItem, Findings, row_evidence, warn_null_key
+from checks.findings import EvidenceItem, Findings, row_evidence, value_of, warn_null_key
 from checks.horizon import BINLOG, Memory
 from checks.settings import Orders, Payments
 from oncewatch.records import OP_DELETE, OP_UPDATE, RowChange, Transaction
 
 def money(value: Any) -> Decimal | None:
+    if value is None or isinstance(value, Decimal):
+        return value
     try:
-        return None if value is None else Decimal(str(value))
+        return Decimal(str(value))
     except InvalidOperation:
         return None
 
 
 class PaymentChecks:
     def __init__(self, payments: Payments, orders: Orders | None, memory: Memory, findings: Findings):
-        self.p = payments
+        p = self.p = payments
         self.orders = orders
-        self.success = frozenset(payments.success_statuses)
-        self.compare_amounts = bool(orders and orders.amount_column and payments.amount_column)
+        self.success = frozenset(p.success_statuses)
+        self.compare_amounts = bool(orders and orders.amount_column and p.amount_column)
+        self.columns = tuple(c for c in (p.trade_no_column, p.order_column, p.status_column, p.amount_column,
+                                         p.callback_status_column) if c)
         # order key -> {trade_no: evidence of the row that made it successful}
         self.successes = memory.aging("successful_payments", BINLOG)
-        # order key -> [amount as text, evidence]
+        # order key -> (amount as text, evidence of the row that set it)
         self.order_amounts = memory.aging("order_amounts", BINLOG)
         self.findings = findings
-
-    def _columns(self) -> tuple[str, ...]:
-        p = self.p
-        return tuple(c for c in (p.trade_no_column, p.order_column, p.status_column, p.amount_column,
-                                 p.callback_status_column) if c)
 
     def on_payment(self, change: RowChange) -> None:
         if change.op == OP_DELETE or change.row.get(self.p.status_column) not in self.success:
@@ -53,7 +52,7 @@ class PaymentChecks:
         if trade_no in trades:
             self.successes.put(order, trades, change.commit_time)
             return
-        trades[trade_no] = row_evidence(change, self._columns())
+        trades[trade_no] = row_evidence(change, self.p.table, self.columns)
         self.successes.put(order, trades, change.commit_time)
         if len(trades) > 1:
             self.findings.raise_("F2", (order,), keys={"order": order, "trade_nos": sorted(trades)},
@@ -71,13 +70,18 @@ class PaymentChecks:
         if order is None or amount is None:
             return
         order = str(order)
-        known = [str(amount), row_evidence(change, (o.key_column, o.amount_column))]
+        known = self.order_amounts.get(order)
+        if known is not None and known[0] == str(amount):
+            # the row that set this amount stays the evidence; updates of other columns only refresh it
+            self.order_amounts.put(order, known, change.commit_time)
+            return
+        known = (str(amount), row_evidence(change, o.table, (o.key_column, o.amount_column)))
         self.order_amounts.put(order, known, change.commit_time)
         for trade_no, payment in (self.successes.get(order) or {}).items():
             self._compare(order, trade_no, payment, known)
 
-    def _compare(self, order: str, trade_no: str, payment: EvidenceItem, known: list[Any]) -> None:
-        paid, expected = money(payment[3].get(self.p.amount_column)), Decimal(known[0])
+    def _compare(self, order: str, trade_no: str, payment: EvidenceItem, known: tuple[str, EvidenceItem]) -> None:
+        paid, expected = money(value_of(payment, self.p.amount_column)), Decimal(known[0])
         if paid is None or paid == expected:
             return
         self.findings.raise_("F5", (trade_no,), keys={"order": order, "trade_no": trade_no},
@@ -104,6 +108,6 @@ class PaymentChecks:
                 "F6", (trade_no, tx.rows[0].txid), keys={"order": order, "trade_no": trade_no, "callback_status": callback},
                 summary=f"callback status {callback!r} (not in {', '.join(p.callback_status_whitelist)}) moved order {order}",
                 time=r.commit_time,
-                evidence=[row_evidence(r, self._columns())] + [
-                    row_evidence(x, (o.key_column, o.status_column)) for x in order_rows
+                evidence=[row_evidence(r, p.table, self.columns)] + [
+                    row_evidence(x, o.table, (o.key_column, o.status_column)) for x in order_rows
                     if str(x.row.get(o.key_column)) == order])

@@ -72,9 +72,22 @@ def test_state_past_the_horizon_falls_off_counted_and_logged(caplog):
     assert stats["horizon_dropped_total"] == 2  # the shipment row (F1 memory) and the change waiting for its event
     assert stats["backlog_by_table"]["shop.shipments"] == 0
     (record,) = [r for r in caplog.records if getattr(r, "event", None) == "horizon_dropped"]
+    assert record.levelname == "WARNING"  # a change that never got its verdict
     assert record.dropped == 2 and record.expired == {"effects": 1, "waiting_changes": 1}
     engine.tick(now=T + 300, binlog_time=T + 300, kafka_time=T + 300)
     assert engine.drain() == []  # never judged: it fell off before Kafka was read that far
+
+
+def test_the_horizon_log_comes_at_most_once_a_minute(caplog):
+    shop, engine = Shop(), Engine(shop_settings(horizon_seconds=100, stuck_pending_seconds=50))
+    caplog.set_level(logging.INFO, "oncewatch.checks.engine")
+    for i in range(10):
+        feed(engine, shop.tx(T + 10 * i, shipment(f"S{i}", f"T{i}")), shop.event("shipment.created", T + 10 * i,
+                                                                               entity_id=f"S{i}"))
+        engine.tick(now=T + 200 + 10 * i, binlog_time=T + 200 + 10 * i, kafka_time=T + 200 + 10 * i)
+    records = [r for r in caplog.records if getattr(r, "event", None) == "horizon_dropped"]
+    assert [r.levelname for r in records] == ["INFO", "INFO"]  # only memory for duplicate checks fell off
+    assert sum(r.dropped for r in records) < engine.stats()["horizon_dropped_total"]  # the rest is in the next line
 
 
 def test_max_entries_bounds_each_kind():

@@ -1,0 +1,146 @@
+"""Records/s through the checks engine alone (no servers), and its memory as the run grows.
+
+Synthetic shop traffic (checks.samples, examples/shop.toml): per order a pending insert, a
+payment + paid update, a shipment, and the order.paid / shipment.created events, read in time
+order, with a few faults (lost, late and duplicated events, duplicate shipments, double
+charges). Orders arrive every `--gap` seconds of stream time; with the bench's horizon of
+`--horizon` seconds the open state reaches its steady size early, so memory must stay flat.
+The timer ticks and findings are drained every 1,000 records, as the monitor loop would.
+
+Records are built in chunks ahead of timing; only the engine's work is timed, as CPU time
+of this process (records/s on one core, unaffected by other load on the machine; wall time
+is printed too). Printed at 250k, 500k and 1M records: records/s so far, peak RSS of the
+process, open state entries held, findings so far. Then the cost of one `state()` + `to_json`, which the monitor pays per
+checkpoint. `--bare` adds the floor: the same records through a loop that only reads one
+attribute of each. Target: >= 50,000 records/s on one core, memory flat. Usage:
+
+    .venv/bin/python bench/engine.py [--records 1000000] [--gap 0.05] [--horizon 1800] [--bare]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from checks.engine import Engine  # noqa: E402
+from checks.samples import Shop, order, payment, shipment, shop_settings  # noqa: E402
+from oncewatch.records import EmittedEvent, Transaction, to_json  # noqa: E402
+
+T0 = 1_700_000_000.0
+CHUNK_ORDERS = 100  # about 600 records: a batch as the collectors hand them on
+REPORT_AT = (250_000, 500_000, 1_000_000)
+TICK_EVERY = 1_000
+
+
+def traffic(shop: Shop, first: int, count: int, gap: float, rng: random.Random) -> list[Transaction | EmittedEvent]:
+    """`count` orders from order number `first` on, as the monitor would read them: in time order."""
+    txs: list[tuple[float, tuple]] = []
+    events: list[tuple[float, str, dict, int]] = []
+    for i in range(first, first + count):
+        o, t, s = f"O{i}", f"T{i}", f"S{i}"
+        start = T0 + i * gap
+        fault = rng.random()
+        txs += [(start, (order(o, "pending"),)),
+                (start + 3, (payment(t, o, "success"), order(o, "paid", was="pending"))),
+                (start + 4, (shipment(s, t),))]
+        if fault < 0.002:
+            txs.append((start + 5, (shipment(f"{s}b", t),)))
+        elif fault < 0.004:
+            txs.append((start + 5, (payment(f"{t}b", o, "success"),)))
+        delay = 45.0 if 0.004 <= fault < 0.006 else rng.uniform(0.005, 0.3)
+        if not 0.006 <= fault < 0.008:
+            events.append((start + 3 + delay, "order.paid", {"order_no": o}, i % 3))
+        events.append((start + 4 + delay, "shipment.created", {"entity_id": s, "trade_no": t}, i % 3))
+        if fault >= 0.99:
+            events.append((start + 4.5 + delay, "shipment.created", {"entity_id": s, "trade_no": t}, i % 3))
+    timed = [(at, 0, shop.tx(at, *rows)) for at, rows in sorted(txs, key=lambda x: x[0])]
+    timed += [(at, 1, shop.event(kind, at, partition=p, **fields)) for at, kind, fields, p in sorted(events)]
+    return [r for _, _, r in sorted(timed, key=lambda x: (x[0], x[1]))]
+
+
+def size(r: Transaction | EmittedEvent) -> int:
+    return len(r.rows) if isinstance(r, Transaction) else 1
+
+
+def chunks(records_wanted: int, gap: float):
+    """The same synthetic records for every run: chunks of records, built ahead of timing."""
+    shop, rng = Shop(), random.Random(7)
+    first, made = 0, 0
+    while made < records_wanted:
+        chunk = traffic(shop, first, CHUNK_ORDERS, gap, rng)
+        first += CHUNK_ORDERS
+        made += sum(map(size, chunk))
+        yield chunk
+
+
+def run_engine(records_wanted: int, gap: float, horizon: float) -> None:
+    engine = Engine(shop_settings(horizon_seconds=horizon))
+    done, busy, wall, next_tick, reports = 0, 0.0, 0.0, TICK_EVERY, list(REPORT_AT)
+    binlog_time = kafka_time = T0
+    print(f"{'records':>9} {'records/s':>10} {'(wall)':>10} {'peak RSS MiB':>13} {'state entries':>14} "
+          f"{'findings':>9}")
+    for chunk in chunks(records_wanted, gap):
+        t0, w0 = time.process_time(), time.perf_counter()
+        for r in chunk:
+            if isinstance(r, Transaction):
+                engine.on_transaction(r)
+                binlog_time = r.commit_time
+            else:
+                engine.on_events((r,))
+                kafka_time = r.timestamp_ms / 1000
+            done += size(r)
+            if done >= next_tick:
+                next_tick += TICK_EVERY
+                # the Kafka watermark trails the newest event read a little (three partitions)
+                engine.tick(now=binlog_time, binlog_time=binlog_time, kafka_time=kafka_time - 1.0)
+                engine.drain()
+            if reports and done >= reports[0]:
+                busy, wall = busy + time.process_time() - t0, wall + time.perf_counter() - w0
+                found = sum(engine.stats()["found_total"].values())
+                print(f"{done:>9,} {done / busy:>10,.0f} {done / wall:>10,.0f} {rss_mib():>13.1f} "
+                      f"{engine.memory.held():>14,} {found:>9,}", flush=True)
+                reports.pop(0)
+                t0, w0 = time.process_time(), time.perf_counter()
+        busy, wall = busy + time.process_time() - t0, wall + time.perf_counter() - w0
+    t0 = time.process_time()
+    saved = to_json(engine.state())
+    stats = engine.stats()
+    print(f"state() + to_json at the end: {time.process_time() - t0:.2f}s CPU, {len(saved) / 2**20:.1f} MiB")
+    print(f"found: {stats['found_total']}; horizon dropped: {stats['horizon_dropped_total']:,}")
+
+
+def run_bare(records_wanted: int, gap: float) -> None:
+    done, busy = 0, 0.0
+    for chunk in chunks(records_wanted, gap):
+        t0 = time.process_time()
+        for r in chunk:
+            done += len(r.rows) if isinstance(r, Transaction) else r.offset * 0 + 1
+        busy += time.process_time() - t0
+    print(f"bare loop (type test + one attribute per record): {done / busy:,.0f} records/s")
+
+
+def rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--records", type=int, default=1_000_000)
+    p.add_argument("--gap", type=float, default=0.05, help="seconds of stream time between orders")
+    p.add_argument("--horizon", type=float, default=1800.0, help="rules.horizon_seconds for the run")
+    p.add_argument("--bare", action="store_true", help="also time the bare loop over the same records")
+    args = p.parse_args()
+    print(f"engine: {args.records:,} records, an order every {args.gap}s of stream time, horizon {args.horizon:g}s")
+    run_engine(args.records, args.gap, args.horizon)
+    if args.bare:
+        run_bare(args.records, args.gap)
+
+
+if __name__ == "__main__":
+    main()
