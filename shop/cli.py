@@ -16,6 +16,7 @@ import pymysql
 from kafka.errors import KafkaError
 
 from shop.faults import MODES, FaultSpecError
+from shop.consumers import DownstreamError
 from shop.runner import ShopError, run
 from shop.settings import STYLES, KafkaTarget, MySQLTarget, SettingsError, ShopSettings
 
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"oncewatch-shop: {type(exc).__name__}: {exc} (are the dev services up? "
               f"python -m devservices.stack up)", file=sys.stderr)
         return EXIT_SOURCE
-    except (ShopError, TimeoutError) as exc:
+    except (ShopError, DownstreamError, TimeoutError) as exc:
         print(f"oncewatch-shop: run failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:

@@ -1,19 +1,22 @@
-"""The downstream services that consume the shop's topic, as consumer groups that commit offsets.
+"""The shop's side of its downstream consumer groups: start and stall them, read their lag.
 
-A healthy group commits after every batch, so its lag stays near zero and is zero once the
-run has drained. `stall()` pauses some or all of its partitions: the group stays a member
-but stops committing there, so the lag grows (F11) or grows on some partitions only (F12).
+The groups themselves run in a child process (shop.downstream), as downstream services do:
+inside the shop's process they would compete with its worker threads for one interpreter
+lock and fall behind under load, which would show as lag without a fault behind it.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
 
-from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import OffsetSpec
 
 log = logging.getLogger(__name__)
@@ -50,74 +53,75 @@ def lag(admin: KafkaAdminClient, group: str, topic: str, partitions: int) -> Lag
                committed={p: offsets.get(p) for p in range(partitions)})
 
 
-class DownstreamGroup(threading.Thread):
-    """One downstream service: subscribes to the topic, reads, commits after every batch."""
+class DownstreamError(RuntimeError):
+    """The downstream consumer groups failed or did not start; the message says what they reported."""
 
-    def __init__(self, group: str, topic: str, bootstrap_servers: str):
-        super().__init__(name=f"group-{group}", daemon=True)
-        self.group = group
-        self._topic = topic
-        self._servers = bootstrap_servers
-        self._stopping = threading.Event()
-        self.ready = threading.Event()
-        self._stalled: frozenset[int] | None = None  # partitions to pause; requested from another thread
-        self.stalled: frozenset[int] = frozenset()
-        self.error: BaseException | None = None
 
-    def stall(self, partitions: frozenset[int]) -> None:
-        self._stalled = partitions
-        log.info("consumer group stalls", extra={"group": self.group, "partitions": sorted(partitions)})
+class Downstream:
+    """The parent's handle on the downstream groups' child process."""
 
-    def run(self) -> None:
+    def __init__(self, groups: tuple[str, ...], topic: str, bootstrap_servers: str):
+        self.groups = groups
+        self.stalled: dict[str, frozenset[int]] = dict.fromkeys(groups, frozenset())
+        self._args = [sys.executable, "-m", "shop.downstream", bootstrap_servers, topic, *groups]
+        self._proc: subprocess.Popen[str] | None = None
+        self._lines: queue.Queue[str] = queue.Queue()
+
+    def start(self, timeout: float) -> None:
+        self._proc = subprocess.Popen(self._args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        threading.Thread(target=self._read, args=(self._proc,), name="downstream-reader", daemon=True).start()
         try:
-            consumer = KafkaConsumer(group_id=self.group, bootstrap_servers=self._servers,
-                                     client_id=f"oncewatch-shop-{self.group}", enable_auto_commit=False,
-                                     auto_offset_reset="earliest")
-            try:
-                # Join only once the topic's partitions are known: a group that joins before
-                # (a just-created topic) gets no partitions until its next metadata refresh.
-                deadline = time.monotonic() + 30
-                while not consumer.partitions_for_topic(self._topic):
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"topic {self._topic} has no partitions in the metadata")
-                    time.sleep(0.2)
-                consumer.subscribe([self._topic])
-                self._loop(consumer)
-            finally:
-                consumer.close(autocommit=False)
-        except Exception as exc:  # noqa: BLE001 - handed to the runner, which stops the run
-            self.error = exc
-            self.ready.set()
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise DownstreamError(f"consumer groups {', '.join(self.groups)} not reading after {timeout:.0f} s") \
+                from None
+        if line != "ready":
+            raise DownstreamError(line)
 
-    def _loop(self, consumer: KafkaConsumer) -> None:
-        while not self._stopping.is_set():
-            # The consumer is not thread-safe: pauses are applied here, on its own thread.
-            if self._stalled is not None and self._stalled != self.stalled:
-                consumer.pause(*(TopicPartition(self._topic, p) for p in self._stalled))
-                self.stalled = self._stalled
-            batch = consumer.poll(timeout_ms=100)
-            if batch:
-                consumer.commit()
-            if consumer.assignment():
-                self.ready.set()
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        for line in proc.stdout or ():
+            self._lines.put(line.strip())
+        self._lines.put(f"exited with code {proc.wait()}")
+
+    def stall(self, group: str, partitions: frozenset[int]) -> None:
+        if self._proc is None or self._proc.stdin is None:
+            raise DownstreamError("the downstream groups were not started")
+        self.stalled[group] = partitions
+        self._proc.stdin.write(f"stall {group} {','.join(map(str, sorted(partitions)))}\n")
+        self._proc.stdin.flush()
+        log.info("consumer group stalls", extra={"group": group, "partitions": sorted(partitions)})
+
+    def check(self) -> None:
+        """Raise what the child reported, if it failed."""
+        try:
+            line = self._lines.get_nowait()
+        except queue.Empty:
+            return
+        raise DownstreamError(line)
 
     def stop(self) -> None:
-        self._stopping.set()
-        self.join(timeout=10)
+        if self._proc is None:
+            return
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()  # end of input: the child stops its groups and exits
+        try:
+            self._proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
 
 
-def wait_drained(admin: KafkaAdminClient, groups: list[DownstreamGroup], topic: str, partitions: int,
+def wait_drained(admin: KafkaAdminClient, downstream: Downstream, topic: str, partitions: int,
                  timeout: float) -> None:
     """Wait until every partition a group has not stalled is committed up to its end."""
     deadline = time.monotonic() + timeout
-    for group in groups:
+    for group in downstream.groups:
         while True:
-            behind = {p: n for p, n in lag(admin, group.group, topic, partitions).by_partition.items()
-                      if n and p not in group.stalled}
+            behind = {p: n for p, n in lag(admin, group, topic, partitions).by_partition.items()
+                      if n and p not in downstream.stalled[group]}
             if not behind:
                 break
-            if group.error is not None:
-                raise group.error
+            downstream.check()
             if time.monotonic() > deadline:
-                raise TimeoutError(f"consumer group {group.group} still behind on partitions {sorted(behind)}")
+                raise TimeoutError(f"consumer group {group} still behind on partitions {sorted(behind)}")
             time.sleep(0.2)

@@ -22,7 +22,7 @@ from kafka import KafkaAdminClient, KafkaProducer
 
 from shop import plan as plans
 from shop.announce import Announcer, KafkaAnnouncer, OutboxAnnouncer, Publisher
-from shop.consumers import DownstreamGroup, end_offsets, lag, wait_drained
+from shop.consumers import Downstream, end_offsets, lag, wait_drained
 from shop.faults import BY_NAME, FaultMix
 from shop.schema import binlog_position, connect, prepare_tables, prepare_topic
 from shop.service import OrderRun, PaymentService
@@ -148,12 +148,13 @@ class _Traffic:
             with self._lock:
                 self.finished += 1
 
-    def wait(self, scheduler: Scheduler) -> float:
+    def wait(self, scheduler: Scheduler, downstream: Downstream) -> float:
         """Block until every order finished; the seconds it took since the first order."""
         count = self._settings.order_count
         while True:
             if scheduler.error is not None:
                 raise ShopError(f"a service worker failed: {scheduler.error!r}") from scheduler.error
+            downstream.check()
             with self._lock:
                 if self.finished >= count:
                     return time.monotonic() - self.t0
@@ -195,13 +196,9 @@ def run(settings: ShopSettings) -> GroundTruth:
         start = {"binlog_gtid": binlog_position(settings.mysql),
                  "kafka_end_offsets": {str(p): o for p, o in end_offsets(admin, k.topic, k.partitions).items()}}
 
-        groups = [DownstreamGroup(g, k.topic, k.bootstrap_servers) for g in k.groups]
-        for group in groups:
-            group.start()
-            stack.callback(group.stop)
-        for group in groups:
-            if not group.ready.wait(30) or group.error is not None:
-                raise ShopError(f"consumer group {group.group} did not join: {group.error!r}")
+        downstream = Downstream(k.groups, k.topic, k.bootstrap_servers)
+        stack.callback(downstream.stop)
+        downstream.start(timeout=60)
 
         producer = KafkaProducer(bootstrap_servers=k.bootstrap_servers, client_id="oncewatch-shop",
                                  acks="all", linger_ms=5)
@@ -216,27 +213,28 @@ def run(settings: ShopSettings) -> GroundTruth:
         stall_at = settings.order_count // 10
         skew_partition = settings.seed % k.partitions
         triggers: dict[int, list[Callable[[], None]]] = {}
+        shipping, points = k.groups
         if mix.on("consumer_stall"):
-            triggers.setdefault(stall_at, []).append(lambda: groups[0].stall(frozenset(range(k.partitions))))
+            triggers.setdefault(stall_at, []).append(lambda: downstream.stall(shipping, frozenset(range(k.partitions))))
         if mix.on("consumer_skew"):
-            triggers.setdefault(stall_at, []).append(lambda: groups[1].stall(frozenset({skew_partition})))
+            triggers.setdefault(stall_at, []).append(lambda: downstream.stall(points, frozenset({skew_partition})))
         traffic = _Traffic(settings, mix, tag, scheduler, recorder, triggers)
         log.info("shop run starts", extra={"seed": settings.seed, "style": settings.style, "orders":
                                             settings.order_count, "rate": settings.rate, "run_tag": tag})
         started_at = time.time()
         scheduler.start()
         traffic.start()
-        traffic_seconds = traffic.wait(scheduler)
+        traffic_seconds = traffic.wait(scheduler, downstream)
 
         announcer.drain(DRAIN_SECONDS)
-        wait_drained(admin, groups, k.topic, k.partitions, DRAIN_SECONDS)
-        consumers = {g.group: lag(admin, g.group, k.topic, k.partitions).to_dict() for g in groups}
-        for group, name in ((groups[0], "consumer_stall"), (groups[1], "consumer_skew")):
-            if group.stalled:
+        wait_drained(admin, downstream, k.topic, k.partitions, DRAIN_SECONDS)
+        consumers = {g: lag(admin, g, k.topic, k.partitions).to_dict() for g in k.groups}
+        for group, name in ((shipping, "consumer_stall"), (points, "consumer_skew")):
+            if downstream.stalled[group]:
                 mode = BY_NAME[name]
-                recorder.fault(Fault(mode.name, mode.rule, {"group": group.group, "topic": k.topic}, also=mode.also,
-                                     detail={"stalled_partitions": sorted(group.stalled),
-                                             "stalled_at_order": stall_at, **consumers[group.group]}))
+                recorder.fault(Fault(mode.name, mode.rule, {"group": group, "topic": k.topic}, also=mode.also,
+                                     detail={"stalled_partitions": sorted(downstream.stalled[group]),
+                                             "stalled_at_order": stall_at, **consumers[group]}))
         stats = {"traffic_seconds": round(traffic_seconds, 3),
                  "orders_per_second": round(settings.order_count / traffic_seconds, 1) if traffic_seconds else 0.0,
                  "events_sent": publisher.sent, "max_schedule_late_seconds": round(scheduler.max_late, 3),

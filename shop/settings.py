@@ -52,7 +52,7 @@ class ShopSettings:
     style: str = STYLE_AFTER_COMMIT
     truth_path: str | None = None
     reset: bool = False  # drop and recreate the shop tables and the topic first
-    workers: int = 4  # service threads, one database connection each
+    workers: int = 8  # service threads, one database connection each (commits wait on the disk)
     slow_send_seconds: float = 2.0  # how late a slow send (F10) reaches Kafka
     run_tag: str | None = None  # prefix of order and trade numbers; a fresh one per run by default
     mysql: MySQLTarget = MySQLTarget()
