@@ -47,7 +47,13 @@ class DownstreamGroup(threading.Thread):
                                      client_id=f"oncewatch-shop-{self.group}", enable_auto_commit=False,
                                      auto_offset_reset="earliest")
             try:
-                consumer.assign(self._partitions(consumer))
+                partitions = self._partitions(consumer)
+                consumer.assign(partitions)
+                # Commit where reading starts: a group that stalls before its first batch must
+                # still show its lag (a partition never committed has no lag to read).
+                for tp in partitions:
+                    consumer.position(tp)
+                consumer.commit()
                 self.ready.set()
                 self._loop(consumer)
             finally:

@@ -55,11 +55,12 @@ MODES: tuple[Mode, ...] = (
     Mode("send_retried", "F9", "the send is retried after a lost acknowledgement: the same event twice"),
     Mode("send_slow", "F10", "the event reaches Kafka well after the commit",
          styles=(STYLE_AFTER_COMMIT, STYLE_OUTBOX)),
-    # Keys hash unevenly across partitions, so a stalled group's lags differ as well.
+    # Keys hash unevenly across partitions, so a stalled group's lags differ as well; and a
+    # stalled partition's lag grows without bound, so over a long run its group drifts too.
     Mode("consumer_stall", "F11", "the shipping-service consumer group stops consuming early in "
          "the run", per_order=False, also=("F12",)),
     Mode("consumer_skew", "F12", "the points-service consumer group stops consuming one partition "
-         "early in the run", per_order=False),
+         "early in the run", per_order=False, also=("F11",)),
 )
 BY_NAME = {m.name: m for m in MODES}
 

@@ -147,7 +147,8 @@ def group_lags(target: Target) -> dict[str, dict[int, int]]:
     out = {}
     for group in k.groups:
         committed = {tp.partition: om.offset for tp, om in admin.list_group_offsets(group)[group].items()}
-        out[group] = {tp.partition: n - committed.get(tp.partition, 0) for tp, n in end.items()}
+        # Every partition has a commit, stalled ones too: a monitor reads no lag where none was made.
+        out[group] = {tp.partition: n - committed[tp.partition] for tp, n in end.items()}
     consumer.close()
     admin.close()
     return out
