@@ -10,8 +10,6 @@ then measures the consumer lags and returns the `GroundTruth` (also written as J
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import threading
 import time
@@ -24,6 +22,7 @@ from shop import plan as plans
 from shop.announce import Announcer, KafkaAnnouncer, OutboxAnnouncer, Publisher
 from shop.consumers import Downstream, end_offsets, lag, wait_drained
 from shop.faults import BY_NAME, FaultMix
+from shop.scheduler import Scheduler
 from shop.schema import binlog_position, connect, prepare_tables, prepare_topic
 from shop.service import OrderRun, PaymentService
 from shop.settings import STYLE_IN_TRANSACTION, STYLE_OUTBOX, ShopSettings
@@ -32,73 +31,10 @@ from shop.truth import Fault, GroundTruth, Recorder
 log = logging.getLogger(__name__)
 
 DRAIN_SECONDS = 60.0
-Job = Callable[[PaymentService], None]
 
 
 class ShopError(RuntimeError):
-    """The run could not finish: a worker, the relay or a consumer group failed (see the cause)."""
-
-
-class Scheduler:
-    """Timed jobs on worker threads; each worker owns one `PaymentService` (one connection)."""
-
-    def __init__(self, workers: int, make_service: Callable[[], PaymentService]):
-        self._make_service = make_service
-        self._heap: list[tuple[float, int, Job]] = []
-        self._seq = itertools.count()
-        self._cv = threading.Condition()
-        self._stopping = False
-        self.error: BaseException | None = None
-        self.max_late = 0.0  # how far behind its due time a job started: above ~0.2 s, the rate is too high
-        self._threads = [threading.Thread(target=self._work, name=f"shop-worker-{i}", daemon=True)
-                         for i in range(workers)]
-
-    def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
-
-    def at(self, due: float, job: Job) -> None:
-        with self._cv:
-            heapq.heappush(self._heap, (due, next(self._seq), job))
-            self._cv.notify()
-
-    def _next(self) -> Job | None:
-        with self._cv:
-            while not self._stopping:
-                now = time.monotonic()
-                if self._heap and self._heap[0][0] <= now:
-                    due, _, job = heapq.heappop(self._heap)
-                    self.max_late = max(self.max_late, now - due)
-                    return job
-                self._cv.wait(self._heap[0][0] - now if self._heap else None)
-            return None
-
-    def _work(self) -> None:
-        try:
-            service = self._make_service()
-        except Exception as exc:  # noqa: BLE001 - handed to the runner, which stops the run
-            self._fail(exc)
-            return
-        try:
-            while (job := self._next()) is not None:
-                job(service)
-        except Exception as exc:  # noqa: BLE001 - same
-            self._fail(exc)
-        finally:
-            service.close()
-
-    def _fail(self, exc: BaseException) -> None:
-        with self._cv:
-            self.error = self.error or exc
-            self._stopping = True
-            self._cv.notify_all()
-
-    def stop(self) -> None:
-        with self._cv:
-            self._stopping = True
-            self._cv.notify_all()
-        for thread in self._threads:
-            thread.join(timeout=10)
+    """The run could not finish: a service worker failed (the cause says how)."""
 
 
 class _Traffic:
@@ -182,6 +118,32 @@ def _pending_seconds(runs: list[OrderRun], recorder: Recorder) -> float:
     return round(longest, 3)
 
 
+def _stall_triggers(settings: ShopSettings, mix: FaultMix, downstream: Downstream) -> dict[int, list[Callable[[], None]]]:
+    """F11/F12 switch on when a tenth of the orders have started: there is lag before and after."""
+    k, at = settings.kafka, settings.order_count // 10
+    shipping, points = k.groups
+    triggers: list[Callable[[], None]] = []
+    if mix.on("consumer_stall"):
+        triggers.append(lambda: downstream.stall(shipping, frozenset(range(k.partitions))))
+    if mix.on("consumer_skew"):
+        triggers.append(lambda: downstream.stall(points, frozenset({settings.seed % k.partitions})))
+    return {at: triggers}
+
+
+def _consumer_faults(settings: ShopSettings, admin: KafkaAdminClient, downstream: Downstream,
+                     recorder: Recorder) -> dict[str, dict[str, object]]:
+    """Each group's lag after the drain; a stalled group's is its fault's evidence."""
+    k = settings.kafka
+    consumers = {g: lag(admin, g, k.topic, k.partitions).to_dict() for g in k.groups}
+    for group, name in zip(k.groups, ("consumer_stall", "consumer_skew")):
+        if downstream.stalled[group]:
+            mode = BY_NAME[name]
+            recorder.fault(Fault(mode.name, mode.rule, {"group": group, "topic": k.topic}, also=mode.also,
+                                 detail={"stalled_partitions": sorted(downstream.stalled[group]),
+                                         "stalled_at_order": settings.order_count // 10, **consumers[group]}))
+    return consumers
+
+
 def run(settings: ShopSettings) -> GroundTruth:
     """Play one shop run against the configured MariaDB and Kafka and return its ground truth."""
     mix = FaultMix.parse(settings.faults, settings.style)
@@ -199,42 +161,26 @@ def run(settings: ShopSettings) -> GroundTruth:
         downstream = Downstream(k.groups, k.topic, k.bootstrap_servers)
         stack.callback(downstream.stop)
         downstream.start(timeout=60)
-
         producer = KafkaProducer(bootstrap_servers=k.bootstrap_servers, client_id="oncewatch-shop",
                                  acks="all", linger_ms=5)
         stack.callback(producer.close)
         publisher = Publisher(producer, k.topic, recorder)
         announcer = _announcer(settings, publisher, recorder)
         stack.callback(announcer.close)
-
         scheduler = Scheduler(settings.workers, lambda: PaymentService(connect(settings.mysql), announcer,
                                                                        settings.mysql.database))
         stack.callback(scheduler.stop)
-        stall_at = settings.order_count // 10
-        skew_partition = settings.seed % k.partitions
-        triggers: dict[int, list[Callable[[], None]]] = {}
-        shipping, points = k.groups
-        if mix.on("consumer_stall"):
-            triggers.setdefault(stall_at, []).append(lambda: downstream.stall(shipping, frozenset(range(k.partitions))))
-        if mix.on("consumer_skew"):
-            triggers.setdefault(stall_at, []).append(lambda: downstream.stall(points, frozenset({skew_partition})))
-        traffic = _Traffic(settings, mix, tag, scheduler, recorder, triggers)
+        traffic = _Traffic(settings, mix, tag, scheduler, recorder, _stall_triggers(settings, mix, downstream))
+
         log.info("shop run starts", extra={"seed": settings.seed, "style": settings.style, "orders":
                                             settings.order_count, "rate": settings.rate, "run_tag": tag})
         started_at = time.time()
         scheduler.start()
         traffic.start()
         traffic_seconds = traffic.wait(scheduler, downstream)
-
         announcer.drain(DRAIN_SECONDS)
         wait_drained(admin, downstream, k.topic, k.partitions, DRAIN_SECONDS)
-        consumers = {g: lag(admin, g, k.topic, k.partitions).to_dict() for g in k.groups}
-        for group, name in ((shipping, "consumer_stall"), (points, "consumer_skew")):
-            if downstream.stalled[group]:
-                mode = BY_NAME[name]
-                recorder.fault(Fault(mode.name, mode.rule, {"group": group, "topic": k.topic}, also=mode.also,
-                                     detail={"stalled_partitions": sorted(downstream.stalled[group]),
-                                             "stalled_at_order": stall_at, **consumers[group]}))
+        consumers = _consumer_faults(settings, admin, downstream, recorder)
         stats = {"traffic_seconds": round(traffic_seconds, 3),
                  "orders_per_second": round(settings.order_count / traffic_seconds, 1) if traffic_seconds else 0.0,
                  "events_sent": publisher.sent, "max_schedule_late_seconds": round(scheduler.max_late, 3),
