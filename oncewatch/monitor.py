@@ -237,7 +237,10 @@ class Monitor:
         tx.add_row_changes(rows, [(i, k) for i, r in enumerate(rows) for k in self.index.of_row(r)])
 
     def _write_engine(self, tx: Batch) -> None:
-        tx.upsert_findings(self.engine.drain())
+        changed = self.engine.drain()
+        if changed:
+            self.progress.last_change_at = time.time()  # --until-idle waits for findings to settle too
+        tx.upsert_findings(changed)
         tx.set_state(ENGINE_STATE, self.engine.state())
         tx.set_state("engine_stats", self.engine.stats())
 
