@@ -145,6 +145,7 @@ class KafkaAnnouncer:
         self._inside_tx = inside_tx
         self._slow = slow_seconds
         self._timers: list[threading.Timer] = []
+        self._timers_lock = threading.Lock()
 
     def in_tx(self, cursor: Any, event: Event, fault: EventFault | None) -> None:
         if self._inside_tx:
@@ -165,7 +166,8 @@ class KafkaAnnouncer:
             # The producer blocked (full buffer, metadata wait) long after the commit.
             timer = threading.Timer(self._slow, self._publisher.send, args=(event,))
             timer.daemon = True
-            self._timers.append(timer)
+            with self._timers_lock:
+                self._timers = [t for t in self._timers if t.is_alive()] + [timer]
             timer.start()
             return
         self._publisher.send(event)
@@ -176,13 +178,16 @@ class KafkaAnnouncer:
 
     def drain(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        for timer in list(self._timers):
+        with self._timers_lock:
+            timers = list(self._timers)
+        for timer in timers:
             timer.join(max(0.0, deadline - time.monotonic()))
         self._publisher.flush(max(0.1, deadline - time.monotonic()))
 
     def close(self) -> None:
-        for timer in self._timers:
-            timer.cancel()
+        with self._timers_lock:
+            for timer in self._timers:
+                timer.cancel()
 
 
 class OutboxAnnouncer:

@@ -118,9 +118,13 @@ def _pending_seconds(runs: list[OrderRun], recorder: Recorder) -> float:
     return round(longest, 3)
 
 
+def _stall_at(settings: ShopSettings) -> int:
+    """The order that switches F11/F12 on: after a tenth of the run, or 30 s into a long one."""
+    return min(settings.order_count // 10, int(settings.rate * 30))
+
+
 def _stall_triggers(settings: ShopSettings, mix: FaultMix, downstream: Downstream) -> dict[int, list[Callable[[], None]]]:
-    """F11/F12 switch on when a tenth of the orders have started: there is lag before and after."""
-    k, at = settings.kafka, settings.order_count // 10
+    k, at = settings.kafka, _stall_at(settings)
     shipping, points = k.groups
     triggers: list[Callable[[], None]] = []
     if mix.on("consumer_stall"):
@@ -140,7 +144,7 @@ def _consumer_faults(settings: ShopSettings, admin: KafkaAdminClient, downstream
             mode = BY_NAME[name]
             recorder.fault(Fault(mode.name, mode.rule, {"group": group, "topic": k.topic}, also=mode.also,
                                  detail={"stalled_partitions": sorted(downstream.stalled[group]),
-                                         "stalled_at_order": settings.order_count // 10, **consumers[group]}))
+                                         "stalled_at_order": _stall_at(settings), **consumers[group]}))
     return consumers
 
 
