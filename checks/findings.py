@@ -38,9 +38,10 @@ RULES: dict[str, tuple[str, str]] = {
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 OPEN, RESOLVED = "open", "resolved"
 
-# (kind, coordinates, time, ((name, value), ...)): lists once through JSON. Held by the hundred
-# thousand in open state, so kept to plain tuples: CPython's collector stops tracking a tuple
-# of plain values (never one holding a dict), which keeps full collections cheap.
+# (kind, coordinates, time, names, values): lists once through JSON. Held by the hundred
+# thousand in open state, so kept to plain tuples, two per item: `names` is interned (one
+# tuple per call site and shape), and CPython's collector stops tracking a tuple of plain
+# values, which keeps garbage collection cheap.
 EvidenceItem = Sequence[Any]
 
 log = logging.getLogger("oncewatch.checks")
@@ -56,36 +57,48 @@ def finding_id(rule: str, *identity: Any) -> str:
     return f"{rule}-{digest[:20]}"
 
 
-def row_evidence(change: RowChange, table: str, columns: Iterable[str]) -> EvidenceItem:
+_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
+def _evidence(kind: str, coordinates: str, time: float, names: tuple[str, ...], values: tuple[Any, ...]
+              ) -> EvidenceItem:
+    return (kind, coordinates, time, _NAMES.setdefault(names, names), values)
+
+
+def row_evidence(change: RowChange, table: str, columns: Sequence[str]) -> EvidenceItem:
     """The change with the columns a rule looked at (and their old values where they changed).
 
     `table` is the configured name, passed in so that every item shares that one string."""
     after, before = change.after, change.before
     row = after if after is not None else before or {}
-    values = [("table", table), ("op", change.op), ("commit_clock", change.commit_clock)]
-    values += [(column, row.get(column)) for column in columns]
+    names, values = ("table", "op", "commit_clock", *columns), (table, change.op, change.commit_clock,
+                                                              *[row.get(c) for c in columns])
     if after is not None and before is not None:
-        values += [(f"before.{c}", before.get(c)) for c in columns if before.get(c) != after.get(c)]
-    return ("row_change", change.coordinates, change.commit_time, tuple(values))
+        changed = [c for c in columns if before.get(c) != after.get(c)]
+        if changed:
+            names += tuple(f"before.{c}" for c in changed)
+            values += tuple(before.get(c) for c in changed)
+    return _evidence("row_change", change.coordinates, change.commit_time, names, values)
 
 
 def event_evidence(event: EmittedEvent) -> EvidenceItem:
-    values = (*event.keys.items(), ("key", event.key), ("timestamp_type", event.timestamp_type))
-    return ("event", event.coordinates, event.timestamp_ms / 1000.0, values)
+    keys = event.keys
+    return _evidence("event", event.coordinates, event.timestamp_ms / 1000.0, (*keys, "key", "timestamp_type"),
+                     (*keys.values(), event.key, event.timestamp_type))
 
 
 def offsets_evidence(coordinates: str, time: float, values: dict[str, Any]) -> EvidenceItem:
-    return ("offsets", coordinates, time, tuple(values.items()))
+    return _evidence("offsets", coordinates, time, tuple(values), tuple(values.values()))
 
 
-def value_of(item: EvidenceItem, name: str) -> Any:
-    return dict(item[3]).get(name)
+def values_of(item: EvidenceItem) -> dict[str, Any]:
+    return dict(zip(item[3], item[4]))
 
 
 def _merge(old: tuple[Evidence, ...], new: Iterable[EvidenceItem]) -> tuple[Evidence, ...]:
     by_place = {(e.kind, e.coordinates): e for e in old}
-    for kind, coordinates, time, values in new:
-        by_place.setdefault((kind, coordinates), Evidence(kind, coordinates, time, dict(values)))
+    for item in new:
+        by_place.setdefault((item[0], item[1]), Evidence(item[0], item[1], item[2], values_of(item)))
     return tuple(sorted(by_place.values(), key=lambda e: (e.time, e.kind, e.coordinates)))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from checks.findings import EvidenceItem, Findings, row_evidence, value_of, warn_null_key
+from checks.findings import EvidenceItem, Findings, row_evidence, values_of, warn_null_key
 from checks.horizon import BINLOG, Memory
 from checks.settings import Orders, Payments
 from oncewatch.records import OP_DELETE, OP_UPDATE, RowChange, Transaction
@@ -81,7 +81,7 @@ class PaymentChecks:
             self._compare(order, trade_no, payment, known)
 
     def _compare(self, order: str, trade_no: str, payment: EvidenceItem, known: tuple[str, EvidenceItem]) -> None:
-        paid, expected = money(value_of(payment, self.p.amount_column)), Decimal(known[0])
+        paid, expected = money(values_of(payment).get(self.p.amount_column)), Decimal(known[0])
         if paid is None or paid == expected:
             return
         self.findings.raise_("F5", (trade_no,), keys={"order": order, "trade_no": trade_no},
