@@ -12,6 +12,13 @@ API (the monitor loop calls these):
   transaction as the checkpoints and the drained findings; it includes findings changed but
   not yet drained. `restore` raises `StateMismatchError` if [domain]/[[announce]] changed
   since it was saved (thresholds may change freely).
+- `state_delta() -> dict`: the same, but for `entries` only what changed since the previous
+  call, as `changes: {space: {"full": bool, "put": [[key, time, value]], "gone": [key]}}` (the
+  first call gives everything, `full`). For a large state, where writing `state()` at every
+  checkpoint costs too much: keep the entries as rows keyed (space, key), replace a space's
+  rows when `full`, upsert `put`, delete `gone`, and keep everything else of the delta as
+  the head. `merge_delta(saved, delta)` is the reference for that bookkeeping; to restore,
+  pass `{**head, "entries": {space: [[key, time, value], ...]}}` to `restore`.
 - `on_transaction(tx)`: one committed `Transaction`, rows in binlog order. Rows with
   `snapshot=True` (bootstrap) seed state (pending orders, effect rows, payments) but are not
   transitions and are not expected on Kafka.
@@ -50,8 +57,8 @@ from typing import Any
 
 from checks.announcements import Announcements
 from checks.effects import DuplicateEffects
-from checks.findings import Findings
-from checks.horizon import STREAMS, Memory
+from checks.findings import Findings, from_dict, to_dict
+from checks.horizon import Memory
 from checks.offsets import OffsetChecks
 from checks.orders import OrderLife
 from checks.payments import PaymentChecks
@@ -75,13 +82,26 @@ def shape_digest(settings: Settings) -> str:
     return hashlib.sha256(repr((settings.domain, settings.announce)).encode()).hexdigest()
 
 
+def merge_delta(saved: dict[str, Any] | None, delta: dict[str, Any]) -> dict[str, Any]:
+    """The full state that results from applying `delta` (from `state_delta`) to `saved`."""
+    entries = {} if saved is None else {space: {k: [t, v] for k, t, v in rows}
+                                        for space, rows in saved["entries"].items()}
+    for space, change in delta["changes"].items():
+        rows = {} if change["full"] else entries.get(space, {})
+        rows.update({k: [t, v] for k, t, v in change["put"]})
+        for k in change["gone"]:
+            rows.pop(k, None)
+        entries[space] = rows
+    head = {k: v for k, v in delta.items() if k != "changes"}
+    return {**head, "entries": {space: [[k, t, v] for k, (t, v) in rows.items()] for space, rows in entries.items()}}
+
+
 class Engine:
     def __init__(self, settings: Settings):
         self.settings = settings
         rules, domain = settings.rules, settings.domain
         self.memory = Memory(rules.horizon_seconds, rules.horizon_max_entries)
-        self.findings = self.memory.add("findings", Findings(rules.horizon_seconds, rules.horizon_max_entries),
-                                        STREAMS)
+        self.findings = Findings(self.memory)
         # (schema, table) -> handlers: a tuple key spares building "schema.table" for every row
         self.routes: dict[tuple[str, str], list[Callable[[RowChange], None]]] = {}
         self.callbacks: PaymentChecks | None = None
@@ -115,14 +135,22 @@ class Engine:
 
     # ------------------------------------------------------------ state
 
+    def _head(self) -> dict[str, Any]:
+        return {"version": STATE_VERSION, "shape": shape_digest(self.settings),
+                "changed": [to_dict(f) for f in self.findings.changed.values()]}
+
     def state(self) -> dict[str, Any]:
-        return {"version": STATE_VERSION, "shape": shape_digest(self.settings), "memory": self.memory.dump()}
+        return {**self._head(), **self.memory.dump()}
+
+    def state_delta(self) -> dict[str, Any]:
+        return {**self._head(), **self.memory.delta()}
 
     def restore(self, state: dict[str, Any]) -> None:
         if state.get("version") != STATE_VERSION or state.get("shape") != shape_digest(self.settings):
             raise StateMismatchError("the saved engine state was made under another [domain]/[[announce]] config "
                                      "(or oncewatch version); start from a fresh state (re-bootstrap) to use this one")
-        self.memory.load(state["memory"])
+        self.memory.load(state)
+        self.findings.changed = {f["id"]: from_dict(f) for f in state["changed"]}
         self.announcements.recount()
         self._dropped_logged = self.memory.dropped()
 

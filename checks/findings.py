@@ -17,7 +17,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from checks.horizon import Aging
+from checks.horizon import STREAMS, Memory
 from oncewatch.records import EmittedEvent, Evidence, Finding, RowChange
 
 # rule -> (name, default severity)
@@ -119,10 +119,11 @@ class Findings:
     result does not depend on when the timer ran.
     """
 
-    def __init__(self, horizon: float, max_entries: int):
-        self.live: Aging[Finding] = Aging(horizon, max_entries)
+    def __init__(self, memory: Memory):
+        # findings that may still change, by id; they age on the later of the two stream clocks
+        self.live = memory.aging("findings", STREAMS, encode=to_dict, decode=from_dict)
+        self.found_total = memory.counters("found_total", dict.fromkeys(RULES, 0))
         self.changed: dict[str, Finding] = {}
-        self.found_total = dict.fromkeys(RULES, 0)
 
     def get(self, fid: str) -> Finding | None:
         return self.live.get(fid)
@@ -174,24 +175,3 @@ class Findings:
             if f.status == OPEN:
                 counts[f.rule, f.severity] = counts.get((f.rule, f.severity), 0) + 1
         return [{"rule": r, "severity": s, "count": n} for (r, s), n in sorted(counts.items())]
-
-    # The registry is one of the engine's memory spaces (see checks.horizon.Memory).
-    def __len__(self) -> int:
-        return len(self.live)
-
-    def expire(self, now: float) -> list[Finding]:
-        return self.live.expire(now)
-
-    @property
-    def dropped(self) -> int:
-        return self.live.dropped
-
-    def dump(self) -> dict[str, Any]:
-        live = self.live.dump()
-        return {"live": {**live, "items": [[k, t, to_dict(f)] for k, t, f in live["items"]]},
-                "changed": [to_dict(f) for f in self.changed.values()], "found_total": self.found_total}
-
-    def load(self, d: dict[str, Any]) -> None:
-        self.live.load({**d["live"], "items": [[k, t, from_dict(f)] for k, t, f in d["live"]["items"]]})
-        self.changed = {f["id"]: from_dict(f) for f in d["changed"]}
-        self.found_total = {**dict.fromkeys(RULES, 0), **d["found_total"]}

@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from checks.engine import Engine, StateMismatchError
+from checks.engine import Engine, StateMismatchError, merge_delta
 from checks.samples import Shop, feed, order, payment, push, rules_of, shipment, shop_settings
 from oncewatch.records import from_json, to_json
 
@@ -33,6 +33,23 @@ def test_state_round_trips_through_json_and_the_run_goes_on_as_if_uninterrupted(
     found = {f.id: f for f in feed(restart(engine), *second)}
     assert found == expected
     assert sorted(f.rule for f in found.values()) == ["F1", "F10", "F2", "F5", "F7"]
+
+
+def test_deltas_carry_only_what_changed_and_add_up_to_the_state():
+    shop, engine = Shop(), Engine(shop_settings())
+    push(engine, shop.tx(T, shipment("S1", "T1")), shop.tx(T + 1, shipment("S2", "T2")))
+    first = engine.state_delta()
+    assert first["changes"]["effects"]["full"] and len(first["changes"]["effects"]["put"]) == 2
+    push(engine, shop.event("shipment.created", T + 1.1, entity_id="S2"), shop.tx(T + 2, shipment("S3", "T1")))
+    second = engine.state_delta()
+    effects, waiting = second["changes"]["effects"], second["changes"]["waiting_changes.fresh"]
+    assert not effects["full"] and [row[0] for row in effects["put"]] == ["shop.shipments\x1fT1"]
+    assert waiting["gone"] == ["shop.events\x1fshipment.created\x1fS2"] and len(waiting["put"]) == 1
+    assert [f["rule"] for f in second["changed"]] == ["F1"]  # not drained yet: travels with the state
+    saved = merge_delta(merge_delta(None, first), second)
+    key = lambda s: {space: sorted(rows) for space, rows in s["entries"].items()}  # noqa: E731
+    assert key(from_json(to_json(saved))) == key(from_json(to_json(engine.state())))
+    assert engine.state_delta()["changes"]["effects"] == {"full": False, "put": [], "gone": []}
 
 
 def test_restore_refuses_state_from_another_shape():
@@ -94,4 +111,4 @@ def test_max_entries_bounds_each_kind():
     shop, engine = Shop(), Engine(shop_settings(horizon_max_entries=2))
     feed(engine, *(shop.tx(T + i, shipment(f"S{i}", f"T{i}")) for i in range(3)))
     assert engine.stats()["horizon_dropped_total"] == 2  # one effect row, one waiting change
-    assert len(engine.state()["memory"]["spaces"]["effects"]["items"]) == 2
+    assert len(engine.state()["entries"]["effects"]) == 2
