@@ -44,7 +44,7 @@ MODES: tuple[Mode, ...] = (
          "takes the key, the second channel's success is dropped as a duplicate"),
     Mode("callback_lost", "F3", "the success callback never comes and nothing queries the channel"),
     Mode("refunded_then_paid", "F4", "a callback redelivered after the refund marks the order paid "
-         "again: the handler sets the status before any check", also=("F9",)),
+         "again: the handler sets the status before any check"),
     Mode("amount_mismatch", "F5", "the callback amount differs from the order and is booked as the "
          "payment amount"),
     Mode("status_not_whitelisted", "F6", "'SUCCESS' or 'pending' from the channel is taken as success"),
