@@ -26,6 +26,7 @@ import random
 import resource
 import sys
 import time
+from operator import itemgetter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -62,9 +63,10 @@ def traffic(shop: Shop, first: int, count: int, gap: float, rng: random.Random) 
         events.append((start + 4 + delay, "shipment.created", {"entity_id": s, "trade_no": t}, i % 3))
         if fault >= 0.99:
             events.append((start + 4.5 + delay, "shipment.created", {"entity_id": s, "trade_no": t}, i % 3))
-    timed = [(at, 0, shop.tx(at, *rows)) for at, rows in sorted(txs, key=lambda x: x[0])]
-    timed += [(at, 1, shop.event(kind, at, partition=p, **fields)) for at, kind, fields, p in sorted(events, key=lambda x: x[0])]
-    return [r for _, _, r in sorted(timed, key=lambda x: (x[0], x[1]))]
+    by_time = itemgetter(0)
+    timed = [(at, 0, shop.tx(at, *rows)) for at, rows in sorted(txs, key=by_time)]
+    timed += [(at, 1, shop.event(kind, at, partition=p, **fields)) for at, kind, fields, p in sorted(events, key=by_time)]
+    return [r for _, _, r in sorted(timed, key=itemgetter(0, 1))]
 
 
 def size(r: Transaction | EmittedEvent) -> int:

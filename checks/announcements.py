@@ -1,7 +1,10 @@
 """F7 missing_event, F8 orphan_event, F9 duplicate_event, F10 event_delay: changes against events.
 
 Each [[announce]] entry says which committed change must show up as which event; both sides
-are reduced to a match key "topic + event_type + key" and paired first in, first out.
+are reduced to a match key "topic + event_type + key" and paired first in, first out. An F7
+is about one committed change (its transaction id and row index); F8, F9 and F10 are about
+the announced key (event type + key), so the orphans and duplicates of one key stay one
+finding whichever of them was judged first.
 
 - A change waits in `waiting` (counted as backlog of its table). It is *missing* (F7) once
   Kafka has been read past `commit + missing_event_grace_seconds` without its event.
@@ -53,7 +56,7 @@ class Announcements:
         for a in announce:
             self.by_table.setdefault(a.table, []).append(a)
         self.by_event = {(a.topic, a.event_type): a for a in announce}
-        # match key -> [{"t": commit time, "clock", "table", "ev"}]
+        # match key -> [{"t": commit time, "clock", "table", "tx", "row", "ev"}]
         self.waiting = memory.deadlines("waiting_changes", BINLOG, rules.missing_event_grace_seconds)
         # match key -> [{"t": event time, "h": payload digest, "ev"}]
         self.unmatched = memory.deadlines("unmatched_events", KAFKA, rules.orphan_event_grace_seconds)
@@ -94,8 +97,8 @@ class Announcements:
                 warn_null_key("announced change", change.coordinates)
                 continue
             mk = match_key(a, key)
-            item = {"t": change.commit_time, "clock": change.commit_clock, "table": a.table,
-                    "ev": row_evidence(change, a.table, (a.key_column,) + ((a.when_column,) if a.when_column else ()))}
+            item = {"t": change.commit_time, "clock": change.commit_clock, "table": a.table, "tx": change.txid,
+                    "row": change.row_index, "ev": row_evidence(change, a.table, a.columns)}
             taken = self.unmatched.take(mk)
             if taken is None:
                 self.waiting.add(mk, item)
@@ -139,7 +142,7 @@ class Announcements:
         self.announced.put(match_key(a, key), (event["h"], event["ev"]), e)
         evidence = [change["ev"], event["ev"]]
         if change_overdue or delay > r.missing_event_grace_seconds:
-            self.findings.settle("F7", (a.event_type, key), keys=keys, summary=self._missing(a, key),
+            self.findings.settle("F7", (change["tx"], change["row"]), keys=keys, summary=self._missing(a, key),
                                  since=c + r.missing_event_grace_seconds, evidence=evidence, at=e,
                                  why=f"event arrived {delay:.3f}s after the commit at {event['ev'][1]}")
         if e >= self.marks["watch_start"] and (event_overdue or -delay > r.orphan_event_grace_seconds):
@@ -168,10 +171,12 @@ class Announcements:
         return self.by_event[topic, event_type], key
 
     def _missing(self, a: Announce, key: str) -> str:
-        return f"{a.event_type} {key}: committed change not announced within {self.rules.missing_event_grace_seconds:g}s"
+        grace = self.rules.missing_event_grace_seconds
+        return f"{a.event_type} {key}: committed change not announced within {grace:g}s"
 
     def _orphan(self, a: Announce, key: str) -> str:
-        return f"{a.event_type} {key}: event without a committed change within {self.rules.orphan_event_grace_seconds:g}s"
+        grace = self.rules.orphan_event_grace_seconds
+        return f"{a.event_type} {key}: event without a committed change within {grace:g}s"
 
     def _observe(self, clock: str, delay: float) -> None:
         h = self.delay.setdefault(clock, {"counts": [0] * (len(DELAY_BUCKETS) + 1), "sum": 0.0, "count": 0})
@@ -182,11 +187,12 @@ class Announcements:
     # ------------------------------------------------------------ timer
 
     def tick(self, binlog_time: float, kafka_time: float) -> None:
+        r = self.rules
         for mk, item in self.waiting.due(kafka_time):
             a, key = self._split(mk)
-            self.findings.raise_("F7", (a.event_type, key), keys={"event_type": a.event_type, "key": key,
-                                                                  "table": a.table},
-                                 summary=self._missing(a, key), time=item["t"] + self.rules.missing_event_grace_seconds,
+            self.findings.raise_("F7", (item["tx"], item["row"]), keys={"event_type": a.event_type, "key": key,
+                                                                       "table": a.table},
+                                 summary=self._missing(a, key), time=item["t"] + r.missing_event_grace_seconds,
                                  evidence=[item["ev"]])
         if self.marks["watch_start"] is None:
             return
@@ -201,7 +207,7 @@ class Announcements:
             else:
                 self.findings.raise_("F8", (a.event_type, key), keys={"event_type": a.event_type, "key": key,
                                                                       "table": a.table},
-                                     summary=self._orphan(a, key), time=item["t"] + self.rules.orphan_event_grace_seconds,
+                                     summary=self._orphan(a, key), time=item["t"] + r.orphan_event_grace_seconds,
                                      evidence=[item["ev"]])
         if before_watch:
             log.info("events from before the binlog watch started, not judged", extra={

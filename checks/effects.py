@@ -13,6 +13,7 @@ from checks.horizon import BINLOG, Memory
 from checks.settings import Effect
 from oncewatch.records import OP_DELETE, RowChange
 
+
 class DuplicateEffects:
     def __init__(self, memory: Memory, findings: Findings):
         # "table\x1ftrade_no" -> {primary key: evidence}

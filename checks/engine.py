@@ -33,7 +33,7 @@ API (the monitor loop calls these):
   `now` when every partition is read to its end. An event is never "missing" while Kafka
   has not been read up to where it should be.
 - `drain() -> list[Finding]`: findings created or changed since the last drain (new, more
-  evidence, resolved): upsert them by id.
+  evidence, resolved): upsert them by id (ids and lifecycle: checks.findings).
 - `stats() -> dict` for /metrics:
   {"backlog_by_table": {"schema.table": changes waiting for their event},
    "delay": {commit_clock: {"buckets": {"0.005": n, ..., "+Inf": n} (cumulative, upper bounds
@@ -67,7 +67,7 @@ from oncewatch.records import EmittedEvent, Finding, RowChange, Transaction
 
 log = logging.getLogger("oncewatch.checks.engine")
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: entries as [key, time, value] rows per space (state_delta)
 HORIZON_LOG_EVERY = 60.0  # seconds of `now` between two horizon log lines (it happens every tick at steady state)
 # Spaces whose entries still awaited a verdict (stuck? missing? orphan?): losing them is a warning.
 AWAITING = ("pending_orders", "waiting_changes", "unmatched_events")

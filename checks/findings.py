@@ -1,12 +1,21 @@
 """Findings: the rule table, deterministic ids, evidence items, and the open/resolved registry.
 
-A finding's id is a hash of its rule and the identity of the fact (F1: table + trade_no,
-F7: event type + key, ...), so the same fact found twice (after a restart, or with the two
-streams read in another order) is one finding. Evidence is kept in state as compact lists
-`(kind, coordinates, time, values)` and sorted by time when a finding is built, so the
-order in which the streams were read does not show in the result. Times are stream times
-(commit times, Kafka timestamps, deadlines derived from them), never the wall clock, for
-the same reason.
+A finding's id is a hash of its rule and the identity of the fact, so the same fact found
+twice (after a restart, or with the two streams read in another order) is one finding:
+
+    F1 effect table + trade_no     F5 trade_no                  F9  event type + key
+    F2 order                       F6 trade_no + txid           F10 event type + key
+    F3 order                       F7 txid + row index          F11 "backlog" + table | "lag" + group
+    F4 order + txid + row index    F8 event type + key          F12 group + topic
+
+Lifecycle: findings open; F3 resolves when the order leaves pending, F7 when the event comes
+late (with an F10 for the delay), F8 when the change comes late, F11/F12 when the reading
+drops back; the others are facts that stay open for a person to close.
+
+Evidence is kept in state as compact tuples (see `EvidenceItem`) and sorted by time when a
+finding is built, so the order in which the streams were read does not show in the result.
+Times are stream times (commit times, Kafka timestamps, deadlines derived from them), never
+the wall clock, for the same reason.
 """
 
 from __future__ import annotations

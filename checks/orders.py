@@ -14,6 +14,7 @@ from checks.horizon import BINLOG, Memory
 from checks.settings import Orders
 from oncewatch.records import OP_DELETE, OP_UPDATE, RowChange
 
+
 class OrderLife:
     def __init__(self, orders: Orders, state_machine: dict[str, tuple[str, ...]] | None, threshold: float,
                  memory: Memory, findings: Findings):

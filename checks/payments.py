@@ -17,6 +17,7 @@ from checks.horizon import BINLOG, Memory
 from checks.settings import Orders, Payments
 from oncewatch.records import OP_DELETE, OP_UPDATE, RowChange, Transaction
 
+
 def money(value: Any) -> Decimal | None:
     if value is None or isinstance(value, Decimal):
         return value
@@ -104,9 +105,11 @@ class PaymentChecks:
             if order not in moved or callback in p.callback_status_whitelist:
                 continue
             trade_no = r.row.get(p.trade_no_column)
+            allowed = ", ".join(p.callback_status_whitelist)
             self.findings.raise_(
-                "F6", (trade_no, tx.rows[0].txid), keys={"order": order, "trade_no": trade_no, "callback_status": callback},
-                summary=f"callback status {callback!r} (not in {', '.join(p.callback_status_whitelist)}) moved order {order}",
+                "F6", (trade_no, tx.rows[0].txid),
+                keys={"order": order, "trade_no": trade_no, "callback_status": callback},
+                summary=f"callback status {callback!r} (not in {allowed}) moved order {order}",
                 time=r.commit_time,
                 evidence=[row_evidence(r, p.table, self.columns)] + [
                     row_evidence(x, o.table, (o.key_column, o.status_column)) for x in order_rows

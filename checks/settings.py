@@ -73,6 +73,11 @@ class Announce:
     key_column: str
     event_key: str
 
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns the evidence of a change shows."""
+        return (self.key_column,) if self.when_column is None else (self.key_column, self.when_column)
+
     def selects(self, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> bool:
         if self.on is not None and op != self.on:
             return False

@@ -21,7 +21,8 @@ def restart(engine: Engine) -> Engine:
 def test_state_round_trips_through_json_and_the_run_goes_on_as_if_uninterrupted():
     shop = Shop()
     first = [shop.tx(T, order("O1", "pending", amount="12.50")),
-             shop.tx(T + 1, payment("T1", "O1", "success", amount="12.50"), order("O1", "paid", amount="12.50", was="pending")),
+             shop.tx(T + 1, payment("T1", "O1", "success", amount="12.50"),
+                     order("O1", "paid", amount="12.50", was="pending")),
              shop.tx(T + 2, shipment("S1", "T1")), shop.event("order.paid", T + 60, order_no="O1")]
     second = [shop.tx(T + 3, shipment("S2", "T1")), shop.tx(T + 4, payment("T2", "O1", "success", amount="1.00")),
               shop.event("shipment.created", T + 2.1, entity_id="S1")]

@@ -25,7 +25,7 @@ def test_change_without_event_once_kafka_is_read_past_the_grace_is_f7():
     engine.tick(now=T + 31, binlog_time=T + 31, kafka_time=T + 31)
     (f,) = engine.drain()
     assert (f.rule, f.status, f.severity) == ("F7", "open", "critical")
-    assert f.id == finding_id("F7", "order.paid", "O1") and f.first_seen == T + 30
+    assert f.id == finding_id("F7", tx.rows[0].txid, 0) and f.first_seen == T + 30
     assert f.keys == {"event_type": "order.paid", "key": "O1", "table": "shop.orders"}
     assert f.evidence[0].coordinates == tx.rows[0].coordinates and f.evidence[0].values["status"] == "paid"
     assert engine.stats()["backlog_by_table"]["shop.orders"] == 1

@@ -20,7 +20,8 @@ def test_group_lag_above_the_threshold_is_f11_and_resolves_when_it_drops():
     assert (f.rule, f.status, f.id) == ("F11", "open", finding_id("F11", "lag", "shipping-service"))
     assert f.keys["lag"] == 110
     assert [(e.kind, e.coordinates, e.values["lag"], e.values["end"]) for e in f.evidence] == [
-        ("offsets", "shipping-service:shop.events/0", 60, 1000), ("offsets", "shipping-service:shop.events/1", 50, 1000)]
+        ("offsets", "shipping-service:shop.events/0", 60, 1000),
+        ("offsets", "shipping-service:shop.events/1", 50, 1000)]
     engine.on_offsets(snapshot(15, [90, 50]))
     (f,) = engine.drain()
     assert f.keys["lag"] == 140 and f.last_seen == 15 and len(f.evidence) == 2
