@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 
 import pymysql
@@ -36,7 +37,8 @@ class _LogfmtFormatter(logging.Formatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    modes = "\n".join(f"  {m.name:<26} {m.rule:<4} {m.story}" for m in MODES)
+    modes = "\n".join(f"  {m.name:<26} {m.rule:<4} {m.story}"
+                      + ("" if m.styles == STYLES else f" (style {' or '.join(m.styles)})") for m in MODES)
     p = argparse.ArgumentParser(
         prog="oncewatch-shop", description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -50,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--faults", default=d.faults, help="fault mix, e.g. all, none, send_lost=0.05,F1=0.02")
     p.add_argument("--style", choices=STYLES, default=d.style, help="how events reach Kafka (default %(default)s)")
     p.add_argument("--truth", metavar="PATH", help="write the ground truth JSON here")
-    p.add_argument("--reset", action="store_true", help="drop and recreate the shop tables, the topic, the groups")
+    p.add_argument("--reset", action="store_true", help="drop and recreate the shop tables and the topic")
     p.add_argument("--workers", type=int, default=d.workers, help="service threads (default %(default)s)")
     p.add_argument("--mysql", default=f"{d.mysql.host}:{d.mysql.port}", help="host:port of MariaDB/MySQL")
     p.add_argument("--mysql-user", default=d.mysql.user, help=f"user (password from ${PASSWORD_ENV})")
@@ -73,8 +75,13 @@ def settings_from(args: argparse.Namespace) -> ShopSettings:
                         kafka=KafkaTarget(bootstrap_servers=args.bootstrap, topic=args.topic))
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops the run like Ctrl-C: workers, relay, groups wind down
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_LogfmtFormatter())
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
@@ -92,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"oncewatch-shop: run failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
+        print("oncewatch-shop: stopped before the end of the run; no ground truth written", file=sys.stderr)
         return EXIT_FAILED
     by_rule: dict[str, int] = {}
     for fault in truth.faults:

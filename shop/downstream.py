@@ -107,6 +107,8 @@ def _serve(bootstrap_servers: str, topic: str, names: list[str]) -> None:
         for line in sys.stdin:
             _, name, partitions = line.split()
             groups[name].stall(frozenset(int(p) for p in partitions.split(",")))
+    except KeyboardInterrupt:
+        pass  # Ctrl-C reaches the whole process group; the parent stops the run
     finally:
         for group in groups.values():
             group.stop()

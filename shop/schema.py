@@ -108,11 +108,14 @@ def binlog_position(target: MySQLTarget) -> str:
 
 
 def prepare_topic(admin: KafkaAdminClient, target: KafkaTarget, *, reset: bool) -> None:
-    """Create the topic if missing; on reset delete it and the downstream groups' offsets first."""
+    """Create the topic if missing; on reset delete it first.
+
+    The groups' committed offsets on a deleted topic go with it. The groups themselves stay:
+    another shop (a test's topic) may use the same group names for its own topic.
+    """
     if reset:
         if target.topic in admin.list_topics():
             admin.delete_topics([target.topic])
-        admin.delete_groups(list(target.groups))  # per-group results; unknown groups are fine
     elif target.topic in admin.list_topics():
         return
     deadline = time.monotonic() + 30
