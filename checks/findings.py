@@ -67,11 +67,11 @@ def finding_id(rule: str, *identity: Any) -> str:
 
 
 _NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
+_ROW_NAMES: dict[Sequence[str], tuple[str, ...]] = {}  # columns -> names of a row change's values
 
 
-def _evidence(kind: str, coordinates: str, time: float, names: tuple[str, ...], values: tuple[Any, ...]
-              ) -> EvidenceItem:
-    return (kind, coordinates, time, _NAMES.setdefault(names, names), values)
+def _interned(names: tuple[str, ...]) -> tuple[str, ...]:
+    return _NAMES.setdefault(names, names)
 
 
 def row_evidence(change: RowChange, table: str, columns: Sequence[str]) -> EvidenceItem:
@@ -80,24 +80,24 @@ def row_evidence(change: RowChange, table: str, columns: Sequence[str]) -> Evide
     `table` is the configured name, passed in so that every item shares that one string."""
     after, before = change.after, change.before
     row = after if after is not None else before or {}
-    names, values = ("table", "op", "commit_clock", *columns), (table, change.op, change.commit_clock,
-                                                              *[row.get(c) for c in columns])
+    names = _ROW_NAMES.get(columns) or _ROW_NAMES.setdefault(columns, ("table", "op", "commit_clock", *columns))
+    values = (table, change.op, change.commit_clock, *map(row.get, columns))
     if after is not None and before is not None:
         changed = [c for c in columns if before.get(c) != after.get(c)]
         if changed:
-            names += tuple(f"before.{c}" for c in changed)
+            names = _interned(names + tuple(f"before.{c}" for c in changed))
             values += tuple(before.get(c) for c in changed)
-    return _evidence("row_change", change.coordinates, change.commit_time, names, values)
+    return ("row_change", change.coordinates, change.commit_time, names, values)
 
 
 def event_evidence(event: EmittedEvent) -> EvidenceItem:
     keys = event.keys
-    return _evidence("event", event.coordinates, event.timestamp_ms / 1000.0, (*keys, "key", "timestamp_type"),
-                     (*keys.values(), event.key, event.timestamp_type))
+    return ("event", event.coordinates, event.timestamp_ms / 1000.0, _interned((*keys, "key", "timestamp_type")),
+            (*keys.values(), event.key, event.timestamp_type))
 
 
 def offsets_evidence(coordinates: str, time: float, values: dict[str, Any]) -> EvidenceItem:
-    return _evidence("offsets", coordinates, time, tuple(values), tuple(values.values()))
+    return ("offsets", coordinates, time, _interned(tuple(values)), tuple(values.values()))
 
 
 def values_of(item: EvidenceItem) -> dict[str, Any]:

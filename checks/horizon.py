@@ -154,7 +154,7 @@ class Deadlines:
 
     def take(self, key: str) -> tuple[dict[str, Any], bool] | None:
         """The oldest item of `key` and whether it was overdue; None when there is none."""
-        item = _pop_first(self.overdue, key)
+        item = _pop_first(self.overdue, key) if self.overdue.items else None
         if item is not None:
             return item, True
         item = _pop_first(self.fresh, key)
