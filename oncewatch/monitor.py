@@ -26,7 +26,7 @@ from collectors.kafka_events import EventBatch, KafkaEventCollector, KafkaEvents
 from collectors.kafka_offsets import KafkaOffsetsCollector
 from dashboards.queries import delay_buckets, quantile
 from oncewatch.config import Config, ConfigError
-from oncewatch.records import BinlogPosition, EmittedEvent, RowChange, Transaction
+from oncewatch.records import BinlogPosition, EmittedEvent, Finding, RowChange, Transaction
 from oncewatch.store import Batch, Store
 
 log = logging.getLogger("oncewatch.monitor")
@@ -239,7 +239,10 @@ class Monitor:
     def _write_engine(self, tx: Batch) -> None:
         changed = self.engine.drain()
         if changed:
-            self.progress.last_change_at = time.time()  # --until-idle waits for findings to settle too
+            # --until-idle waits for findings to settle too: a new finding or a changed status counts,
+            # a standing one refreshed by the next offsets reading (F11, F12) does not.
+            if status_changes(tx, changed):
+                self.progress.last_change_at = time.time()
         tx.upsert_findings(changed)
         tx.set_state(ENGINE_STATE, self.engine.state())
         tx.set_state("engine_stats", self.engine.stats())
@@ -417,6 +420,17 @@ class Monitor:
         p = self.progress
         return (now - p.last_change_at >= seconds and self.queue.empty()
                 and p.binlog_caught_up and p.kafka_caught_up)
+
+
+def status_changes(tx: Batch, findings: list[Finding]) -> bool:
+    """True when any of `findings` is new to the store or has another status there."""
+    for i in range(0, len(findings), 500):
+        chunk = findings[i:i + 500]
+        known = dict(tx.conn.execute(f"SELECT id, status FROM findings WHERE id IN ({','.join('?' * len(chunk))})",
+                                     [f.id for f in chunk]).fetchall())
+        if any(known.get(f.id) != f.status for f in chunk):
+            return True
+    return False
 
 
 def delay_p99(stats: dict[str, Any]) -> float | None:

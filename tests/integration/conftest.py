@@ -6,6 +6,7 @@ rather than skipping, so a missing service can never pass for a green run.
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,12 +52,18 @@ def table_name() -> str:
     return f"t_{uuid.uuid4().hex[:10]}"
 
 
+def unique_server_id() -> int:
+    """Each monitor its own replica id: two binlog readers with one id knock each other off (4052)."""
+    return random.randrange(100_000, 2**31)
+
+
 def monitor_config(tables: list[str], tmp_path: Path, **mysql: object) -> Config:
     """A config for the monitor user on the dev MariaDB watching `tables` (schema.table)."""
     return parse({
         "mysql": {"host": stack.HOST, "port": stack.MARIADB_PORT, "user": stack.MONITOR_USER,
                   "password_file": str(stack.MONITOR_PASSWORD_FILE), "tables": tables,
-                  "heartbeat_seconds": 1.0, "reconnect_max_seconds": 2.0, **mysql},
+                  "heartbeat_seconds": 1.0, "reconnect_max_seconds": 2.0,
+                  "server_id": unique_server_id(), **mysql},
         "store": {"path": str(tmp_path / "store.db")},
     }, base=tmp_path)
 
@@ -76,6 +83,7 @@ port = {stack.MARIADB_PORT}
 user = "{stack.MONITOR_USER}"
 password_file = "{stack.MONITOR_PASSWORD_FILE}"
 tables = [{listed}]
+server_id = {unique_server_id()}
 heartbeat_seconds = 1.0
 reconnect_max_seconds = 2.0
 

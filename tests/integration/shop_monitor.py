@@ -22,6 +22,8 @@ from oncewatch.records import Finding
 from oncewatch.store import Store
 from shop import GroundTruth, KafkaTarget, MySQLTarget, ShopSettings
 
+from .conftest import unique_server_id
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "shop.toml"
 
@@ -52,6 +54,7 @@ def shop_config(tmp_path: Path, *, metrics_port: int = 0, rules: dict[str, Any] 
                 **kafka: Any) -> Path:
     data = _retarget(tomllib.loads(EXAMPLE.read_text()))
     data["mysql"]["password_file"] = str(stack.MONITOR_PASSWORD_FILE)
+    data["mysql"]["server_id"] = unique_server_id()
     data["mysql"]["heartbeat_seconds"] = 1.0
     data["mysql"]["reconnect_max_seconds"] = 2.0
     data["store"]["path"] = str(tmp_path / "store.db")
