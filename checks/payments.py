@@ -73,9 +73,7 @@ class PaymentChecks:
         order = str(order)
         known = self.order_amounts.get(order)
         if known is not None and known[0] == str(amount):
-            # the row that set this amount stays the evidence; updates of other columns only refresh it
-            self.order_amounts.put(order, known, change.commit_time)
-            return
+            return  # the row that set this amount stays the evidence, and the entry ages from it
         known = (str(amount), row_evidence(change, o.table, (o.key_column, o.amount_column)))
         self.order_amounts.put(order, known, change.commit_time)
         for trade_no, payment in (self.successes.get(order) or {}).items():
