@@ -25,6 +25,7 @@ from collectors.binlog import BinlogCollector, BinlogError, bootstrap, connect
 from collectors.kafka_events import EventBatch, KafkaEventCollector, KafkaEventsError
 from collectors.kafka_offsets import KafkaOffsetsCollector
 from dashboards.queries import delay_buckets, quantile
+from oncewatch import engine_state
 from oncewatch.config import Config, ConfigError
 from oncewatch.records import BinlogPosition, EmittedEvent, Finding, RowChange, Transaction
 from oncewatch.store import Batch, Store
@@ -33,7 +34,6 @@ log = logging.getLogger("oncewatch.monitor")
 
 BINLOG_CHECKPOINT = "binlog"
 KAFKA_CHECKPOINT = "kafka_events"
-ENGINE_STATE = "engine"
 QUEUE_SIZE = 512
 BATCH_SECONDS = 0.25
 HEALTH_SECONDS = 1.0
@@ -155,6 +155,7 @@ class Monitor:
     def __init__(self, cfg: Config, store: Store | None = None):
         self.cfg = cfg
         self.store = store or Store(cfg.store.path)
+        engine_state.ensure_schema(self.store)
         self.settings = Settings.from_config(cfg)
         self.engine = Engine(self.settings)
         self.index = EntityIndex(self.settings)
@@ -176,7 +177,7 @@ class Monitor:
 
     def restore(self) -> BinlogPosition:
         """Engine state and positions from the store; a bootstrap of the watched tables on the first run."""
-        saved_state = self.store.state(ENGINE_STATE)
+        saved_state = engine_state.load(self.store)
         if saved_state is not None:
             self.engine.restore(saved_state)
         saved = self.store.checkpoint(BINLOG_CHECKPOINT)
@@ -244,7 +245,7 @@ class Monitor:
             if status_changes(tx, changed):
                 self.progress.last_change_at = time.time()
         tx.upsert_findings(changed)
-        tx.set_state(ENGINE_STATE, self.engine.state())
+        engine_state.save(tx, self.engine.state_delta())
         tx.set_state("engine_stats", self.engine.stats())
 
     def _apply(self, items: list[Any]) -> None:

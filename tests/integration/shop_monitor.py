@@ -28,7 +28,9 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "shop.toml"
 
 # Thresholds for runs of a minute or two: the shop settles its clean orders within seconds.
-SHORT_RULES = {"stuck_pending_seconds": 20, "missing_event_grace_seconds": 5, "orphan_event_grace_seconds": 5}
+SHORT_RULES = {"stuck_pending_seconds": 10, "missing_event_grace_seconds": 4, "orphan_event_grace_seconds": 4}
+# --until-idle quiet time: longer than the stuck-pending threshold, so every absence rule has had its say.
+IDLE = 12.0
 # The end-to-end tests run the shop in the test schema with its own topic, so that they leave the
 # demo's `shop` schema alone.
 SCHEMA = "owtest"

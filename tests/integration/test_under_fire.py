@@ -31,9 +31,8 @@ from devservices import stack
 from oncewatch.store import Store
 
 from .conftest import admin_connection
-from .shop_monitor import (ROOT, SCHEMA, TOPIC, findings, run_until_idle, score, shop_config, shop_settings)
+from .shop_monitor import (IDLE, ROOT, SCHEMA, TOPIC, findings, run_until_idle, score, shop_config, shop_settings)
 
-IDLE = 25.0
 MALFORMED = [
     (b"k1", b"\xff\xfe not utf-8 \xc3\x28"),
     (b"k2", b"{this is not json"),

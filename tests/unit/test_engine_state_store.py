@@ -1,0 +1,46 @@
+"""The engine's state saved as deltas in the store comes back as the state the engine holds."""
+
+from __future__ import annotations
+
+from checks.engine import Engine
+from checks.samples import Shop, grant, order, payment, push, shipment, shop_settings
+from oncewatch import engine_state
+from oncewatch.records import from_json, to_json
+from oncewatch.store import Store
+
+
+def canonical(state):
+    state = from_json(to_json(state))
+    state["entries"] = {space: sorted(rows, key=lambda r: to_json(r[0])) for space, rows in state["entries"].items()}
+    return state
+
+
+def traffic(shop: Shop, n: int):
+    for i in range(n):
+        at = 1000.0 + i
+        yield shop.tx(at, order(f"O{i}", "pending"))
+        yield shop.tx(at + 0.2, payment(f"T{i}", f"O{i}", "success"), order(f"O{i}", "paid", was="pending"))
+        if i % 3:
+            yield shop.tx(at + 0.3, shipment(f"S{i}", f"T{i}"), grant(f"G{i}", f"T{i}"))
+        yield shop.event("order.paid", at + 0.25, order_no=f"O{i}", trade_no=f"T{i}", entity_id=f"O{i}")
+
+
+def test_deltas_saved_batch_by_batch_load_as_the_full_state(tmp_path):
+    settings = shop_settings()
+    engine = Engine(settings)
+    store = Store(str(tmp_path / "s.db"))
+    engine_state.ensure_schema(store)
+    assert engine_state.load(store) is None
+    for i, record in enumerate(traffic(Shop(), 200)):
+        push(engine, record)
+        if i % 37 == 0:
+            engine.tick(1000.0 + i / 4, 1000.0 + i / 4, 1000.0 + i / 4)
+            with store.batch() as tx:
+                engine_state.save(tx, engine.state_delta())
+    with store.batch() as tx:
+        engine_state.save(tx, engine.state_delta())
+    assert sum(len(rows) for rows in engine.state()["entries"].values()) > 100
+    assert canonical(engine_state.load(store)) == canonical(engine.state())
+    restored = Engine(settings)
+    restored.restore(engine_state.load(store))
+    assert canonical(restored.state()) == canonical(engine.state())
