@@ -26,9 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".devstack"
 KAFKA_POM_DIR = ROOT / "devservices" / "kafka"
 
-MARIADB_PORT = 13306
-KAFKA_PORT = 19092
-KAFKA_CONTROLLER_PORT = 19093
+# Overridable so that a second checkout can run its own stack beside this one.
+MARIADB_PORT = int(os.environ.get("ONCEWATCH_DEV_MARIADB_PORT", "13306"))
+KAFKA_PORT = int(os.environ.get("ONCEWATCH_DEV_KAFKA_PORT", "19092"))
+KAFKA_CONTROLLER_PORT = KAFKA_PORT + 1
 HOST = "127.0.0.1"
 
 ADMIN_USER = "dev_admin"

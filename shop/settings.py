@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 
 # How the service tells Kafka what it did (DESIGN §1): after the commit, inside the
@@ -25,7 +26,7 @@ class SettingsError(ValueError):
 @dataclass(frozen=True)
 class MySQLTarget:
     host: str = "127.0.0.1"
-    port: int = 13306
+    port: int = int(os.environ.get("ONCEWATCH_DEV_MARIADB_PORT", "13306"))  # the dev stack's (devservices)
     user: str = "dev_admin"
     # The dev services' admin password (CONTRIBUTING); the CLI takes another from the environment.
     password: str = field(default="dev_admin", repr=False)
@@ -34,7 +35,7 @@ class MySQLTarget:
 
 @dataclass(frozen=True)
 class KafkaTarget:
-    bootstrap_servers: str = "127.0.0.1:19092"
+    bootstrap_servers: str = f"127.0.0.1:{os.environ.get('ONCEWATCH_DEV_KAFKA_PORT', '19092')}"
     topic: str = "shop.events"
     partitions: int = 3
     # Downstream consumer groups: the first one can stall (F11), the second can stall on some

@@ -49,12 +49,16 @@ def _retarget(value: Any) -> Any:
 
 
 def shop_settings(**changes: Any) -> ShopSettings:
-    return ShopSettings(mysql=MySQLTarget(database=SCHEMA), kafka=KafkaTarget(topic=TOPIC), **changes)
+    return ShopSettings(mysql=MySQLTarget(port=stack.MARIADB_PORT, database=SCHEMA),
+                        kafka=KafkaTarget(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}", topic=TOPIC),
+                        **changes)
 
 
 def shop_config(tmp_path: Path, *, metrics_port: int = 0, rules: dict[str, Any] | None = None,
                 **kafka: Any) -> Path:
     data = _retarget(tomllib.loads(EXAMPLE.read_text()))
+    data["mysql"]["port"] = stack.MARIADB_PORT
+    data["kafka"]["bootstrap_servers"] = [f"{stack.HOST}:{stack.KAFKA_PORT}"]
     data["mysql"]["password_file"] = str(stack.MONITOR_PASSWORD_FILE)
     data["mysql"]["server_id"] = unique_server_id()
     data["mysql"]["heartbeat_seconds"] = 1.0
