@@ -9,6 +9,7 @@ store.path where there is no store (the monitor has not run with this config yet
 from __future__ import annotations
 
 import argparse
+import gc
 import datetime as dt
 import json
 import logging
@@ -57,6 +58,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = load(args.config)
     monitor = Monitor(cfg)
     _on_signals(monitor.stop)
+    # The engine holds many small long-lived objects; Python's default young-generation threshold
+    # (700) rescans them constantly. A higher one measured ~25% more records/s in bench/engine.py.
+    gc.set_threshold(100_000, 20, 50)
     try:
         monitor.run(until_idle=args.until_idle)
     except (BinlogError, KafkaEventsError, SourceUnavailableError) as exc:
