@@ -1,7 +1,9 @@
 """F1 duplicate_effect: more than one effect row (shipment, pick-up code, ...) for one trade_no.
 
 Each configured effect table is counted on its own: one shipment and one points grant for a
-trade_no are two different effects, two shipments are one too many. Rows are told apart by
+trade_no are two different effects, two shipments are one too many. One payment handled twice
+usually duplicates every effect at once, so the finding is one per trade_no: it names each
+table that has too many rows and carries all of their rows as evidence. Rows are told apart by
 primary key, so an update of the same shipment is not a second one. Deletes do not undo a
 finding: the duplicate happened (and may already have been shipped).
 """
@@ -15,10 +17,11 @@ from oncewatch.records import OP_DELETE, RowChange
 
 
 class DuplicateEffects:
-    def __init__(self, memory: Memory, findings: Findings):
+    def __init__(self, memory: Memory, findings: Findings, tables: tuple[str, ...]):
         # "table\x1ftrade_no" -> {primary key: evidence}
         self.rows = memory.aging("effects", BINLOG)
         self.findings = findings
+        self.tables = tables
 
     def on_row(self, effect: Effect, change: RowChange) -> None:
         trade_no = change.row.get(effect.trade_no_column)
@@ -34,6 +37,9 @@ class DuplicateEffects:
             rows[pk] = row_evidence(change, effect.table, (effect.trade_no_column,))
         self.rows.put(key, rows, change.commit_time)
         if len(rows) > 1:
-            self.findings.raise_("F1", (effect.table, trade_no), keys={"table": effect.table, "trade_no": trade_no},
-                                 summary=f"{len(rows)} rows in {effect.table} for trade_no {trade_no}",
-                                 time=change.commit_time, evidence=rows.values())
+            duplicated = {t: r for t in self.tables if len(r := self.rows.get(f"{t}\x1f{trade_no}") or {}) > 1}
+            self.findings.raise_("F1", (trade_no,), keys={"trade_no": trade_no, "tables": sorted(duplicated)},
+                                 summary=f"trade_no {trade_no}: " + ", ".join(
+                                     f"{len(r)} rows in {t}" for t, r in sorted(duplicated.items())),
+                                 time=change.commit_time,
+                                 evidence=[e for _, r in sorted(duplicated.items()) for e in r.values()])

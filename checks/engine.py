@@ -107,7 +107,7 @@ class Engine:
         self.callbacks: PaymentChecks | None = None
         self.orders: OrderLife | None = None
         if domain.effects:
-            effects = DuplicateEffects(self.memory, self.findings)
+            effects = DuplicateEffects(self.memory, self.findings, tuple(e.table for e in domain.effects))
             for e in domain.effects:
                 self._route(e.table, partial(effects.on_row, e))
         if domain.orders:

@@ -9,7 +9,8 @@ lose an event after the commit, and only a send inside the transaction can be ro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import random
+from dataclasses import dataclass, replace
 
 from shop.settings import STYLE_AFTER_COMMIT, STYLE_IN_TRANSACTION, STYLE_OUTBOX, STYLES
 
@@ -70,12 +71,29 @@ class FaultMix:
     """Rate per mode name; modes not listed are off."""
 
     rates: tuple[tuple[str, float], ...] = ()
+    counts: tuple[tuple[str, int], ...] = ()  # `mode*N`: exactly N orders with that mode
+    exact: tuple[tuple[int, str], ...] = ()  # (order index, mode) once the counts are placed in a run
 
     def rate(self, name: str) -> float:
         return dict(self.rates).get(name, 0.0)
 
     def on(self, name: str) -> bool:
         return self.rate(name) > 0
+
+    def placed(self, seed: int, orders: int) -> FaultMix:
+        """The counted modes given their orders: indexes drawn from the seed, spread over the run."""
+        wanted = [name for name, n in self.counts for _ in range(n)]
+        if len(wanted) > orders:
+            raise FaultSpecError(f"--faults asks for {len(wanted)} counted faults but the run has {orders} orders")
+        indexes = random.Random(f"{seed}:counted").sample(range(orders), len(wanted))
+        return replace(self, exact=tuple(sorted(zip(indexes, wanted))))
+
+    def mode_for(self, index: int, u: float) -> Mode | None:
+        """This order's mode: a counted one placed on it, else what the rates give for u."""
+        for placed_index, name in self.exact:
+            if placed_index == index:
+                return BY_NAME[name]
+        return None if self.counts else self.pick(u)
 
     def pick(self, u: float) -> Mode | None:
         """The per-order mode whose slice of [0, 1) holds u, or None for a clean order."""
@@ -98,8 +116,17 @@ class FaultMix:
         mode explicitly is an error.
         """
         rates: dict[str, float] = {}
+        counts: dict[str, int] = {}
         for item in (part.strip() for part in spec.split(",")):
             if item in ("", "none"):
+                continue
+            if "*" in item:
+                name, _, raw = item.partition("*")
+                mode = BY_NAME.get(name)
+                if mode is None or not mode.per_order or style not in mode.styles or not raw.isdigit():
+                    raise FaultSpecError(f"--faults {item!r}: `mode*N` needs a per-order mode this style can "
+                                         f"produce and a whole number")
+                counts[name] = int(raw)
                 continue
             name, _, raw = item.partition("=")
             rate = _rate(item, raw) if raw else DEFAULT_RATE
@@ -118,7 +145,10 @@ class FaultMix:
         total = sum(r for n, r in rates.items() if BY_NAME[n].per_order)
         if total > 1:
             raise FaultSpecError(f"--faults {spec!r}: per-order rates add up to {total:.2f}; at most 1")
-        return cls(tuple((m.name, rates[m.name]) for m in MODES if rates.get(m.name, 0) > 0))
+        if counts and any(BY_NAME[n].per_order for n in rates):
+            raise FaultSpecError(f"--faults {spec!r}: counted per-order modes (`mode*N`) do not mix with rates")
+        return cls(tuple((m.name, rates[m.name]) for m in MODES if rates.get(m.name, 0) > 0),
+                   tuple((m.name, counts[m.name]) for m in MODES if counts.get(m.name, 0) > 0))
 
 
 def _rate(item: str, raw: str) -> float:

@@ -247,7 +247,7 @@ def _send_fault(s: _Script, mode: Mode) -> HandlerPolicy:
 
 def build(seed: int, index: int, tag: str, mix: FaultMix) -> OrderPlan:
     rng = random.Random(f"{seed}:{index}")
-    mode = mix.pick(rng.random())
+    mode = mix.mode_for(index, rng.random())
     s = _Script(rng, index, tag)
     keys: Keys = {}
     if mode is None:

@@ -150,7 +150,7 @@ def _consumer_faults(settings: ShopSettings, admin: KafkaAdminClient, downstream
 
 def run(settings: ShopSettings) -> GroundTruth:
     """Play one shop run against the configured MariaDB and Kafka and return its ground truth."""
-    mix = FaultMix.parse(settings.faults, settings.style)
+    mix = FaultMix.parse(settings.faults, settings.style).placed(settings.seed, settings.order_count)
     tag = settings.run_tag or _new_tag()
     k = settings.kafka
     recorder = Recorder()

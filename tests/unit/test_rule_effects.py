@@ -1,4 +1,4 @@
-"""F1 duplicate_effect: more than one effect row per trade_no, per effect table."""
+"""F1 duplicate_effect: more than one effect row per trade_no in an effect table; one finding per trade_no."""
 
 from checks.engine import Engine
 from checks.findings import finding_id
@@ -11,8 +11,8 @@ def test_two_shipments_for_one_trade_no_is_one_f1_with_both_rows():
     found = feed(engine, first, second)
     assert rules_of(found) == ["F1"]
     f = found[0]
-    assert f.id == finding_id("F1", "shop.shipments", "T1")
-    assert f.severity == "critical" and f.keys == {"table": "shop.shipments", "trade_no": "T1"}
+    assert f.id == finding_id("F1", "T1")
+    assert f.severity == "critical" and f.keys == {"tables": ["shop.shipments"], "trade_no": "T1"}
     assert [e.coordinates for e in f.evidence] == [first.rows[0].coordinates, second.rows[0].coordinates]
     assert [e.time for e in f.evidence] == [10, 11] and f.first_seen == 11
     assert f.evidence[0].kind == "row_change" and f.evidence[0].values["trade_no"] == "T1"
@@ -33,6 +33,16 @@ def test_near_miss_one_shipment_per_trade_no_for_two_trade_nos_of_one_order():
                  shop.tx(12, payment("T2", "O1", "success"), order("O1", "paid", was="pending")),
                  shop.tx(13, shipment("S1", "T1")), shop.tx(14, shipment("S2", "T2")))
     assert "F1" not in rules_of(found)
+
+
+def test_a_payment_handled_twice_is_one_finding_naming_both_tables():
+    shop, engine = Shop(), Engine(shop_settings())
+    first = shop.tx(10, shipment("S1", "T1"), grant("G1", "T1"))
+    second = shop.tx(11, shipment("S2", "T1"), grant("G2", "T1"))
+    found = feed(engine, first, second)
+    assert rules_of(found) == ["F1"]
+    assert found[0].keys == {"tables": ["shop.points_grants", "shop.shipments"], "trade_no": "T1"}
+    assert sorted(e.coordinates for e in found[0].evidence) == sorted(r.coordinates for r in first.rows + second.rows)
 
 
 def test_one_row_in_each_of_two_effect_tables_is_not_a_duplicate():
