@@ -374,7 +374,11 @@ class Monitor:
             return lambda: None
         from dashboards.metrics import serve
 
-        server, _thread = serve(self.cfg.store.path, self.cfg.metrics.host, self.cfg.metrics.port)
+        try:
+            server, _thread = serve(self.cfg.store.path, self.cfg.metrics.host, self.cfg.metrics.port)
+        except OSError as exc:
+            raise ConfigError(f"metrics.port: cannot listen on {self.cfg.metrics.host}:{self.cfg.metrics.port} "
+                              f"({exc.strerror}); is another oncewatch running? pick a free port") from exc
         log.info("serving /metrics", extra={"event": "metrics_listening", "host": self.cfg.metrics.host,
                                             "port": server.server_port})
 
