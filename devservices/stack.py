@@ -41,6 +41,7 @@ MONITORED_SCHEMAS = ("shop", "owtest")
 DEBIAN_PACKAGES = {
     "mariadbd": ["mariadb-server", "mariadb-client"],
     "chromium": ["chromium"],
+    "ss": ["iproute2"],  # the security tests list listening sockets with it
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 
@@ -24,7 +25,9 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
-def setup(level: str = "INFO") -> None:
+def setup(level: str | None = None) -> None:
+    """JSON lines on stderr at `level`, else $ONCEWATCH_LOG_LEVEL, else INFO."""
+    level = (level or os.environ.get("ONCEWATCH_LOG_LEVEL") or "INFO").upper()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
