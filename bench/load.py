@@ -1,0 +1,141 @@
+"""Load: the simulated shop at a high rate for minutes, the monitor keeping up (issue 7).
+
+Runs the shop with every fault on at `--rate` orders/s for `--minutes` against the dev
+services, with `oncewatch run` watching it, and samples once a second:
+- monitor lag on both streams: the binlog collector's seconds behind, and for Kafka the age of
+  the monitor's Kafka watermark (0 when every partition is read to its end);
+- detection latency: from the moment a finding became decidable (the commit of the faulty
+  change, plus the rule's own threshold for stuck orders and missing/orphan events) to the
+  moment it is in the store, i.e. visible on /metrics, which is read from the store per scrape;
+- the monitor process's CPU (user+system seconds per wall second) and resident memory.
+Prints p50/p99 of each, RSS at each quarter of the run (flat means no growth), and how much
+the shop really placed. Usage:
+
+    .venv/bin/python bench/load.py [--minutes 10] [--rate 90]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import shop  # noqa: E402
+from oncewatch.config import load  # noqa: E402
+from oncewatch.records import Finding  # noqa: E402
+from oncewatch.store import FINDING_COLUMNS, Store, finding_from_row  # noqa: E402
+from tests.integration.shop_monitor import run_until_idle, shop_config, shop_settings  # noqa: E402
+from tests.integration.test_under_fire import free_port  # noqa: E402
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def proc_cpu_rss(pid: int) -> tuple[float, float]:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / TICKS
+    rss = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE / 2**20
+    return cpu, rss
+
+
+def decidable_at(f: Finding, delay_of: dict[str, float]) -> float:
+    """When the fault behind a finding could first be known: its newest evidence, plus the
+    rule's own wait for stuck orders and missing or orphan events."""
+    return max(e.time for e in f.evidence) + delay_of.get(f.rule, 0.0)
+
+
+def scrape(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if not line.startswith("#") and " " in line:
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--rate", type=float, default=90.0, help="orders per second asked of the shop")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="oncewatch-load-"))
+    port = free_port()
+    shop.run(shop_settings(orders=0, reset=True))
+    config = shop_config(work, metrics_port=port)
+    rules = load(config).rules
+    run_until_idle(config, idle=1.0)
+    monitor = subprocess.Popen([sys.executable, "-m", "oncewatch.cli", "run", "--config", str(config)],
+                               stdout=subprocess.DEVNULL, stderr=open(work / "monitor.log", "wb"))
+    result: dict[str, object] = {}
+    runner = threading.Thread(target=lambda: result.update(truth=shop.run(shop_settings(
+        seed=99, duration=args.minutes * 60, rate=args.rate, faults="all"))))
+    time.sleep(3)
+    started = time.time()
+    runner.start()
+    binlog_lag, kafka_lag, rss, cpu_rate, latency = [], [], [], [], []
+    seen: set[str] = set()
+    cpu0, _ = proc_cpu_rss(monitor.pid)
+    last_cpu, last_at = cpu0, time.time()
+    store = Store(str(work / "store.db"), readonly=True)
+    delay_of = {"F3": rules.stuck_pending_seconds, "F7": rules.missing_event_grace_seconds,
+                "F8": rules.orphan_event_grace_seconds}
+    while runner.is_alive():
+        time.sleep(1.0)
+        now = time.time()
+        try:
+            m = scrape(port)
+            if "oncewatch_binlog_behind_seconds" in m:
+                binlog_lag.append(m["oncewatch_binlog_behind_seconds"])
+            kafka_lag.append(max(0.0, now - m.get('oncewatch_stream_time_seconds{stream="kafka"}', now)))
+        except OSError:
+            pass
+        c, r = proc_cpu_rss(monitor.pid)
+        cpu_rate.append((c - last_cpu) / (now - last_at))
+        last_cpu, last_at = c, now
+        rss.append(r)
+        new = [fid for (fid,) in store.conn.execute("SELECT id FROM findings") if fid not in seen]
+        seen.update(new)
+        for i in range(0, len(new), 500):
+            chunk = new[i:i + 500]
+            rows = store.conn.execute(f"SELECT {FINDING_COLUMNS} FROM findings WHERE id IN "
+                                      f"({','.join('?' * len(chunk))})", chunk)
+            latency.extend(now - decidable_at(finding_from_row(row), delay_of) for row in rows
+                           if row[1] not in ("F11", "F12"))  # offsets findings have no commit behind them
+    elapsed = time.time() - started
+    monitor.terminate()
+    monitor.wait(60)
+    truth = result["truth"]
+    quarters = [rss[int(i * (len(rss) - 1) / 4)] for i in range(5)] if rss else []
+    print(f"shop: {truth.orders} orders in {elapsed:.0f} s ({truth.orders / elapsed:.1f}/s asked {args.rate}), "
+          f"{len(truth.faults)} faults; stats {truth.stats}")
+    print(f"monitor lag, binlog: p50 {pct(binlog_lag, .5):.2f} s, p99 {pct(binlog_lag, .99):.2f} s, "
+          f"max {max(binlog_lag, default=float('nan')):.2f} s")
+    print(f"monitor lag, kafka:  p50 {pct(kafka_lag, .5):.2f} s, p99 {pct(kafka_lag, .99):.2f} s, "
+          f"max {max(kafka_lag, default=float('nan')):.2f} s")
+    print(f"detection latency ({len(latency)} findings): p50 {pct(latency, .5):.2f} s, p99 {pct(latency, .99):.2f} s "
+          f"(sampling adds up to 1 s)")
+    print(f"monitor CPU: mean {statistics.fmean(cpu_rate):.2f} cores, p99 {pct(cpu_rate, .99):.2f}; "
+          f"RSS peak {max(rss):.0f} MiB, at 0/25/50/75/100%: {' '.join(f'{q:.0f}' for q in quarters)} MiB")
+    print(f"work dir (store, logs): {work}")
+
+
+if __name__ == "__main__":
+    main()
