@@ -16,8 +16,12 @@ import time
 import urllib.request
 from pathlib import Path
 
+from kafka import KafkaAdminClient
+
 from dashboards import launch
 from oncewatch.config import load
+from shop.schema import prepare_tables, prepare_topic
+from shop.settings import KafkaTarget, MySQLTarget
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "examples" / "shop.toml"
@@ -37,6 +41,17 @@ def wait_http(url: str, what: str, proc: subprocess.Popen, timeout: float = 90.0
         except OSError:
             time.sleep(0.5)
     raise SystemExit(f"demo: {what} did not answer at {url} within {timeout:.0f}s; see {LOGS}")
+
+
+def reset_shop() -> None:
+    """Fresh shop tables and topic, so the demo's findings are this run's alone."""
+    target = KafkaTarget()
+    prepare_tables(MySQLTarget(), reset=True)
+    admin = KafkaAdminClient(bootstrap_servers=target.bootstrap_servers, client_id="oncewatch-demo")
+    try:
+        prepare_topic(admin, target, reset=True)
+    finally:
+        admin.close()
 
 
 def spawn(argv: list[str], name: str) -> subprocess.Popen:
@@ -64,8 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     try:
         print("demo: resetting the shop's tables and topic", flush=True)
-        subprocess.run([str(bin_dir / "oncewatch-shop"), "--reset", "--orders", "0"], cwd=ROOT, check=True,
-                       stdout=subprocess.DEVNULL)
+        reset_shop()
         for suffix in ("", "-wal", "-shm"):
             Path(cfg.store.path + suffix).unlink(missing_ok=True)
         monitor = spawn([str(bin_dir / "oncewatch"), "run", "--config", str(CONFIG)], "monitor")
