@@ -33,7 +33,7 @@ import shop  # noqa: E402
 from oncewatch.config import load  # noqa: E402
 from oncewatch.records import Finding  # noqa: E402
 from oncewatch.store import FINDING_COLUMNS, Store, finding_from_row  # noqa: E402
-from tests.integration.shop_monitor import run_until_idle, shop_config, shop_settings  # noqa: E402
+from tests.integration.shop_monitor import SHORT_RULES, run_until_idle, shop_config, shop_settings  # noqa: E402
 from tests.integration.test_under_fire import free_port  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -75,11 +75,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--rate", type=float, default=90.0, help="orders per second asked of the shop")
+    ap.add_argument("--horizon", type=float, default=300.0,
+                    help="rules.horizon_seconds: open state older than this is let go (memory stays flat)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="oncewatch-load-"))
     port = free_port()
     shop.run(shop_settings(orders=0, reset=True))
-    config = shop_config(work, metrics_port=port)
+    config = shop_config(work, metrics_port=port, rules={**SHORT_RULES, "horizon_seconds": args.horizon})
     rules = load(config).rules
     run_until_idle(config, idle=1.0)
     monitor = subprocess.Popen([sys.executable, "-m", "oncewatch.cli", "run", "--config", str(config)],

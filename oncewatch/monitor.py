@@ -36,6 +36,8 @@ BINLOG_CHECKPOINT = "binlog"
 KAFKA_CHECKPOINT = "kafka_events"
 QUEUE_SIZE = 512
 BATCH_SECONDS = 0.25
+BATCH_RECORDS = 5000
+KAFKA_LEAD_SECONDS = 10.0
 HEALTH_SECONDS = 1.0
 SERIES_SECONDS = 5.0
 
@@ -220,9 +222,19 @@ class Monitor:
         except BinlogError as exc:
             self._put(_Fatal(exc))
 
+    def _kafka_ahead(self) -> bool:
+        """Kafka read well past the binlog: its events would only wait in the engine for their changes
+        (memory) and crowd the queue the binlog reader needs, so the Kafka reader pauses."""
+        p = self.progress
+        newest = max(p.newest_event_ms.values(), default=0) / 1000
+        return not p.binlog_caught_up and p.binlog_time > 0 and newest - p.binlog_time > KAFKA_LEAD_SECONDS
+
     def _kafka_reader(self, collector: KafkaEventCollector) -> None:
         try:
             while not self._stop.is_set():
+                if self._kafka_ahead():
+                    self._stop.wait(0.2)
+                    continue
                 batch = collector.poll(timeout_ms=500, max_records=2000)
                 if batch.events or batch.quarantined or batch.positions_changed:
                     self._put(batch)
@@ -296,13 +308,18 @@ class Monitor:
         self.engine.tick(now, binlog_time, p.kafka_time)
 
     def _drain_queue(self) -> list[Any]:
+        """What is queued, up to BATCH_SECONDS of waiting or BATCH_RECORDS records: one store transaction."""
         items: list[Any] = []
+        records = 0
         deadline = time.monotonic() + BATCH_SECONDS
-        while len(items) < QUEUE_SIZE:
+        while records < BATCH_RECORDS:
             try:
-                items.append(self.queue.get(timeout=max(0.0, deadline - time.monotonic())))
+                item = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 break
+            items.append(item)
+            records += len(item.rows) if isinstance(item, Transaction) else (
+                len(item.events) + len(item.quarantined) if isinstance(item, EventBatch) else 1)
         return items
 
     # -------------------------------------------------------------- health
