@@ -55,17 +55,23 @@ import hmac
 import io
 import json
 import re
+import sqlite3
 import zipfile
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from openpyxl import Workbook, load_workbook
-from openpyxl.worksheet.worksheet import Worksheet
+from openpyxl.cell import WriteOnlyCell
+from openpyxl.cell.cell import ERROR_CODES
 
-from oncewatch.records import Finding, plain
-from oncewatch.store import Store
+from dashboards.queries import FindingFilter
+from oncewatch.records import Finding, from_json, plain
+from oncewatch.store import FINDING_COLUMNS, Store, finding_from_row
+
+if TYPE_CHECKING:
+    from openpyxl.worksheet._write_only import WriteOnlyWorksheet
 
 REPORT_VERSION = "oncewatch-report/1"
 FORMATS = ("csv", "json", "xlsx")
@@ -79,6 +85,8 @@ EVIDENCE_FIELDS = ("kind", "coordinates", "time", "values")
 COLUMNS = ("finding_id", *FINDING_FIELDS[1:], "evidence_kind", "coordinates", "evidence_time", "values")
 # What XML 1.0 cannot hold or does not keep (CR becomes LF when read back).
 NOT_IN_XML = re.compile(r"[\x00-\x08\x0b-\x1f\ufffe\uffff]")
+# The CSV of the data section is hashed (and, for a CSV report, kept) in pieces of about this many characters.
+SECTION_CHUNK = 1 << 20
 
 
 class ReportError(ValueError):
@@ -94,21 +102,47 @@ def iso(t: float | None) -> str | None:
     return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+# json.dumps(value, **options) makes a JSONEncoder(**options) per call; reports encode many values.
+canonical_json: Callable[[Any], str] = json.JSONEncoder(sort_keys=True, separators=(",", ":"),
+                                                        ensure_ascii=False).encode
+_indent2: Callable[[Any], str] = json.JSONEncoder(indent=2, ensure_ascii=False).encode
+
+
+def _raw(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else canonical_json(value)
+
+
+def _escape(text: str) -> str:
+    return NOT_IN_XML.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _text(value: Any) -> str:
     """The text of one cell (module docstring)."""
-    if value is None:
-        return ""
-    text = value if isinstance(value, str) else canonical_json(value)
-    return NOT_IN_XML.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _escape(_raw(value))
+
+
+def _cells(values: Iterable[Any]) -> list[str]:
+    """`_text` of each value; one search of the whole row spares the escape pass on almost every row."""
+    cells = [_raw(v) for v in values]
+    return [_escape(c) for c in cells] if NOT_IN_XML.search("".join(cells)) else cells
 
 
 def _epoch(t: dt.datetime) -> float:
     # Naive datetimes are taken as UTC, as the CLI documents for --since/--until.
     return (t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)).timestamp()
+
+
+def _plain_json(text: str) -> Any:
+    """`plain(from_json(text))` of a store column. Only tagged values ({"$decimal": ...}) need the
+    object hook and the second pass; a text with neither a '$' nor its escape holds none, and one
+    C-speed parse gives the same values."""
+    return plain(from_json(text)) if "$" in text or "\\u0024" in text else json.loads(text)
+
+
+def _unchanged(value: Any) -> Any:
+    return value
 
 
 @dataclass(frozen=True)
@@ -155,24 +189,42 @@ def _snapshot(store: Store) -> Iterator[None]:
         store.conn.execute("COMMIT")
 
 
+def _filter(rule: str | None, status: str | None, since: dt.datetime | None,
+            until: dt.datetime | None) -> FindingFilter:
+    """The pages' filter, so the Reports page counts what the report holds."""
+    return FindingFilter(rules=(rule,) if rule else (), statuses=(status,) if status else (),
+                         since=_epoch(since) if since else None, until=_epoch(until) if until else None)
+
+
+def _selected(store: Store, flt: FindingFilter) -> sqlite3.Cursor:
+    """The store rows of the findings `flt` selects, ordered by first_seen then id, read as they are used."""
+    where, params = flt.where()
+    return store.conn.execute(f"SELECT {FINDING_COLUMNS} FROM findings{where} ORDER BY first_seen, id", params)
+
+
 def select(store: Store, *, rule: str | None = None, status: str | None = None,
            since: dt.datetime | None = None, until: dt.datetime | None = None) -> list[Finding]:
     """Findings by rule and status, seen during [since, until), ordered by first_seen then id."""
-    start = _epoch(since) if since else float("-inf")
-    end = _epoch(until) if until else float("inf")
-    return [f for f in store.findings(rule=rule, status=status) if f.last_seen >= start and f.first_seen < end]
+    return [finding_from_row(r) for r in _selected(store, _filter(rule, status, since, until))]
+
+
+def _finding_dict(row: tuple, plain_of: Callable[[Any], Any], hide: Callable[[Any], Any]) -> dict[str, Any]:
+    """`finding_dict` of a store row (FINDING_COLUMNS) whose keys and evidence `plain_of` makes plain."""
+    fid, rule, name, severity, status, keys, summary, first_seen, last_seen, resolved_at, resolution, evidence = row
+    return {
+        "id": fid, "rule": rule, "name": name, "severity": severity, "status": status,
+        "first_seen": iso(first_seen), "last_seen": iso(last_seen), "resolved_at": iso(resolved_at),
+        "resolution": resolution, "keys": hide(plain_of(keys)), "summary": summary,
+        "evidence": [{"kind": e["kind"], "coordinates": e["coordinates"], "time": iso(e["time"]),
+                      "values": hide(e["values"])} for e in plain_of(evidence)],
+    }
 
 
 def finding_dict(f: Finding, mask: Mask | None = None) -> dict[str, Any]:
     """A finding as plain JSON data for people: ISO times, exact decimals as strings, masked if asked."""
-    hide: Callable[[Any], Any] = mask.apply if mask else (lambda v: v)
-    return {
-        "id": f.id, "rule": f.rule, "name": f.name, "severity": f.severity, "status": f.status,
-        "first_seen": iso(f.first_seen), "last_seen": iso(f.last_seen), "resolved_at": iso(f.resolved_at),
-        "resolution": f.resolution, "keys": hide(plain(f.keys)), "summary": f.summary,
-        "evidence": [{"kind": e.kind, "coordinates": e.coordinates, "time": iso(e.time),
-                      "values": hide(plain(e.values))} for e in f.evidence],
-    }
+    row = (f.id, f.rule, f.name, f.severity, f.status, f.keys, f.summary, f.first_seen, f.last_seen, f.resolved_at,
+           f.resolution, [e.__dict__ for e in f.evidence])
+    return _finding_dict(row, plain, mask.apply if mask else _unchanged)
 
 
 def findings_json(findings: list[Finding], mask: Mask | None = None) -> list[dict[str, Any]]:
@@ -194,26 +246,59 @@ def findings_table(findings: list[dict[str, Any]]) -> str:
 
 # ---------------------------------------------------------------- the data section and its hash
 
+def _finding_rows(f: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """One finding of `findings_json` output: its cells (FINDING_FIELDS) and its rows of the data section."""
+    head = _cells(f[name] for name in FINDING_FIELDS)
+    if not f["evidence"]:
+        return head, [head + [""] * len(EVIDENCE_FIELDS)]
+    return head, [head + _cells(e[name] for name in EVIDENCE_FIELDS) for e in f["evidence"]]
+
+
 def rows(findings: list[dict[str, Any]]) -> list[list[str]]:
     """The data section: one row of COLUMNS per evidence item of `findings_json` output."""
-    out = []
-    for f in findings:
-        head = [_text(f[name]) for name in FINDING_FIELDS]
-        out.extend([*head, *(_text(e[name]) for name in EVIDENCE_FIELDS)] for e in f["evidence"])
-        if not f["evidence"]:
-            out.append(head + [""] * len(EVIDENCE_FIELDS))
-    return out
+    return [line for f in findings for line in _finding_rows(f)[1]]
 
 
-def _csv(table: list[list[str]] | list[tuple[str, ...]]) -> bytes:
+def _csv(table: Iterable[Iterable[str]]) -> bytes:
     buf = io.StringIO(newline="")
     csv.writer(buf).writerows(table)
     return buf.getvalue().encode()
 
 
+class _Section:
+    """The data section as CSV (module docstring), written as the findings come: its SHA-256, its
+    row count and, when `keep`, its bytes; what is hashed is never held whole unless kept."""
+
+    def __init__(self, keep: bool):
+        self._buf = io.StringIO(newline="")
+        self._writer = csv.writer(self._buf)
+        self._sha = hashlib.sha256()
+        self.chunks: list[bytes] | None = [] if keep else None
+        self.rows = 0
+        self._writer.writerow(COLUMNS)
+
+    def add(self, lines: list[list[str]]) -> None:
+        self._writer.writerows(lines)
+        self.rows += len(lines)
+        if self._buf.tell() >= SECTION_CHUNK:
+            self._flush()
+
+    def _flush(self) -> None:
+        chunk = self._buf.getvalue().encode()
+        self._buf.seek(0)
+        self._buf.truncate()
+        self._sha.update(chunk)
+        if self.chunks is not None:
+            self.chunks.append(chunk)
+
+    def sha256(self) -> str:
+        self._flush()
+        return self._sha.hexdigest()
+
+
 def data_section(data: list[list[str]]) -> bytes:
     """The canonical bytes that data_sha256 covers (module docstring)."""
-    return _csv([list(COLUMNS), *data])
+    return _csv([COLUMNS, *data])
 
 
 def _sha256(b: bytes) -> str:
@@ -226,40 +311,101 @@ def _header_items(header: dict[str, Any]) -> list[tuple[str, str]]:
     return [(k, _text(v)) for k, v in header.items()]
 
 
-def _write_csv(header: dict[str, Any], findings: list[dict[str, Any]], data: list[list[str]]) -> bytes:
-    block = "".join(f"# {k}: {v}".rstrip() + "\r\n" for k, v in _header_items(header)).encode()
-    return block + data_section(data)
+class _Writer(Protocol):
+    """One format: takes the findings one by one (as `findings_json` output, and as their cells and
+    rows of the data section), then the header, which counts and hashes them."""
+
+    keeps_section: bool  # whether the file holds the data section's CSV as it is
+
+    def add(self, finding: dict[str, Any], cells: list[str], lines: list[list[str]]) -> None: ...
+
+    def finish(self, header: dict[str, Any], section: _Section) -> bytes: ...
 
 
-def _write_json(header: dict[str, Any], findings: list[dict[str, Any]], data: list[list[str]]) -> bytes:
-    return (json.dumps({"header": header, "findings": findings}, indent=2, ensure_ascii=False) + "\n").encode()
+class _CsvWriter:
+    """The header lines, then the data section as `_Section` kept it."""
+
+    keeps_section = True
+
+    def add(self, finding: dict[str, Any], cells: list[str], lines: list[list[str]]) -> None:
+        pass
+
+    def finish(self, header: dict[str, Any], section: _Section) -> bytes:
+        block = "".join(f"# {k}: {v}".rstrip() + "\r\n" for k, v in _header_items(header)).encode()
+        return b"".join([block, *(section.chunks or ())])
 
 
-def _fill(ws: Worksheet, title: str, table: list[list[Any]]) -> None:
-    ws.title = title
-    for r, line in enumerate(table, start=1):
-        for c, value in enumerate(line, start=1):
-            cell = ws.cell(r, c, value)
-            if isinstance(value, str):
-                # Text stays text: a value starting with '=' must not become a formula.
-                cell.data_type = "s"
-    ws.freeze_panes = "A2"
+def _indented(value: Any, level: int) -> str:
+    """`value` as json.dumps(indent=2) writes it `level` levels deep in a document (strings in JSON
+    hold no raw line feed, so every one is a line break of the layout)."""
+    return _indent2(value).replace("\n", "\n" + "  " * level)
 
 
-def _write_xlsx(header: dict[str, Any], findings: list[dict[str, Any]], data: list[list[str]]) -> bytes:
-    wb = Workbook()
-    _fill(wb.active, "Report", [["field", "value"], *map(list, _header_items(header))])
-    _fill(wb.create_sheet(), "Findings",
-          [[*COLUMNS[:len(FINDING_FIELDS)], "evidence_items"],
-           *([*(_text(f[name]) for name in FINDING_FIELDS), len(f["evidence"])] for f in findings)])
-    _fill(wb.create_sheet(), "Evidence", [list(COLUMNS), *data])
-    out = io.BytesIO()
-    wb.save(out)
-    return out.getvalue()
+class _JsonWriter:
+    """json.dumps({"header": ..., "findings": [...]}, indent=2, ensure_ascii=False) + "\\n", byte for
+    byte, with each finding's text made (and encoded) when it comes."""
+
+    keeps_section = False
+
+    def __init__(self) -> None:
+        self.items: list[bytes] = []
+
+    def add(self, finding: dict[str, Any], cells: list[str], lines: list[list[str]]) -> None:
+        separator = ",\n    " if self.items else "\n    "
+        self.items.append((separator + _indented(finding, 2)).encode())
+
+    def finish(self, header: dict[str, Any], section: _Section) -> bytes:
+        head = f'{{\n  "header": {_indented(header, 1)},\n  "findings": '.encode()
+        if not self.items:
+            return head + b"[]\n}\n"
+        return b"".join([head, b"[", *self.items, b"\n  ]\n}\n"])
 
 
-WRITERS: dict[str, Callable[[dict[str, Any], list[dict[str, Any]], list[list[str]]], bytes]] = {
-    "csv": _write_csv, "json": _write_json, "xlsx": _write_xlsx}
+def _as_text(ws: WriteOnlyWorksheet, line: Iterable[Any]) -> list[Any]:
+    """Text stays text: openpyxl would take '=...' for a formula and '#N/A' for an error."""
+    out = list(line)
+    for i, value in enumerate(out):
+        if isinstance(value, str) and (value.startswith("=") or value in ERROR_CODES):
+            out[i] = cell = WriteOnlyCell(ws, value)
+            cell.data_type = "s"
+    return out
+
+
+class _XlsxWriter:
+    """Sheets Report, Findings and Evidence, streamed to openpyxl's temporary files (write-only
+    mode); the Report sheet, first in the book, is filled last, when the hash is known."""
+
+    keeps_section = False
+
+    def __init__(self) -> None:
+        self.book = Workbook(write_only=True)
+        self.report, self.findings, self.evidence = map(self._sheet, ("Report", "Findings", "Evidence"))
+        self._append(self.findings, [*COLUMNS[:len(FINDING_FIELDS)], "evidence_items"])
+        self._append(self.evidence, COLUMNS)
+
+    def _sheet(self, title: str) -> WriteOnlyWorksheet:
+        ws = self.book.create_sheet(title)
+        ws.freeze_panes = "A2"
+        return ws
+
+    @staticmethod
+    def _append(ws: WriteOnlyWorksheet, line: Iterable[Any]) -> None:
+        ws.append(_as_text(ws, line))
+
+    def add(self, finding: dict[str, Any], cells: list[str], lines: list[list[str]]) -> None:
+        self._append(self.findings, [*cells, len(finding["evidence"])])
+        for line in lines:
+            self._append(self.evidence, line)
+
+    def finish(self, header: dict[str, Any], section: _Section) -> bytes:
+        for line in [("field", "value"), *_header_items(header)]:
+            self._append(self.report, line)
+        out = io.BytesIO()
+        self.book.save(out)
+        return out.getvalue()
+
+
+WRITERS: dict[str, Callable[[], _Writer]] = {"csv": _CsvWriter, "json": _JsonWriter, "xlsx": _XlsxWriter}
 
 
 def _kafka_order(item: tuple[str, int]) -> tuple[str, int]:
@@ -275,18 +421,27 @@ def export(store: Store, fmt: str, *, rule: str | None = None, status: str | Non
 
     `mask=True` masks the values of `mask_fields` (the config's export.mask_fields) with a keyed
     hash when `mask_key` (export.mask_key) is given, else with "***".
+    SQL selects the findings; they are read and written one at a time, so only the file being
+    made grows with their number.
     """
     if fmt not in WRITERS:
         raise ValueError(f"unknown report format {fmt!r}: use one of {', '.join(FORMATS)}")
     if mask and not mask_fields:
         raise ValueError("mask=True needs mask_fields: pass the config's export.mask_fields")
     masking = Mask(frozenset(f.lower() for f in mask_fields), mask_key) if mask else None
+    hide = masking.apply if masking else _unchanged
+    writer = WRITERS[fmt]()
+    section = _Section(keep=writer.keeps_section)
+    found = 0
     with _snapshot(store):
-        found = select(store, rule=rule, status=status, since=since, until=until)
         binlog = store.checkpoint(BINLOG_CHECKPOINT)
         kafka = store.checkpoint(KAFKA_CHECKPOINT) or {}
-    findings = findings_json(found, masking)
-    data = rows(findings)
+        for row in _selected(store, _filter(rule, status, since, until)):
+            finding = _finding_dict(row, _plain_json, hide)
+            cells, lines = _finding_rows(finding)
+            section.add(lines)
+            writer.add(finding, cells, lines)
+            found += 1
     header = {
         "report": REPORT_VERSION,
         "generated_at": iso(_epoch(now or dt.datetime.now(dt.timezone.utc))),
@@ -298,10 +453,10 @@ def export(store: Store, fmt: str, *, rule: str | None = None, status: str | Non
         "binlog_position": binlog,
         "kafka_positions": dict(sorted(kafka.items(), key=_kafka_order)),
         "config_sha256": config_fingerprint,
-        "findings": len(findings), "evidence_rows": len(data),
-        "data_sha256": _sha256(data_section(data)),
+        "findings": found, "evidence_rows": section.rows,
+        "data_sha256": section.sha256(),
     }
-    return WRITERS[fmt](header, findings, data)
+    return writer.finish(header, section)
 
 
 # ---------------------------------------------------------------- verification

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dashboards import reports
+from dashboards import queries, reports
 from oncewatch.config import parse
 from oncewatch.records import Evidence, Finding
 from oncewatch.store import Store
@@ -277,3 +277,40 @@ def test_any_text_survives_every_format_and_verifies(text, value):
         assert reports.verify(data, fmt), fmt
     assert csv_parts(out["csv"])[1] == xlsx_sheets(out["xlsx"])["Evidence"]
     assert json.loads(out["json"])["findings"][0]["summary"] == text  # JSON keeps the text exactly
+
+
+def test_json_report_is_the_documents_json_dumps_byte_for_byte(store):
+    for kw in ({}, {"rule": "F5"}, {"rule": "no such rule"}):
+        data = make(store, "json", **kw)
+        assert data == (json.dumps(json.loads(data), indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def test_data_section_written_in_pieces_is_the_same(store, monkeypatch):
+    whole = all_formats(store)
+    monkeypatch.setattr(reports, "SECTION_CHUNK", 10)
+    pieces = all_formats(store)
+    assert pieces["csv"] == whole["csv"] and pieces["json"] == whole["json"]
+    assert xlsx_sheets(pieces["xlsx"]) == xlsx_sheets(whole["xlsx"])
+    for fmt, data in pieces.items():
+        assert reports.verify(data, fmt), fmt
+
+
+def test_report_counts_what_the_reports_page_counts(store):
+    since = dt.datetime(2024, 5, 1, 10, 0, 5, 250000, tzinfo=dt.timezone.utc)
+    for kw, flt in (({}, queries.FindingFilter()),
+                    ({"rule": "F1", "status": "open"}, queries.FindingFilter(rules=("F1",), statuses=("open",))),
+                    ({"since": since}, queries.FindingFilter(since=since.timestamp()))):
+        assert json.loads(make(store, "json", **kw))["header"]["findings"] == queries.count_findings(store, flt)
+
+
+def test_xlsx_keeps_formula_and_error_lookalikes_as_text(tmp_path):
+    store = Store(str(tmp_path / "oncewatch.db"))
+    with store.batch() as tx:
+        tx.upsert_findings([Finding(id="=1+1", rule="#N/A", name="#REF!", severity="info", keys={}, summary="=A1",
+                                    first_seen=T0, last_seen=T0, evidence=(Evidence("event", "#DIV/0!", T0, {}),))])
+    wb = openpyxl.load_workbook(io.BytesIO(make(store, "xlsx")))
+    store.close()
+    for sheet in ("Findings", "Evidence"):
+        cells = [c for c in next(wb[sheet].iter_rows(min_row=2)) if isinstance(c.value, str) and c.value]
+        assert cells and all(c.data_type == "s" for c in cells), sheet
+    assert wb["Evidence"]["A2"].value == "=1+1" and wb["Evidence"]["M2"].value == "#DIV/0!"
