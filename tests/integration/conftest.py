@@ -7,6 +7,7 @@ rather than skipping, so a missing service can never pass for a green run.
 from __future__ import annotations
 
 import random
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,39 @@ def dev_services() -> None:
     if missing:
         pytest.fail(f"dev services not running: {', '.join(missing)}; run `make services` "
                     f"(python -m devservices.stack up)", pytrace=False)
+    warm_up_group_coordinator()
+
+
+def warm_up_group_coordinator(timeout: float = 90.0) -> None:
+    """A brand-new broker creates __consumer_offsets on the first group commit, and answers group
+    requests with 'coordinator not available' until then; tests that read group offsets would
+    otherwise race it on a fresh machine."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import KafkaError, TopicAlreadyExistsError
+    from kafka.structs import OffsetAndMetadata
+
+    bootstrap = f"{stack.HOST}:{stack.KAFKA_PORT}"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic("owtest.warmup", num_partitions=1, replication_factor=1)])
+    except TopicAlreadyExistsError:
+        pass
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id="owtest-warmup", enable_auto_commit=False)
+            consumer.assign([TopicPartition("owtest.warmup", 0)])
+            consumer.commit({TopicPartition("owtest.warmup", 0): OffsetAndMetadata(0, "", -1)})
+            consumer.close(autocommit=False)
+            admin.describe_groups(["owtest-warmup"])
+            admin.list_group_offsets("owtest-warmup")
+            break
+        except KafkaError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+    admin.close()
 
 
 def admin_connection(database: str | None = "owtest") -> pymysql.Connection:
