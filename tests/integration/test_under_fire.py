@@ -130,7 +130,13 @@ def test_sigkill_at_random_moments(recorded, tmp_path):
         monitor.wait()
         kills += 1
     run_until_idle(config, idle=IDLE)
-    assert comparable(findings(config)) == comparable(baseline)
+    assert_same(findings(config), baseline)
+
+
+def assert_same(found, baseline) -> None:
+    got, want = comparable(found), comparable(baseline)
+    diff = {k: (got.get(k), want.get(k)) for k in got.keys() | want.keys() if got.get(k) != want.get(k)}
+    assert not diff, diff
 
 
 def metric(port: int, name: str, labels: str = "") -> float | None:
@@ -174,4 +180,4 @@ def test_mariadb_and_kafka_restarted_mid_run(recorded, tmp_path):
         monitor.terminate()
         assert monitor.wait(30) == 0
     run_until_idle(config, idle=IDLE)
-    assert comparable(findings(config)) == comparable(baseline)
+    assert_same(findings(config), baseline)
