@@ -1,23 +1,29 @@
 """F7 missing_event, F8 orphan_event, F9 duplicate_event, F10 event_delay: changes against events.
 
 Each [[announce]] entry says which committed change must show up as which event; both sides
-are reduced to a match key "topic + event_type + key" and paired first in, first out. An F7
-is about one committed change (its transaction id and row index); F8, F9 and F10 are about
-the announced key (event type + key), so the orphans and duplicates of one key stay one
-finding whichever of them was judged first.
+are reduced to a match key "topic + event_type + key" and paired first in, first out: the
+n-th change of a key with its n-th event, however the two streams interleave (a key may be
+announced many times: an order paid, refunded, paid again). An F7 is about one committed
+change (its transaction id and row index); F8, F9 and F10 are about the announced key (event
+type + key), so the orphans and duplicates of one key stay one finding whichever of them was
+judged first.
 
 - A change waits in `waiting` (counted as backlog of its table). It is *missing* (F7) once
   Kafka has been read past `commit + missing_event_grace_seconds` without its event.
-- An event waits in `unmatched`. Once the binlog has been read past `event + grace` it is an
-  *orphan* (F8), or a *duplicate* (F9) if its key was announced already.
+- An event that finds no change waiting waits in `unmatched`, even when its key was announced
+  before: its own change may not have been read yet. Once the binlog has been read past
+  `event + orphan_event_grace_seconds` without one, it is a *duplicate* (F9) if an earlier
+  event announced the same key (benign when their payloads are equal, conflicting when they
+  differ), else an *orphan* (F8). Either way it stays matchable: a change committed later
+  still pairs with it, as it would have had the binlog been read first.
 - A pair gives a delay (event time - commit time), observed per commit clock; above
   `event_delay_seconds` it is an F10. A pair that is late beyond a grace period settles the
-  F7/F8 (resolved, with why), whether or not the timer had already raised it: the result
-  depends on the data, not on how the two streams interleaved.
+  F7/F8 (resolved, with why), or raises the F9, whether or not the timer had already judged
+  it: the result depends on the data, not on how the two streams interleaved.
 - Events from before the first transaction the monitor read (`watch_start`) are never judged
-  as orphans: their change may simply predate us. They stay matchable until the horizon.
-  Until that first transaction, no event is judged (a data-defined start, so the result does
-  not depend on when the timer ran).
+  as orphans or duplicates: their change may simply predate us. They stay matchable until the
+  horizon. Until that first transaction, no event is judged (a data-defined start, so the
+  result does not depend on when the timer ran).
 """
 
 from __future__ import annotations
@@ -58,9 +64,10 @@ class Announcements:
         self.by_event = {(a.topic, a.event_type): a for a in announce}
         # match key -> [{"t": commit time, "clock", "table", "tx", "row", "ev"}]
         self.waiting = memory.deadlines("waiting_changes", BINLOG, rules.missing_event_grace_seconds)
-        # match key -> [{"t": event time, "h": payload digest, "ev"}]
+        # match key -> [{"t": event time, "h": payload digest, "ev", "p": (digest, evidence) of the key's
+        #                event before it, if any}]
         self.unmatched = memory.deadlines("unmatched_events", KAFKA, rules.orphan_event_grace_seconds)
-        # match key -> (payload digest, evidence) of the event that announced it first
+        # match key -> (payload digest, evidence) of the last event read that announced it
         self.announced = memory.aging("announced", KAFKA)
         self.delay = memory.counters("delay", {})
         self.marks = memory.counters("marks", {"watch_start": None})
@@ -103,13 +110,8 @@ class Announcements:
             if taken is None:
                 self.waiting.add(mk, item)
                 self.backlog[a.table] += 1
-                continue
-            self._pair(a, str(key), item, False, *taken)
-            # Events already judged orphans of this key are, now that it is announced, duplicates.
-            while (overdue := self.unmatched.overdue.get(mk)):
-                event = overdue[0]
-                self.unmatched.discard(mk, event)
-                self._duplicate(a, str(key), event)
+            else:
+                self._pair(a, str(key), item, False, *taken)
 
     def on_event(self, event: EmittedEvent) -> None:
         a = self.by_event.get((event.topic, event.keys.get("event_type")))
@@ -120,15 +122,19 @@ class Announcements:
             warn_null_key("announcing event", event.coordinates)
             return
         mk = match_key(a, key)
-        item = {"t": event.timestamp_ms / 1000.0, "h": payload_digest(event.payload), "ev": event_evidence(event)}
+        t = event.timestamp_ms / 1000.0
+        item = {"t": t, "h": payload_digest(event.payload), "ev": event_evidence(event)}
+        announced = self.announced
+        before = announced.get(mk)
+        if before is not None:
+            item["p"] = before
+        announced.put(mk, (item["h"], item["ev"]), t)
         taken = self.waiting.take(mk)
-        if taken is not None:
+        if taken is None:
+            self.unmatched.add(mk, item)
+        else:
             self.backlog[a.table] -= 1
             self._pair(a, str(key), *taken, item, False)
-        elif mk in self.announced:
-            self._duplicate(a, str(key), item)
-        else:
-            self.unmatched.add(mk, item)
 
     # ------------------------------------------------------------ verdicts
 
@@ -139,16 +145,19 @@ class Announcements:
         c, e = change["t"], event["t"]
         delay = e - c
         self._observe(change["clock"], delay)
-        self.announced.put(match_key(a, key), (event["h"], event["ev"]), e)
         evidence = [change["ev"], event["ev"]]
         if change_overdue or delay > r.missing_event_grace_seconds:
             self.findings.settle("F7", (change["tx"], change["row"]), keys=keys, summary=self._missing(a, key),
                                  since=c + r.missing_event_grace_seconds, evidence=evidence, at=e,
                                  why=f"event arrived {delay:.3f}s after the commit at {event['ev'][1]}")
-        if e >= self.marks["watch_start"] and (event_overdue or -delay > r.orphan_event_grace_seconds):
-            self.findings.settle("F8", (a.event_type, key), keys=keys, summary=self._orphan(a, key),
-                                 since=e + r.orphan_event_grace_seconds, evidence=evidence, at=c,
-                                 why=f"change committed {-delay:.3f}s after the event at {change['ev'][1]}")
+        if (event_overdue or -delay > r.orphan_event_grace_seconds) and e >= self.marks["watch_start"]:
+            # The event outwaited its grace: a duplicate of the one before it, or an orphan until now.
+            if "p" in event:
+                self._duplicate(a, key, event)
+            else:
+                self.findings.settle("F8", (a.event_type, key), keys=keys, summary=self._orphan(a, key),
+                                     since=e + r.orphan_event_grace_seconds, evidence=evidence, at=c,
+                                     why=f"change committed {-delay:.3f}s after the event at {change['ev'][1]}")
         if delay > r.event_delay_seconds:
             self.findings.raise_("F10", (a.event_type, key), keys={**keys, "delay_seconds": round(delay, 6),
                                                                    "clock": change["clock"]},
@@ -156,7 +165,8 @@ class Announcements:
                                          f"({change['clock']} clock)", time=e, evidence=evidence)
 
     def _duplicate(self, a: Announce, key: str, event: dict[str, Any]) -> None:
-        digest, first = self.announced.get(match_key(a, key))
+        """`event` found no change of its own within the grace, and an earlier event announced its key."""
+        digest, first = event["p"]
         old = self.findings.get(finding_id("F9", a.event_type, key))
         conflicting = event["h"] != digest or (old is not None and old.severity == "critical")
         self.findings.raise_(
@@ -199,11 +209,10 @@ class Announcements:
         before_watch = 0
         for mk, item in self.unmatched.due(binlog_time):
             a, key = self._split(mk)
-            if mk in self.announced:
-                self.unmatched.discard(mk, item)
-                self._duplicate(a, key, item)
-            elif item["t"] < self.marks["watch_start"]:
+            if item["t"] < self.marks["watch_start"]:
                 before_watch += 1
+            elif "p" in item:
+                self._duplicate(a, key, item)
             else:
                 self.findings.raise_("F8", (a.event_type, key), keys={"event_type": a.event_type, "key": key,
                                                                       "table": a.table},

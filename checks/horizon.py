@@ -164,25 +164,18 @@ class Deadlines:
         """Move the items whose deadline is before `now` to overdue and return them."""
         out = []
         cutoff = now - self.grace
-        for key, (time, items) in list(takewhile(lambda kv: kv[1][0] < cutoff, self.fresh.items.items())):
+        for key, (_, items) in list(takewhile(lambda kv: kv[1][0] < cutoff, self.fresh.items.items())):
             late = [i for i in items if i["t"] < cutoff]
             rest = [i for i in items if i["t"] >= cutoff]
             self.fresh.pop(key)
             if rest:
                 self.fresh.put(key, rest, rest[0]["t"])
-            previous = self.overdue.get(key) or []
-            self.overdue.put(key, previous + late, time)
-            out.extend((key, i) for i in late)
+            # The key's time is its first item's when added: once that item was taken, none may be late yet.
+            if late:
+                overdue = (self.overdue.get(key) or []) + late
+                self.overdue.put(key, overdue, overdue[0]["t"])
+                out.extend((key, i) for i in late)
         return out
-
-    def discard(self, key: str, item: dict[str, Any]) -> None:
-        """Forget one overdue item that has been judged for good (e.g. found to be a duplicate)."""
-        items = self.overdue.get(key)
-        if items is not None and item in items:
-            self.overdue.mark(key)
-            items.remove(item)
-            if not items:
-                self.overdue.pop(key)
 
     def expire(self, now: float) -> list[dict[str, Any]]:
         return [i for items in self.fresh.expire(now) + self.overdue.expire(now) for i in items]

@@ -2,10 +2,12 @@
 
 A scenario is a handful of orders, each with some faults (lost, late, duplicated, early,
 phantom events; stuck, double-charged, mis-priced orders; duplicate shipments; illegal
-transitions). The binlog is one ordered stream; Kafka is two partitions, each in timestamp
-order. Hypothesis picks how the three streams interleave, where the timer runs and where
-the monitor restarts (state through JSON into a fresh engine, saved whole or as deltas taken
-at chosen checkpoints). The timer's clocks are what
+transitions), some of them paid, refunded and paid again (one key announced by two changes;
+the second event on time, lost, late or early). The binlog is one ordered stream; Kafka is
+two partitions, each in timestamp order. Hypothesis picks how the three streams interleave
+(so an event may be read before its change, the first pair's or the second's), where the
+timer runs and where the monitor restarts (state through JSON into a fresh engine, saved
+whole or as deltas taken at chosen checkpoints). The timer's clocks are what
 the monitor loop would pass: the newest commit read (or the end, once all is read) and the
 Kafka watermark (the oldest newest-read timestamp over partitions not read to their end).
 """
@@ -37,6 +39,10 @@ class Plan:
     start: int = 0
     pay_after: int = 3
     phantom_after: int = 10
+    # refunded this long after it was paid, and paid again as long after that (refunded -> paid is
+    # one more F4 under examples/shop.toml)
+    repay_after: int | None = None
+    repay_delay: float | None = 0.2  # the second order.paid arrives this long after its commit; None: lost
 
 
 def build(plans: list[Plan]):
@@ -65,6 +71,13 @@ def build(plans: list[Plan]):
             if faults & {"duplicate", "conflicting"}:
                 events.append((p, at + delay + 1, "order.paid",
                                {"order_no": o, "amount": "11.00" if "conflicting" in faults else "10.00"}))
+        if plan.repay_after is not None:
+            refund, repay = at + plan.repay_after, at + 2 * plan.repay_after
+            txs += [(refund, (order(o, "refunded", was="paid"),)), (repay, (order(o, "paid", was="refunded"),))]
+            events.append((p, refund + 0.2, "order.refunded", {"order_no": o}))
+            if plan.repay_delay is not None:  # another payment: its payload differs from the first one's
+                events.append((p, repay + plan.repay_delay, "order.paid",
+                               {"order_no": o, "amount": "10.00", "trade_no": f"{t}r"}))
         shipments = [f"S{i}", f"S{i}b"] if "duplicate_shipment" in faults else [f"S{i}"]
         for j, s in enumerate(shipments):
             txs.append((at + 3 + j, (shipment(s, t),)))
@@ -79,7 +92,9 @@ def build(plans: list[Plan]):
 
 plans = st.lists(st.builds(Plan, faults=st.frozensets(st.sampled_from(FAULTS), max_size=3),
                            start=st.integers(0, 50), pay_after=st.sampled_from([3, 600, 950]),
-                           phantom_after=st.integers(1, 60)), min_size=1, max_size=4)
+                           phantom_after=st.integers(1, 60), repay_after=st.none() | st.sampled_from([2, 20, 200]),
+                           repay_delay=st.none() | st.sampled_from([0.2, -4.0, 12.0, 45.0, -45.0])),
+                 min_size=1, max_size=4)
 
 
 def run(binlog, partitions, end, order_of_streams, ticks=frozenset(), restarts=frozenset(),
