@@ -124,6 +124,8 @@ class Progress:
     newest_event_ms: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> newest timestamp read
     binlog_caught_up: bool = False
     kafka_caught_up: bool = False
+    applied_gtid: str | None = None  # the binlog position the engine and the store have taken in
+    applied_kafka: dict[str, int] = field(default_factory=dict)  # likewise, "topic/partition" -> next offset
 
 
 class EntityIndex:
@@ -182,10 +184,11 @@ class Monitor:
         saved_state = engine_state.load(self.store)
         if saved_state is not None:
             self.engine.restore(saved_state)
+        self.progress.applied_kafka = self.store.checkpoint(KAFKA_CHECKPOINT) or {}
         saved = self.store.checkpoint(BINLOG_CHECKPOINT)
-        if saved is not None:
-            return BinlogPosition.from_dict(saved)
-        return self.bootstrap()
+        position = BinlogPosition.from_dict(saved) if saved is not None else self.bootstrap()
+        self.progress.applied_gtid = position.gtid
+        return position
 
     def bootstrap(self) -> BinlogPosition:
         log.info("bootstrapping watched tables", extra={"event": "bootstrap_start",
@@ -272,6 +275,7 @@ class Monitor:
                         self.progress.last_change_at = time.time()
                     self.progress.binlog_time = max(self.progress.binlog_time, item.commit_time)
                     binlog_at = item.position
+                    self.progress.applied_gtid = item.position.gtid
                 elif isinstance(item, EventBatch):
                     self.engine.on_events(item.events)
                     tx.add_events(item.events, [(i, k) for i, e in enumerate(item.events)
@@ -284,6 +288,7 @@ class Monitor:
                     if item.events or item.quarantined:
                         self.progress.last_change_at = time.time()
                     kafka_at = item.positions
+                    self.progress.applied_kafka = item.positions
                 elif isinstance(item, _Offsets):
                     self.engine.on_offsets(item.snapshot)
                     self._last_offsets = item.snapshot
@@ -327,7 +332,16 @@ class Monitor:
     def _refresh_caught_up(self) -> None:
         p = self.progress
         p.binlog_caught_up = self._binlog_caught_up()
-        p.kafka_caught_up = self.kafka is None or (self.kafka.status.connected and self.kafka.caught_up())
+        p.kafka_caught_up = self.kafka is None or self._kafka_caught_up()
+
+    def _kafka_caught_up(self) -> bool:
+        """Read to the end *and applied*: records the reader holds or has queued are not yet seen by
+        the engine, and judging absence before they are would fire F7 on events in flight."""
+        k = self.kafka
+        if not (k.status.connected and k.caught_up()):
+            return False
+        applied = self.progress.applied_kafka
+        return all(applied.get(f"{part.topic}/{part.partition}", 0) >= part.end for part in k.status.partitions)
 
     def _binlog_caught_up(self) -> bool:
         b = self.binlog
@@ -337,7 +351,7 @@ class Monitor:
             server = b.current_server_position()
         except Exception:  # noqa: BLE001 - a server we cannot ask is not caught up with
             return False
-        return server.gtid == b.status.last_position.gtid and self.queue.empty()
+        return server.gtid == self.progress.applied_gtid
 
     def _write_health(self, with_series: bool) -> None:
         p = self.progress

@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tomllib
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,15 +49,25 @@ def _retarget(value: Any) -> Any:
     return value
 
 
-def shop_settings(**changes: Any) -> ShopSettings:
+def new_topic() -> str:
+    """A topic of its own per recorded run: the downstream groups keep their names across runs, and a
+    deleted topic's old commits may still be around when a topic of the same name is made again."""
+    return f"{TOPIC}.{uuid.uuid4().hex[:8]}"
+
+
+def shop_settings(topic: str = TOPIC, **changes: Any) -> ShopSettings:
     return ShopSettings(mysql=MySQLTarget(port=stack.MARIADB_PORT, database=SCHEMA),
-                        kafka=KafkaTarget(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}", topic=TOPIC),
+                        kafka=KafkaTarget(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}", topic=topic),
                         **changes)
 
 
 def shop_config(tmp_path: Path, *, metrics_port: int = 0, rules: dict[str, Any] | None = None,
-                **kafka: Any) -> Path:
+                topic: str = TOPIC, **kafka: Any) -> Path:
     data = _retarget(tomllib.loads(EXAMPLE.read_text()))
+    for t in data["kafka"]["topics"]:
+        t["name"] = topic
+    for a in data["announce"]:
+        a["topic"] = topic
     data["mysql"]["port"] = stack.MARIADB_PORT
     data["kafka"]["bootstrap_servers"] = [f"{stack.HOST}:{stack.KAFKA_PORT}"]
     data["mysql"]["password_file"] = str(stack.MONITOR_PASSWORD_FILE)

@@ -13,20 +13,21 @@ import pytest
 import shop
 from shop.settings import STYLE_AFTER_COMMIT, STYLE_IN_TRANSACTION, STYLE_OUTBOX
 
-from .shop_monitor import IDLE, findings, run_until_idle, score, shop_config, shop_settings
+from .shop_monitor import IDLE, findings, new_topic, run_until_idle, score, shop_config, shop_settings
 
 
-def prepared(tmp_path):
-    """A fresh shop (tables, topic, groups) and a monitor that has taken its first checkpoint."""
-    shop.run(shop_settings(orders=0, reset=True))
-    config_path = shop_config(tmp_path)
+def prepared(tmp_path, topic):
+    """A fresh shop (tables, topic) and a monitor that has taken its first checkpoint."""
+    shop.run(shop_settings(topic, orders=0, reset=True))
+    config_path = shop_config(tmp_path, topic=topic)
     run_until_idle(config_path, idle=1.0)
     return config_path
 
 
 def scored_run(tmp_path, **settings):
-    config = prepared(tmp_path)
-    truth = shop.run(shop_settings(**settings))
+    topic = new_topic()
+    config = prepared(tmp_path, topic)
+    truth = shop.run(shop_settings(topic, **settings))
     assert not truth.incidents, truth.incidents
     run_until_idle(config, idle=IDLE)
     result = score(truth, findings(config))

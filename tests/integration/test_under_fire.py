@@ -31,7 +31,8 @@ from devservices import stack
 from oncewatch.store import Store
 
 from .conftest import admin_connection
-from .shop_monitor import (IDLE, ROOT, SCHEMA, TOPIC, findings, run_until_idle, score, shop_config, shop_settings)
+from .shop_monitor import (IDLE, ROOT, SCHEMA, findings, new_topic, run_until_idle, score, shop_config,
+                           shop_settings)
 
 MALFORMED = [
     (b"k1", b"\xff\xfe not utf-8 \xc3\x28"),
@@ -48,10 +49,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def produce_garbage() -> None:
+def produce_garbage(topic: str) -> None:
     producer = KafkaProducer(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}", max_request_size=4 * 1024 * 1024)
     for key, value in MALFORMED:
-        producer.send(TOPIC, key=key, value=value).get(timeout=30)
+        producer.send(topic, key=key, value=value).get(timeout=30)
     producer.close()
 
 
@@ -66,8 +67,9 @@ def alter_orders() -> None:
 def recorded(tmp_path_factory):
     """(truth, starting store, baseline findings) of one recorded run."""
     base = tmp_path_factory.mktemp("under_fire")
-    shop.run(shop_settings(orders=0, reset=True))
-    config = shop_config(base)
+    topic = new_topic()
+    shop.run(shop_settings(topic, orders=0, reset=True))
+    config = shop_config(base, topic=topic)
     run_until_idle(config, idle=1.0)
     start_store = base / "start.db"
     Store(str(base / "store.db")).conn.execute(f"VACUUM INTO '{start_store}'")
@@ -75,24 +77,27 @@ def recorded(tmp_path_factory):
     result: dict[str, object] = {}
 
     def play() -> None:
-        result["truth"] = shop.run(shop_settings(seed=21, orders=800, rate=60, faults="all"))
+        result["truth"] = shop.run(shop_settings(topic, seed=21, orders=800, rate=60, faults="all"))
 
     runner = threading.Thread(target=play)
     runner.start()
     time.sleep(5)
     alter_orders()
-    produce_garbage()
+    produce_garbage(topic)
     runner.join()
     truth = result["truth"]
-    baseline = fresh_copy(start_store, base / "baseline")
+    start = (start_store, topic)
+    baseline = fresh_copy(start, base / "baseline")
     run_until_idle(baseline, idle=IDLE)
-    return truth, start_store, findings(baseline), base
+    return truth, start, findings(baseline), base
 
 
-def fresh_copy(start_store: Path, folder: Path, metrics_port: int = 0) -> Path:
+def fresh_copy(start: tuple[Path, str], folder: Path, metrics_port: int = 0) -> Path:
+    """A config and a copy of the store as they were before the recorded run."""
+    start_store, topic = start
     folder.mkdir()
     shutil.copy(start_store, folder / "store.db")
-    return shop_config(folder, metrics_port=metrics_port)
+    return shop_config(folder, metrics_port=metrics_port, topic=topic)
 
 
 def comparable(found) -> dict[str, tuple]:
@@ -119,8 +124,8 @@ def test_baseline_matches_the_ground_truth_and_quarantines_the_garbage(recorded)
 
 
 def test_sigkill_at_random_moments(recorded, tmp_path):
-    _, start_store, baseline, _ = recorded
-    config = fresh_copy(start_store, tmp_path / "killed")
+    _, start, baseline, _ = recorded
+    config = fresh_copy(start, tmp_path / "killed")
     rng = random.Random(5)
     kills = 0
     while kills < 10:
@@ -161,9 +166,9 @@ def wait_for(what: str, cond, timeout: float = 90.0) -> None:
 
 
 def test_mariadb_and_kafka_restarted_mid_run(recorded, tmp_path):
-    _, start_store, baseline, _ = recorded
+    _, start, baseline, _ = recorded
     port = free_port()
-    config = fresh_copy(start_store, tmp_path / "restarts", metrics_port=port)
+    config = fresh_copy(start, tmp_path / "restarts", metrics_port=port)
     monitor = start_monitor(config, tmp_path / "monitor.log")
     try:
         wait_for("the monitor's /metrics", lambda: metric(port, "oncewatch_collector_up") is not None)
