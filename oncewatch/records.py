@@ -11,8 +11,10 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 # Which clock gave a commit time (DESIGN §6), best first.
@@ -100,7 +102,7 @@ class Transaction:
     commit_time: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class EmittedEvent:
     """One Kafka record, parsed, with the entity keys extracted through the config.
 
@@ -117,8 +119,23 @@ class EmittedEvent:
     headers: tuple[tuple[str, str], ...]
     payload: Any
     format: str
-    keys: dict[str, Any] = field(default_factory=dict)
+    keys: dict[str, Any] = field(default_factory=dict)  # an empty dict when given None
     cdc: dict[str, Any] | None = None
+    # The JSON text the payload was parsed from, set only where `payload` is exactly
+    # `parse_exact_json(payload_json)`: the store keeps this text instead of encoding the payload
+    # again (most of the cost of storing an event). Not part of the event's value.
+    payload_json: str | None = field(default=None, compare=False, repr=False)
+
+    def __init__(self, topic: str, partition: int, offset: int, timestamp_ms: int, timestamp_type: str,
+                 key: str | None, headers: tuple[tuple[str, str], ...], payload: Any, format: str,
+                 keys: dict[str, Any] | None = None, cdc: dict[str, Any] | None = None,
+                 payload_json: str | None = None):
+        # One per Kafka record read: setting the whole instance dict at once costs half of the
+        # generated frozen __init__, which calls object.__setattr__ once per field.
+        object.__setattr__(self, "__dict__", {
+            "topic": topic, "partition": partition, "offset": offset, "timestamp_ms": timestamp_ms,
+            "timestamp_type": timestamp_type, "key": key, "headers": headers, "payload": payload, "format": format,
+            "keys": {} if keys is None else keys, "cdc": cdc, "payload_json": payload_json})
 
     @property
     def coordinates(self) -> str:
@@ -211,13 +228,48 @@ def _hook(obj: dict[str, Any]) -> Any:
     return obj
 
 
-def to_json(value: Any) -> str:
-    """JSON that keeps Decimal, datetime, date, bytes exact (tagged objects)."""
-    return json.dumps(value, default=_default, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+def _chunker(sort_keys: bool) -> Callable[[Any, int], Iterable[str]]:
+    """One encoder for all calls (json.dumps builds a new one per call, which costs more than
+    encoding a small record), without circular-reference bookkeeping (a cycle is a RecursionError)."""
+    if c_make_encoder is None:  # an interpreter without the C accelerator
+        return json.JSONEncoder(default=_default, separators=(",", ":"), sort_keys=sort_keys, ensure_ascii=False,
+                                check_circular=False).iterencode
+    return c_make_encoder(None, _default, encode_basestring, None, ":", ",", sort_keys, False, True)
+
+
+_CHUNKERS = {order: _chunker(order) for order in (True, False)}
+JSON_DECODER = json.JSONDecoder(object_hook=_hook)  # `from_json`'s; its raw_decode reads a value inside a text
+
+
+def to_json(value: Any, *, sort_keys: bool = True) -> str:
+    """JSON that keeps Decimal, datetime, date, bytes exact (tagged objects). Keys are sorted
+    unless the text is only ever parsed back (`sort_keys=False` is cheaper)."""
+    return "".join(_CHUNKERS[sort_keys](value, 0))
 
 
 def from_json(text: str) -> Any:
-    return json.loads(text, object_hook=_hook)
+    return JSON_DECODER.decode(text)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+_EXACT = json.JSONDecoder(parse_float=Decimal, parse_constant=_reject_constant)
+_scan_exact = _EXACT.scan_once
+
+
+def parse_exact_json(text: str) -> Any:
+    """Standard JSON as received from outside, every number exact: fractions become Decimal,
+    never float, and NaN/Infinity are refused (ValueError). No tags are read: a payload object
+    {"$decimal": "1"} stays that object."""
+    # Called for every Kafka record: scan a text without surrounding whitespace in one C call;
+    # anything else (whitespace, trailing data, no value) takes the full decoder and its errors.
+    try:
+        value, end = _scan_exact(text, 0)
+    except StopIteration:
+        end = -1
+    return value if end == len(text) else _EXACT.decode(text)
 
 
 def plain(value: Any) -> Any:

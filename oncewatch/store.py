@@ -14,11 +14,12 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from oncewatch.records import (EmittedEvent, Evidence, Finding, QuarantinedRecord, RowChange, from_json,
-                               to_json)
+from oncewatch.records import (JSON_DECODER, EmittedEvent, Evidence, Finding, QuarantinedRecord, RowChange,
+                               from_json, parse_exact_json, to_json)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints (
@@ -58,7 +59,7 @@ CREATE TABLE IF NOT EXISTS events (
     timestamp_type TEXT NOT NULL,
     record_key TEXT,
     format TEXT NOT NULL,
-    body TEXT NOT NULL,
+    body TEXT NOT NULL,        -- the rest of the event as JSON: see event_body
     PRIMARY KEY (topic, partition, "offset")
 );
 CREATE TABLE IF NOT EXISTS quarantine (
@@ -136,6 +137,36 @@ def finding_from_row(row: sqlite3.Row | tuple) -> Finding:
                    evidence=tuple(Evidence(**e) for e in from_json(evidence)))
 
 
+EVENT_COLUMNS = 'topic, partition, "offset", timestamp_ms, timestamp_type, record_key, format, body'
+
+
+def event_body(e: EmittedEvent) -> str:
+    """What the events table keeps of an event beyond its other columns, as JSON.
+
+    An event that has its payload's JSON text (`payload_json`) is kept as the array
+    [[headers, keys, cdc], <that text as it was read>]: encoding the parsed payload again was most
+    of the cost of storing an event. Any other event is the object {headers, keys, cdc, payload}."""
+    if e.payload_json is None:
+        return to_json({"headers": e.headers, "keys": e.keys, "cdc": e.cdc, "payload": e.payload}, sort_keys=False)
+    return f"[{to_json((e.headers, e.keys, e.cdc), sort_keys=False)},{e.payload_json}]"
+
+
+def event_from_row(topic: str, partition: int, offset: int, timestamp_ms: int, timestamp_type: str,
+                   key: str | None, fmt: str, body: str) -> EmittedEvent:
+    """The inverse of `event_body` with the other columns. Bodies written before the array form
+    hold the whole event (`to_json(event.to_dict())`), whose extra fields equal the columns."""
+    if body.startswith("["):
+        (headers, keys, cdc), end = JSON_DECODER.raw_decode(body, 1)
+        text = body[end + 1:-1]
+        payload = parse_exact_json(text)
+    else:
+        d = from_json(body)
+        headers, keys, cdc, payload, text = d["headers"], d["keys"], d["cdc"], d["payload"], None
+    return EmittedEvent(topic=topic, partition=partition, offset=offset, timestamp_ms=timestamp_ms,
+                        timestamp_type=timestamp_type, key=key, headers=tuple(tuple(h) for h in headers),
+                        payload=payload, format=fmt, keys=keys, cdc=cdc, payload_json=text)
+
+
 FINDING_COLUMNS = ("id, rule, name, severity, status, keys, summary, first_seen, last_seen, resolved_at, "
                    "resolution, evidence")
 
@@ -168,14 +199,27 @@ class Batch:
         return seqs
 
     def add_events(self, events: Iterable[EmittedEvent], entities: Iterable[tuple[int, str]] = ()) -> None:
+        """Store events; `entities` pairs an event's index in `events` with an entity key."""
         events = list(events)
-        self.conn.executemany(
-            'INSERT INTO events (topic, partition, "offset", timestamp_ms, timestamp_type, record_key, format, body)'
-            " VALUES (?,?,?,?,?,?,?,?)",
-            [(e.topic, e.partition, e.offset, e.timestamp_ms, e.timestamp_type, e.key, e.format, to_json(e.to_dict()))
-             for e in events])
-        self.conn.executemany("INSERT OR IGNORE INTO entity_index (entity, kind, ref) VALUES (?, 'event', ?)",
-                              [(entity, events[i].coordinates) for i, entity in entities])
+        self._insert(f"INSERT INTO events ({EVENT_COLUMNS}) VALUES ", "(?,?,?,?,?,?,?,?)", 16,
+                     [(e.topic, e.partition, e.offset, e.timestamp_ms, e.timestamp_type, e.key, e.format,
+                       event_body(e)) for e in events])
+        entities = list(entities)
+        if entities:
+            refs = [e.coordinates for e in events]  # once per event: most have several entities
+            self._insert("INSERT OR IGNORE INTO entity_index (entity, kind, ref) VALUES ", "(?,'event',?)", 50,
+                         [(entity, refs[i]) for i, entity in entities])
+
+    def _insert(self, head: str, row: str, per_statement: int, rows: list[tuple[Any, ...]]) -> None:
+        """`executemany(head + row, rows)`, but `per_statement` rows to a statement: SQLite's cost
+        per statement run is a third of inserting an entity row. Two statements, both cached."""
+        full = len(rows) - len(rows) % per_statement
+        if full:
+            self.conn.executemany(head + ",".join([row] * per_statement),
+                                  [tuple(chain.from_iterable(rows[i:i + per_statement]))
+                                   for i in range(0, full, per_statement)])
+        if full < len(rows):
+            self.conn.executemany(head + row, rows[full:])
 
     def add_quarantined(self, records: Iterable[QuarantinedRecord]) -> None:
         now = time.time()
@@ -261,9 +305,9 @@ class Store:
                 for s, t, op, pk, b, a, tx, ri, f, p, ct, cc, sn in self.conn.execute(sql, params)]
 
     def events(self, where: str = "", params: tuple = (), limit: int | None = None) -> list[EmittedEvent]:
-        sql = ('SELECT body FROM events ' + (f"WHERE {where} " if where else "")
+        sql = (f"SELECT {EVENT_COLUMNS} FROM events " + (f"WHERE {where} " if where else "")
                + 'ORDER BY topic, partition, "offset"' + (f" LIMIT {int(limit)}" if limit else ""))
-        return [EmittedEvent.from_dict(from_json(b)) for (b,) in self.conn.execute(sql, params)]
+        return [event_from_row(*r) for r in self.conn.execute(sql, params)]
 
     def quarantined(self) -> list[QuarantinedRecord]:
         return [QuarantinedRecord(*r) for r in self.conn.execute(

@@ -1,0 +1,161 @@
+"""Events come back from the store exactly as they were parsed (payload, keys, headers, CDC and
+coordinates), whether the store kept the payload's own JSON text or encoded the parsed payload."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from collectors.kafka_formats import TopicParser
+from oncewatch.config import TopicConfig
+from oncewatch.records import EmittedEvent, to_json
+from oncewatch.store import Store
+
+PATHS = {"event_type": "type", "trade_no": "trade_no", "order_key": "order_no", "amount": "amount",
+         "status": "status", "effect_id": "items.0.id"}
+
+
+@dataclass(frozen=True)
+class Rec:
+    topic: str
+    value: bytes | None
+    offset: int
+    key: bytes | None = None
+    partition: int = 0
+    timestamp: int = 1_700_000_000_123
+    timestamp_type: int = 0
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+
+
+def parse(fmt: str, rec: Rec) -> EmittedEvent:
+    out = TopicParser(TopicConfig(name=rec.topic, format=fmt, paths=PATHS, required=()), 100_000).parse(rec)
+    assert isinstance(out, EmittedEvent), out
+    return out
+
+
+def exact(value: Any) -> str:
+    """Values that compare equal with other types (Decimal("1.10") and 1.1, 1 and True) or other
+    exponents (Decimal("1.10") and Decimal("1.1")) encode differently; dict order does not count."""
+    return to_json(value)
+
+
+def stored(tmp_path, events: list[EmittedEvent],
+           entities: list[tuple[int, str]] = ()) -> tuple[Store, list[EmittedEvent]]:
+    store = Store(str(tmp_path / "s.db"))
+    with store.batch() as tx:
+        tx.add_events(events, entities)
+    return store, store.events()
+
+
+def assert_same(back: list[EmittedEvent], events: list[EmittedEvent]) -> None:
+    assert back == sorted(events, key=lambda e: (e.topic, e.partition, e.offset))
+    for b, e in zip(back, sorted(events, key=lambda e: (e.topic, e.partition, e.offset))):
+        assert (exact(b.payload), exact(b.keys), exact(b.cdc), b.headers) == (
+            exact(e.payload), exact(e.keys), exact(e.cdc), e.headers)
+
+
+JSON_TEXTS = [
+    # numbers exact: fractions and exponents as Decimal, big integers as int
+    b'{"type": "order.paid", "order_no": "O1", "trade_no": 7, "amount": 12.50, "ratio": 1e400,'
+    b' "big": 123456789012345678901234567890, "neg": -0.0, "items": [{"id": 42}], "status": "paid"}',
+    # strings with escapes, non-ASCII, a JSON null and booleans; whitespace around the document
+    b'  {"type": "x", "note": "tab\\t \\"q\\" \\\\ \\u00e9 \\ud83d\\ude00 \xe2\x9c\x93", "n": null, "ok": true}\n',
+    # an object that looks like one of the store's own tags stays that object
+    b'{"type": "tagged", "amount": "3", "money": {"$decimal": "1.5"}, "at": {"$datetime": "2026-01-01"}}',
+    # not an object at all (no paths need one when none are required)... and an array payload
+    b'[1, 2.5, "three"]',
+]
+
+
+def test_json_events_round_trip_exactly_with_headers_keys_and_coordinates(tmp_path):
+    events = [parse("json", Rec("j", text, offset=i, key=b"O1" if i % 2 else None, partition=i % 2,
+                                headers=[("trace", b"t-1"), ("empty", None)] if i == 0 else []))
+              for i, text in enumerate(JSON_TEXTS[:3])]
+    assert all(e.payload_json is not None for e in events)
+    store, back = stored(tmp_path, events, [(0, "trade_no:7"), (2, "order_key:x")])
+    assert_same(back, events)
+    assert back[0].payload["ratio"] == Decimal("1e400") and isinstance(back[0].payload["neg"], Decimal)
+    assert back[1].payload["money"] == {"$decimal": "1.5"}  # kept as the object it was
+    assert sorted(store.conn.execute("SELECT entity, kind, ref FROM entity_index")) == [
+        ("order_key:x", "event", "j/0@2"), ("trade_no:7", "event", "j/0@0")]
+    store.close()
+
+
+def test_a_payload_that_is_no_object_round_trips_too(tmp_path):
+    p = TopicParser(TopicConfig(name="j", format="json", paths={}, required=()), 1000)
+    e = p.parse(Rec("j", JSON_TEXTS[3], offset=5))
+    assert isinstance(e, EmittedEvent) and e.payload == [1, Decimal("2.5"), "three"]
+    _, back = stored(tmp_path, [e])
+    assert_same(back, [e])
+
+
+def debezium(op: str, before: dict | None, after: dict | None) -> dict[str, Any]:
+    return {"before": before, "after": after, "op": op, "ts_ms": 1_700_000_000_500, "transaction": None,
+            "source": {"db": "shop", "table": "payments", "file": "binlog.000003", "pos": 4331, "row": 0,
+                       "gtid": None, "snapshot": "false", "ts_ms": 1_700_000_000_000}}
+
+
+def test_cdc_events_round_trip_exactly(tmp_path):
+    row = {"id": 7, "trade_no": "T7", "order_no": "O7", "amount": "99.90", "status": "success"}
+    schema = {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": [
+        {"field": "amount", "type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
+         "parameters": {"scale": "2"}}]}]}
+    wrapped_after = {**row, "amount": "Jwo="}  # 9994 at scale 2
+    canal = {"data": [row, {**row, "id": 8, "trade_no": "T8"}], "old": [{"status": "pending"}, {"status": "pending"}],
+             "database": "shop", "table": "payments", "type": "UPDATE", "isDdl": False, "pkNames": ["id"],
+             "es": 1_700_000_000_000, "ts": 1_700_000_000_100, "sql": "", "id": 3,
+             "mysqlType": {"amount": "decimal(12,2)"}, "sqlType": {"amount": 3}}
+    key = json.dumps({"id": 7}).encode()
+    ddl = {**canal, "isDdl": True, "data": None, "sql": "ALTER TABLE x"}
+    events = [
+        parse("debezium", Rec("d", json.dumps(debezium("u", {**row, "status": "pending"}, row)).encode(), 0, key)),
+        parse("debezium", Rec("d", json.dumps({"schema": schema, "payload": debezium("c", None, wrapped_after)})
+                              .encode(), 1, key)),
+        parse("debezium", Rec("d", None, 2, key)),
+        parse("canal", Rec("c", json.dumps(canal).encode(), 0)),
+        parse("canal", Rec("c", json.dumps(ddl).encode(), 1)),
+    ]
+    # The wrapped envelope is not the record's text (the payload is the unwrapped part).
+    assert [e.payload_json is not None for e in events] == [True, False, False, True, True]
+    assert events[1].cdc["after"]["amount"] == Decimal("99.94")
+    _, back = stored(tmp_path, events)
+    assert_same(back, events)
+
+
+def test_events_without_their_text_round_trip(tmp_path):
+    """Events made elsewhere (samples, scenarios) keep Decimal, datetime and floats through the store."""
+    e = EmittedEvent(topic="t", partition=1, offset=3, timestamp_ms=5, timestamp_type="CreateTime", key="k",
+                     headers=(("h", "v"),), payload={"amount": Decimal("1.10"), "at": dt.datetime(2026, 1, 1, 0, 0, 1),
+                                                     "f": 0.5, "n": None},
+                     format="json", keys={"amount": Decimal("1.10")}, cdc=None)
+    _, back = stored(tmp_path, [e])
+    assert_same(back, [e])
+
+
+def test_bodies_written_before_the_array_form_still_read(tmp_path):
+    e = parse("json", Rec("j", JSON_TEXTS[0], offset=9, key=b"O1", headers=[("trace", b"t-1")]))
+    store = Store(str(tmp_path / "s.db"))
+    store.conn.execute('INSERT INTO events (topic, partition, "offset", timestamp_ms, timestamp_type, record_key, '
+                       "format, body) VALUES (?,?,?,?,?,?,?,?)",
+                       (e.topic, e.partition, e.offset, e.timestamp_ms, e.timestamp_type, e.key, e.format,
+                        to_json(e.to_dict())))
+    assert_same(store.events(), [e])
+    store.close()
+
+
+def test_a_large_batch_stores_every_event_and_entity_once(tmp_path):
+    """Batches are written several rows to a statement, the remainder row by row."""
+    events = [parse("json", Rec("j", json.dumps({"type": "t", "order_no": f"O{i}", "trade_no": f"T{i // 2}"}).encode(),
+                                offset=i)) for i in range(37)]
+    entities = [(i, f"{k}:{events[i].keys[k]}") for i in range(37) for k in ("trade_no", "order_key")]
+    store, back = stored(tmp_path, events, entities + entities[:3])  # a repeated entry is stored once
+    assert_same(back, events)
+    assert sorted(store.conn.execute("SELECT entity, ref FROM entity_index")) == sorted(
+        (entity, f"j/0@{i}") for i, entity in entities)
+    with store.batch() as tx:  # more events after the first batch: the statements are reused
+        tx.add_events([parse("json", Rec("j", b'{"type": "t"}', offset=100 + i)) for i in range(20)])
+    assert len(store.events()) == 57
+    store.close()
