@@ -21,6 +21,7 @@ import tomli_w
 from devservices import stack
 from oncewatch.records import Finding
 from oncewatch.store import Store
+import shop
 from shop import GroundTruth, KafkaTarget, MySQLTarget, ShopSettings
 
 from .conftest import unique_server_id
@@ -89,6 +90,16 @@ def oncewatch(*args: str, timeout: float = 300, check: bool = True) -> subproces
     if check and result.returncode != 0:
         raise AssertionError(f"oncewatch {' '.join(args)} exited {result.returncode}:\n{result.stderr[-3000:]}")
     return result
+
+
+def prepared(folder: Path) -> tuple[Path, str]:
+    """A fresh shop (tables, its own topic) and a monitor that has taken its first checkpoint there:
+    (config, topic) for a recorded run."""
+    topic = new_topic()
+    shop.run(shop_settings(topic, orders=0, reset=True))
+    config = shop_config(folder, topic=topic)
+    run_until_idle(config, idle=1.0)
+    return config, topic
 
 
 def run_until_idle(config: Path, idle: float = 3.0, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -24,7 +24,7 @@ import shop
 from oncewatch.store import Store
 from shop.settings import STYLE_IN_TRANSACTION
 
-from .shop_monitor import IDLE, ROOT, findings, new_topic, oncewatch, run_until_idle, shop_config, shop_settings
+from .shop_monitor import IDLE, ROOT, findings, oncewatch, prepared, run_until_idle, shop_settings
 from .test_under_fire import free_port
 
 ONE_OF_EACH = {"retry_no_idempotency": "F1", "second_channel_success": "F2", "callback_lost": "F3",
@@ -35,10 +35,7 @@ ONE_OF_EACH = {"retry_no_idempotency": "F1", "second_channel_success": "F2", "ca
 @pytest.fixture(scope="module")
 def nine(tmp_path_factory):
     base = tmp_path_factory.mktemp("nine")
-    topic = new_topic()
-    shop.run(shop_settings(topic, orders=0, reset=True))
-    config = shop_config(base, topic=topic)
-    run_until_idle(config, idle=1.0)
+    config, topic = prepared(base)
     truth = shop.run(shop_settings(topic, seed=4, orders=300, rate=60, style=STYLE_IN_TRANSACTION,
                                    faults=",".join(f"{mode}*1" for mode in ONE_OF_EACH)))
     assert sorted(f.mode for f in truth.faults) == sorted(ONE_OF_EACH)

@@ -13,20 +13,11 @@ import pytest
 import shop
 from shop.settings import STYLE_AFTER_COMMIT, STYLE_IN_TRANSACTION, STYLE_OUTBOX
 
-from .shop_monitor import IDLE, findings, new_topic, run_until_idle, score, shop_config, shop_settings
-
-
-def prepared(tmp_path, topic):
-    """A fresh shop (tables, topic) and a monitor that has taken its first checkpoint."""
-    shop.run(shop_settings(topic, orders=0, reset=True))
-    config_path = shop_config(tmp_path, topic=topic)
-    run_until_idle(config_path, idle=1.0)
-    return config_path
+from .shop_monitor import IDLE, findings, prepared, run_until_idle, score, shop_settings
 
 
 def scored_run(tmp_path, **settings):
-    topic = new_topic()
-    config = prepared(tmp_path, topic)
+    config, topic = prepared(tmp_path)
     truth = shop.run(shop_settings(topic, **settings))
     assert not truth.incidents, truth.incidents
     run_until_idle(config, idle=IDLE)

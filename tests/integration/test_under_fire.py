@@ -31,7 +31,7 @@ from devservices import stack
 from oncewatch.store import Store
 
 from .conftest import admin_connection
-from .shop_monitor import (IDLE, ROOT, SCHEMA, findings, new_topic, run_until_idle, score, shop_config,
+from .shop_monitor import (IDLE, ROOT, SCHEMA, findings, prepared, run_until_idle, score, shop_config,
                            shop_settings)
 
 MALFORMED = [
@@ -67,10 +67,7 @@ def alter_orders() -> None:
 def recorded(tmp_path_factory):
     """(truth, starting store, baseline findings) of one recorded run."""
     base = tmp_path_factory.mktemp("under_fire")
-    topic = new_topic()
-    shop.run(shop_settings(topic, orders=0, reset=True))
-    config = shop_config(base, topic=topic)
-    run_until_idle(config, idle=1.0)
+    _, topic = prepared(base)
     start_store = base / "start.db"
     Store(str(base / "store.db")).conn.execute(f"VACUUM INTO '{start_store}'")
 
