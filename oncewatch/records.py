@@ -213,18 +213,28 @@ def _default(value: Any) -> Any:
 
 
 def _hook(obj: dict[str, Any]) -> Any:
+    """Tagged values back to their types. A one-key object whose key is a tag but whose value does
+    not parse is left as it is: keys starting with "$" are reserved for the tags (see to_json)."""
     if len(obj) == 1:
-        (tag, raw), = obj.items()
-        if tag == "$decimal":
-            return Decimal(raw)
-        if tag == "$datetime":
-            return dt.datetime.fromisoformat(raw)
-        if tag == "$date":
-            return dt.date.fromisoformat(raw)
-        if tag == "$timedelta":
-            return dt.timedelta(seconds=raw)
-        if tag == "$bytes":
-            return base64.b64decode(raw)
+        try:
+            return _untag(obj)
+        except (TypeError, ValueError):
+            return obj
+    return obj
+
+
+def _untag(obj: dict[str, Any]) -> Any:
+    (tag, raw), = obj.items()
+    if tag == "$decimal":
+        return Decimal(raw)
+    if tag == "$datetime":
+        return dt.datetime.fromisoformat(raw)
+    if tag == "$date":
+        return dt.date.fromisoformat(raw)
+    if tag == "$timedelta":
+        return dt.timedelta(seconds=raw)
+    if tag == "$bytes":
+        return base64.b64decode(raw)
     return obj
 
 

@@ -18,7 +18,8 @@ values = st.one_of(
 )
 
 
-@given(st.dictionaries(st.text(min_size=1), values))
+# Keys starting with "$" are reserved for the type tags (oncewatch.records.to_json).
+@given(st.dictionaries(st.text(min_size=1).filter(lambda k: not k.startswith("$")), values))
 def test_row_values_round_trip_exactly(row):
     back = from_json(to_json(row))
     assert back == row
