@@ -123,6 +123,7 @@ class PartitionStatus:
     partition: int
     position: int
     end: int
+    end_at: float  # unix time the end was learned: every record produced before then is below `end`
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,7 @@ class _State:
     """Mutable state shared between the polling thread and status readers; guarded by a lock."""
 
     positions: dict[TopicPartition, int]
-    ends: dict[TopicPartition, int] = field(default_factory=dict)
+    ends: dict[TopicPartition, tuple[int, float]] = field(default_factory=dict)  # end offset, when learned
     waiting_for: tuple[str, ...] = ()
     connected: bool = False
     ever_connected: bool = False
@@ -229,7 +230,8 @@ class KafkaEventCollector:
     def status(self) -> KafkaEventsStatus:
         with self._lock:
             s = self._s
-            parts = tuple(PartitionStatus(tp.topic, tp.partition, s.positions[tp], s.ends.get(tp, s.positions[tp]))
+            parts = tuple(PartitionStatus(tp.topic, tp.partition, s.positions[tp],
+                                          *s.ends.get(tp, (s.positions[tp], 0.0)))
                           for tp in sorted(self._assigned) if tp in s.positions)
             return KafkaEventsStatus(
                 connected=s.connected, last_error=s.last_error, disconnected_since=s.disconnected_since,
@@ -253,12 +255,13 @@ class KafkaEventCollector:
             return False
         timeout_ms = self._timeout_ms if timeout_ms is None else timeout_ms
         try:
+            asked_at = time.time()
             current, _ = existing_partitions(admin, self._parsers)
             ends = list_offsets(admin, current, OffsetSpec.LATEST, timeout_ms)
         except kerrors.KafkaError:
             return False
         with self._lock:
-            self._s.ends.update((tp, e) for tp, e in ends.items() if tp in self._assigned)
+            self._s.ends.update((tp, (e, asked_at)) for tp, e in ends.items() if tp in self._assigned)
             return all(self._s.positions.get(tp, 0) >= end if tp in self._assigned else end == 0
                        for tp, end in ends.items())
 
@@ -286,11 +289,14 @@ class KafkaEventCollector:
         # The consumer's position, not last offset + 1: it also steps over transaction markers,
         # which occupy offsets but are no records, so "read to the end" can become true.
         moved = {tp: consumer.position(tp, timeout_ms=0) for tp in self._assigned}
-        highwater = {tp: consumer.highwater(tp) for tp in records}
+        # Every assigned partition's, not only those with records: a fetch that brought nothing
+        # also tells that nothing more was there, and the engine's Kafka clock needs to know it.
+        highwater = {tp: consumer.highwater(tp) for tp in self._assigned}
+        seen_at = time.time()
         with self._lock:
             s = self._s
             s.positions.update((tp, o) for tp, o in moved.items() if o is not None)
-            s.ends.update((tp, h) for tp, h in highwater.items() if h is not None)
+            s.ends.update((tp, (h, seen_at)) for tp, h in highwater.items() if h is not None)
             s.records_read += len(events) + len(quarantined)
             s.events_read += len(events)
             s.quarantined.update(f"{q.topic}|{q.reason}" for q in quarantined)
@@ -337,8 +343,10 @@ class KafkaEventCollector:
         try:
             if self._admin is None:
                 self._admin = admin_client(self.cfg)
+            asked_at = time.time()
             current, missing = existing_partitions(self._admin, self._parsers)
-            ends = list_offsets(self._admin, current, OffsetSpec.LATEST, self._timeout_ms)
+            ends = {tp: (end, asked_at)
+                    for tp, end in list_offsets(self._admin, current, OffsetSpec.LATEST, self._timeout_ms).items()}
             starts = self._start_offsets(current - self._assigned)
             if self._consumer is None:
                 self._consumer = KafkaConsumer(**client_settings(self.cfg), group_id=None, enable_auto_commit=False,
@@ -361,7 +369,7 @@ class KafkaEventCollector:
         return {**known, **list_offsets(self._admin, unknown, spec, self._timeout_ms)}  # type: ignore[arg-type]
 
     def _assign(self, current: set[TopicPartition], starts: dict[TopicPartition, int],
-                ends: dict[TopicPartition, int], missing: list[str]) -> None:
+                ends: dict[TopicPartition, tuple[int, float]], missing: list[str]) -> None:
         consumer = self._consumer
         assert consumer is not None
         gone = self._assigned - current

@@ -15,14 +15,14 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from checks.engine import Engine
 from checks.settings import Settings
 from collectors.binlog import BinlogCollector, BinlogError, bootstrap, connect
-from collectors.kafka_events import EventBatch, KafkaEventCollector, KafkaEventsError
+from collectors.kafka_events import EventBatch, KafkaEventCollector, KafkaEventsError, PartitionStatus
 from collectors.kafka_offsets import KafkaOffsetsCollector
 from dashboards.queries import delay_buckets, quantile
 from oncewatch import engine_state
@@ -102,6 +102,28 @@ def preflight_kafka(cfg: Config) -> None:
     except kerrors.KafkaError as exc:
         raise SourceUnavailableError(f"cannot reach Kafka at {', '.join(cfg.kafka.bootstrap_servers)} "
                                      f"({type(exc).__name__}); check kafka.bootstrap_servers") from exc
+
+
+def kafka_watermark(partitions: Iterable[PartitionStatus], applied: dict[str, int], newest_ms: dict[str, int],
+                    previous: float) -> float:
+    """The Kafka clock of the absence rules while the stream is busy: a time such that every event
+    stamped earlier has been applied (F7 judges a change's event lost once this passes its grace).
+
+    A partition applied up to its last known end vouches for everything produced before that end
+    was learned; one still behind vouches up to the newest event applied from it. A partition
+    with nothing applied since start vouches for nothing, and the clock stays at `previous`.
+    Under steady traffic the stream is never "caught up" at the instant it is asked, so without
+    the first rule the clock would stand still and lost events would never be judged."""
+    marks: list[float] = []
+    for part in partitions:
+        key = f"{part.topic}/{part.partition}"
+        if applied.get(key, 0) >= part.end:
+            marks.append(part.end_at)
+        elif key in newest_ms:
+            marks.append(newest_ms[key] / 1000)
+        else:
+            return previous
+    return min(marks, default=previous)
 
 
 @dataclass(frozen=True)
@@ -306,9 +328,8 @@ class Monitor:
         if self.kafka is None or p.kafka_caught_up:
             kafka_time = now
         else:
-            behind = [part for part in self.kafka.status.partitions if part.position < part.end]
-            newest = [p.newest_event_ms.get(f"{part.topic}/{part.partition}") for part in behind]
-            kafka_time = min(n / 1000 for n in newest) if newest and None not in newest else p.kafka_time
+            kafka_time = kafka_watermark(self.kafka.status.partitions, p.applied_kafka, p.newest_event_ms,
+                                         p.kafka_time)
         p.kafka_time = max(p.kafka_time, kafka_time)
         self.engine.tick(now, binlog_time, p.kafka_time)
 
