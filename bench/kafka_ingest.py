@@ -33,12 +33,12 @@ from kafka.admin import NewTopic  # noqa: E402
 from collectors.kafka_events import KafkaEventCollector, client_settings  # noqa: E402
 from devservices import stack  # noqa: E402
 from oncewatch.config import KafkaConfig, TopicConfig  # noqa: E402
+from oncewatch.monitor import EntityIndex  # noqa: E402
 from oncewatch.store import Store  # noqa: E402
 
 BOOTSTRAP = f"{stack.HOST}:{stack.KAFKA_PORT}"
 PATHS = {"event_type": "type", "order_key": "order_no", "trade_no": "trade_no", "amount": "amount",
          "status": "status", "effect_id": "entity_id"}
-ENTITY_KEYS = ("trade_no", "order_key", "effect_id")
 
 
 def produce(topic: str, events: int, partitions: int) -> None:
@@ -91,7 +91,7 @@ def collector_loop(cfg: KafkaConfig, expected: int, batch: int) -> Rate:
         n = 0
         while n < expected:
             b = collector.poll(timeout_ms=500, max_records=batch)
-            entities = [(i, f"{k}:{e.keys[k]}") for i, e in enumerate(b.events) for k in ENTITY_KEYS if k in e.keys]
+            entities = [(i, k) for i, e in enumerate(b.events) for k in EntityIndex.of_event(e)]  # as the monitor
             with store.batch() as tx:
                 tx.add_events(b.events, entities)
                 tx.add_quarantined(b.quarantined)

@@ -33,8 +33,8 @@ import shop  # noqa: E402
 from oncewatch.config import load  # noqa: E402
 from oncewatch.records import Finding  # noqa: E402
 from oncewatch.store import FINDING_COLUMNS, Store, finding_from_row  # noqa: E402
-from tests.integration.shop_monitor import SHORT_RULES, run_until_idle, shop_config, shop_settings  # noqa: E402
-from tests.integration.test_under_fire import free_port  # noqa: E402
+from devservices.shop_monitor import (SHORT_RULES, free_port, new_topic, run_until_idle, shop_config,  # noqa: E402
+                                      shop_settings)
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -80,25 +80,27 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="oncewatch-load-"))
     port = free_port()
-    shop.run(shop_settings(orders=0, reset=True))
-    config = shop_config(work, metrics_port=port, rules={**SHORT_RULES, "horizon_seconds": args.horizon})
+    topic = new_topic()
+    shop.run(shop_settings(topic, orders=0, reset=True))
+    config = shop_config(work, metrics_port=port, rules={**SHORT_RULES, "horizon_seconds": args.horizon}, topic=topic)
     rules = load(config).rules
     run_until_idle(config, idle=1.0)
     monitor = subprocess.Popen([sys.executable, "-m", "oncewatch.cli", "run", "--config", str(config)],
                                stdout=subprocess.DEVNULL, stderr=open(work / "monitor.log", "wb"))
     result: dict[str, object] = {}
     runner = threading.Thread(target=lambda: result.update(truth=shop.run(shop_settings(
-        seed=99, duration=args.minutes * 60, rate=args.rate, faults="all"))))
+        topic, seed=99, duration=args.minutes * 60, rate=args.rate, faults="all"))))
     time.sleep(3)
     started = time.time()
     runner.start()
-    binlog_lag, kafka_lag, rss, cpu_rate, latency = [], [], [], [], []
+    binlog_lag, kafka_lag, rss, cpu_rate = [], [], [], []
+    latency: dict[str, list[float]] = {}  # rule -> seconds from decidable to stored
     seen: set[str] = set()
     cpu0, _ = proc_cpu_rss(monitor.pid)
     last_cpu, last_at = cpu0, time.time()
     store = Store(str(work / "store.db"), readonly=True)
     delay_of = {"F3": rules.stuck_pending_seconds, "F7": rules.missing_event_grace_seconds,
-                "F8": rules.orphan_event_grace_seconds}
+                "F8": rules.orphan_event_grace_seconds, "F9": rules.orphan_event_grace_seconds}
     while runner.is_alive():
         time.sleep(1.0)
         now = time.time()
@@ -119,8 +121,10 @@ def main() -> None:
             chunk = new[i:i + 500]
             rows = store.conn.execute(f"SELECT {FINDING_COLUMNS} FROM findings WHERE id IN "
                                       f"({','.join('?' * len(chunk))})", chunk)
-            latency.extend(now - decidable_at(finding_from_row(row), delay_of) for row in rows
-                           if row[1] not in ("F11", "F12"))  # offsets findings have no commit behind them
+            for row in rows:
+                if row[1] not in ("F11", "F12"):  # offsets findings have no commit behind them
+                    finding = finding_from_row(row)
+                    latency.setdefault(finding.rule, []).append(now - decidable_at(finding, delay_of))
     elapsed = time.time() - started
     monitor.terminate()
     monitor.wait(60)
@@ -132,8 +136,11 @@ def main() -> None:
           f"max {max(binlog_lag, default=float('nan')):.2f} s")
     print(f"monitor lag, kafka:  p50 {pct(kafka_lag, .5):.2f} s, p99 {pct(kafka_lag, .99):.2f} s, "
           f"max {max(kafka_lag, default=float('nan')):.2f} s")
-    print(f"detection latency ({len(latency)} findings): p50 {pct(latency, .5):.2f} s, p99 {pct(latency, .99):.2f} s "
+    every = [x for values in latency.values() for x in values]
+    print(f"detection latency ({len(every)} findings): p50 {pct(every, .5):.2f} s, p99 {pct(every, .99):.2f} s "
           f"(sampling adds up to 1 s)")
+    for rule, values in sorted(latency.items()):
+        print(f"  {rule}: {len(values)} findings, p50 {pct(values, .5):.2f} s, p99 {pct(values, .99):.2f} s")
     print(f"monitor CPU: mean {statistics.fmean(cpu_rate):.2f} cores, p99 {pct(cpu_rate, .99):.2f}; "
           f"RSS peak {max(rss):.0f} MiB, at 0/25/50/75/100%: {' '.join(f'{q:.0f}' for q in quarters)} MiB")
     print(f"work dir (store, logs): {work}")

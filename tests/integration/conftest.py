@@ -6,7 +6,6 @@ rather than skipping, so a missing service can never pass for a green run.
 
 from __future__ import annotations
 
-import random
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ import pymysql
 import pytest
 
 from devservices import stack
+from devservices.shop_monitor import unique_server_id
 from oncewatch.config import Config, parse
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,11 +84,6 @@ def admin() -> Iterator[pymysql.Connection]:
 @pytest.fixture
 def table_name() -> str:
     return f"t_{uuid.uuid4().hex[:10]}"
-
-
-def unique_server_id() -> int:
-    """Each monitor its own replica id: two binlog readers with one id knock each other off (4052)."""
-    return random.randrange(100_000, 2**31)
 
 
 def monitor_config(tables: list[str], tmp_path: Path, **mysql: object) -> Config:

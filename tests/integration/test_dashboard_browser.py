@@ -8,7 +8,6 @@ import base64
 import itertools
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -19,6 +18,7 @@ import pytest
 from websockets.sync.client import ClientConnection, connect
 
 from dashboards import launch, scenario
+from devservices.shop_monitor import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "dashboard"
@@ -45,12 +45,6 @@ CHARTS = {"overview": 3, "drilldown": 1, "drift": 4}
 @pytest.fixture(scope="module", autouse=True)
 def dev_services() -> None:
     """Overrides the package's check for MariaDB and Kafka: the dashboard reads only its store."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class DevTools:

@@ -14,9 +14,10 @@ import threading
 import time
 
 import shop
+from devservices.shop_monitor import SHORT_RULES, shop_settings
 from oncewatch.store import Store
 
-from .shop_monitor import SHORT_RULES, prepared, shop_settings
+from .shop_monitor import prepared
 
 TRAFFIC_SECONDS = 45
 # From the moment an F7 became decidable (commit + grace) to the moment it is in the store: the

@@ -21,11 +21,11 @@ import openpyxl
 import pytest
 
 import shop
+from devservices.shop_monitor import ROOT, findings, free_port, oncewatch, run_until_idle, shop_settings
 from oncewatch.store import Store
 from shop.settings import STYLE_IN_TRANSACTION
 
-from .shop_monitor import IDLE, ROOT, findings, oncewatch, prepared, run_until_idle, shop_settings
-from .test_under_fire import free_port
+from .shop_monitor import IDLE, prepared
 
 ONE_OF_EACH = {"retry_no_idempotency": "F1", "second_channel_success": "F2", "callback_lost": "F3",
                "refunded_then_paid": "F4", "amount_mismatch": "F5", "status_not_whitelisted": "F6",

@@ -11,9 +11,10 @@ from __future__ import annotations
 import pytest
 
 import shop
+from devservices.shop_monitor import findings, run_until_idle, shop_settings
 from shop.settings import STYLE_AFTER_COMMIT, STYLE_IN_TRANSACTION, STYLE_OUTBOX
 
-from .shop_monitor import IDLE, findings, prepared, run_until_idle, score, shop_settings
+from .shop_monitor import IDLE, prepared, score
 
 
 def scored_run(tmp_path, **settings):

@@ -16,10 +16,9 @@ import urllib.request
 import openpyxl
 
 from dashboards import launch
+from devservices.shop_monitor import ROOT, free_port
 
 from .conftest import admin_connection, monitor_config_toml
-from .shop_monitor import ROOT
-from .test_under_fire import free_port
 
 CANARY = "canary-Pw-93ab-XYZ"
 

@@ -15,7 +15,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -28,11 +27,11 @@ from kafka import KafkaProducer
 
 import shop
 from devservices import stack
+from devservices.shop_monitor import ROOT, SCHEMA, findings, free_port, run_until_idle, shop_config, shop_settings
 from oncewatch.store import Store
 
 from .conftest import admin_connection
-from .shop_monitor import (IDLE, ROOT, SCHEMA, findings, prepared, run_until_idle, score, shop_config,
-                           shop_settings)
+from .shop_monitor import IDLE, prepared, score
 
 MALFORMED = [
     (b"k1", b"\xff\xfe not utf-8 \xc3\x28"),
@@ -41,12 +40,6 @@ MALFORMED = [
     (b"k4", b'{"type": "order.paid", "order_no": "' + b"x" * (1024 * 1024) + b'"}'),  # 1 MiB
     (b"k5", json.dumps({"type": ["order.paid"], "order_no": {"a": 1}}).encode()),  # wrong types
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def produce_garbage(topic: str) -> None:

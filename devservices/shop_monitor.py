@@ -1,0 +1,112 @@
+"""The simulated shop and a monitor watching it, on the dev services: configs and runs.
+
+Shared by the end-to-end tests and `bench/load.py`. The monitor config is examples/shop.toml
+moved to the test schema and a topic of the caller's, with the store in the caller's folder and,
+for runs of a minute or two, smaller thresholds; the monitor runs as the real `oncewatch run`.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import subprocess
+import sys
+import tomllib
+import uuid
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from devservices import stack
+from oncewatch.records import Finding
+from oncewatch.store import Store
+from shop import KafkaTarget, MySQLTarget, ShopSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "shop.toml"
+
+# Thresholds for runs of a minute or two: the shop settles its clean orders within seconds.
+SHORT_RULES = {"stuck_pending_seconds": 10, "missing_event_grace_seconds": 4, "orphan_event_grace_seconds": 4}
+# These runs use the test schema and topics of their own, and leave the demo's `shop` schema alone.
+SCHEMA = "owtest"
+TOPIC = "owtest.events"
+
+
+def unique_server_id() -> int:
+    """Each monitor its own replica id: two binlog readers with one id knock each other off (4052)."""
+    return random.randrange(100_000, 2**31)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now, for a monitor's /metrics or a dashboard."""
+    with socket.socket() as s:
+        s.bind((stack.HOST, 0))
+        return s.getsockname()[1]
+
+
+def _retarget(value: Any) -> Any:
+    """examples/shop.toml's 'shop.x' names (tables and the topic) moved to the test schema."""
+    if isinstance(value, str) and value.startswith("shop."):
+        return f"{SCHEMA}.{value[len('shop.'):]}"
+    if isinstance(value, dict):
+        return {_retarget(k): _retarget(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_retarget(v) for v in value]
+    return value
+
+
+def new_topic() -> str:
+    """A topic of its own per recorded run: the downstream groups keep their names across runs, and a
+    deleted topic's old commits may still be around when a topic of the same name is made again."""
+    return f"{TOPIC}.{uuid.uuid4().hex[:8]}"
+
+
+def shop_settings(topic: str = TOPIC, **changes: Any) -> ShopSettings:
+    return ShopSettings(mysql=MySQLTarget(port=stack.MARIADB_PORT, database=SCHEMA),
+                        kafka=KafkaTarget(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}", topic=topic),
+                        **changes)
+
+
+def shop_config(folder: Path, *, metrics_port: int = 0, rules: dict[str, Any] | None = None,
+                topic: str = TOPIC, **kafka: Any) -> Path:
+    """examples/shop.toml for the dev services, written to `folder` with its store there."""
+    data = _retarget(tomllib.loads(EXAMPLE.read_text()))
+    for t in data["kafka"]["topics"]:
+        t["name"] = topic
+    for a in data["announce"]:
+        a["topic"] = topic
+    data["mysql"]["port"] = stack.MARIADB_PORT
+    data["kafka"]["bootstrap_servers"] = [f"{stack.HOST}:{stack.KAFKA_PORT}"]
+    data["mysql"]["password_file"] = str(stack.MONITOR_PASSWORD_FILE)
+    data["mysql"]["server_id"] = unique_server_id()
+    data["mysql"]["heartbeat_seconds"] = 1.0
+    data["mysql"]["reconnect_max_seconds"] = 2.0
+    data["store"]["path"] = str(folder / "store.db")
+    data["metrics"]["port"] = metrics_port
+    data["rules"].update(SHORT_RULES if rules is None else rules)
+    data["kafka"].update(kafka)
+    path = folder / "oncewatch.toml"
+    path.write_text(tomli_w.dumps(data))
+    return path
+
+
+def oncewatch(*args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+    """`oncewatch <args>` as a user runs it; with `check`, a non-zero exit raises with its stderr."""
+    result = subprocess.run([sys.executable, "-m", "oncewatch.cli", *args], capture_output=True, text=True,
+                            timeout=timeout, cwd=ROOT)
+    if check and result.returncode != 0:
+        raise AssertionError(f"oncewatch {' '.join(args)} exited {result.returncode}:\n{result.stderr[-3000:]}")
+    return result
+
+
+def run_until_idle(config: Path, idle: float = 3.0, timeout: float = 300) -> subprocess.CompletedProcess:
+    return oncewatch("run", "--config", str(config), "--until-idle", str(idle), timeout=timeout)
+
+
+def findings(config: Path) -> list[Finding]:
+    store = Store(tomllib.loads(config.read_text())["store"]["path"], readonly=True)
+    try:
+        return store.findings()
+    finally:
+        store.close()
