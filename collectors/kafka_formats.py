@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Protocol
 
+import msgspec
+
 from oncewatch.config import TopicConfig
 from oncewatch.records import (OP_DELETE, OP_INSERT, OP_UPDATE, EmittedEvent, QuarantinedRecord,
                                parse_exact_json)
@@ -82,8 +84,19 @@ class Rejected(Exception):
         self.detail = detail
 
 
+# msgspec's compiled decoder reads a record's bytes, checking their UTF-8, in about a third of the
+# time of the stdlib's scanner. It gives the same document: its float_hook sees each fraction's
+# own text, so a Decimal comes out exactly as `parse_exact_json` makes it, and integers of any size
+# stay exact. It refuses NaN and Infinity as `parse_exact_json` does.
+_FAST_JSON = msgspec.json.Decoder(float_hook=Decimal)
+
+
 def decode_json(data: bytes) -> tuple[Any, str]:
     """The document (numbers exact, see `parse_exact_json`) and the text it was parsed from."""
+    try:
+        return _FAST_JSON.decode(data), data.decode("utf-8")
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        pass  # the stdlib decides what msgspec refuses: its result, or a specific reason
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -92,6 +105,8 @@ def decode_json(data: bytes) -> tuple[Any, str]:
         return parse_exact_json(text), text
     except ValueError as exc:
         raise Rejected(NOT_JSON, str(exc)[:200]) from None
+    except RecursionError:
+        raise Rejected(NOT_JSON, "nested too deeply to read (thousands of levels of arrays or objects)") from None
 
 
 def preview(data: bytes | None) -> str:

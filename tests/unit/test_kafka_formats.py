@@ -15,10 +15,12 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from collectors.kafka_formats import TopicParser
+from collectors.kafka_formats import Rejected, TopicParser, decode_json
 from oncewatch.config import TopicConfig
-from oncewatch.records import EmittedEvent, QuarantinedRecord
+from oncewatch.records import EmittedEvent, QuarantinedRecord, parse_exact_json
 
 PATHS = {"event_type": "type", "trade_no": "payment.trade_no", "order_key": "order_no", "effect_id": "items.0.id",
          "amount": "payment.amount", "status": "status"}
@@ -91,12 +93,65 @@ def test_json_amount_from_string_and_optional_keys_absent():
     (raw({"type": "x", "order_no": {"nested": 1}}), "wrong_type", "order_key: expected a string or an integer"),
     (raw({"type": 5}), "wrong_type", "event_type: expected a non-empty string"),
     (raw([1, 2]), "wrong_type", "payload must be a JSON object"),
+    (b"[" * 4000 + b"]" * 4000, "not_json", "nested too deeply"),
 ])
 def test_json_garbage_is_quarantined_with_reason(value, reason, detail):
     q = quarantined(parser("json", PATHS, ("event_type",)), Rec(value))
     assert q.reason == reason and detail in q.detail
     assert (q.topic, q.partition, q.offset, q.timestamp_ms) == ("t", 1, 7, 1_700_000_000_123)
     assert q.size == (len(value) if value else 0)
+
+
+def reference_decode(data: bytes) -> tuple[str, Any]:
+    """What the stdlib makes of a record: ("ok", (document, text)) or ("rejected", reason)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "rejected", "not_utf8"
+    try:
+        return "ok", (parse_exact_json(text), text)
+    except ValueError:
+        return "rejected", "not_json"
+
+
+def outcome(data: bytes) -> tuple[str, Any]:
+    try:
+        return "ok", decode_json(data)
+    except Rejected as exc:
+        return "rejected", exc.reason
+
+
+JSON_TEXTS = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text()
+    | st.decimals(allow_nan=False, allow_infinity=False).map(lambda d: json.dumps(d, default=str)).map(json.loads),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12,
+).flatmap(lambda doc: st.sampled_from([json.dumps(doc), json.dumps(doc, ensure_ascii=False),
+                                       json.dumps(doc, indent=1)]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(JSON_TEXTS.map(lambda t: t.encode("utf-8", "surrogatepass")),
+                 st.binary(max_size=40),
+                 st.text(alphabet='[]{}":,.-+eE0123456789 \\u00dfnulltrueNaIfy', max_size=30).map(str.encode)))
+def test_decoding_a_record_gives_what_the_stdlib_gives(data):
+    """The compiled decoder's document, numbers and refusals are the stdlib's, on any bytes."""
+    mine, ref = outcome(data), reference_decode(data)
+    assert mine == ref
+    if mine[0] == "ok":
+        assert [type(v) for v in _leaves(mine[1][0])] == [type(v) for v in _leaves(ref[1][0])]
+
+
+def test_a_lone_surrogate_escape_reads_as_the_stdlib_reads_it():
+    assert decode_json(b'{"a": "\\ud800"}') == ({"a": "\ud800"}, '{"a": "\\ud800"}')
+
+
+def _leaves(doc: Any) -> list[Any]:
+    if isinstance(doc, dict):
+        return [x for k, v in doc.items() for x in (k, *_leaves(v))]
+    if isinstance(doc, list):
+        return [x for v in doc for x in _leaves(v)]
+    return [doc]
 
 
 def test_too_large_is_quarantined_before_decoding_with_safe_preview():
