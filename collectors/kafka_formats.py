@@ -38,7 +38,7 @@ import msgspec
 
 from oncewatch.config import TopicConfig
 from oncewatch.records import (OP_DELETE, OP_INSERT, OP_UPDATE, EmittedEvent, QuarantinedRecord,
-                               parse_exact_json)
+                               parse_exact_json, to_json)
 
 NOT_UTF8 = "not_utf8"
 NOT_JSON = "not_json"
@@ -102,11 +102,19 @@ def decode_json(data: bytes) -> tuple[Any, str]:
     except UnicodeDecodeError as exc:
         raise Rejected(NOT_UTF8, f"invalid UTF-8 at byte {exc.start}") from None
     try:
-        return parse_exact_json(text), text
+        doc = parse_exact_json(text)
     except ValueError as exc:
         raise Rejected(NOT_JSON, str(exc)[:200]) from None
     except RecursionError:
         raise Rejected(NOT_JSON, "nested too deeply to read (thousands of levels of arrays or objects)") from None
+    try:
+        to_json(doc).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        # JSON's grammar lets "\ud800" through, but half a UTF-16 pair is no character: the store
+        # (UTF-8 text) could not keep the document, so the record waits in quarantine instead.
+        raise Rejected(NOT_UTF8, f"a \\u{ord(exc.object[exc.start]):04x} escape is half of a UTF-16 surrogate "
+                                 f"pair, not a character") from None
+    return doc, text
 
 
 def preview(data: bytes | None) -> str:

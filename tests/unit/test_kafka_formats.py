@@ -109,9 +109,12 @@ def reference_decode(data: bytes) -> tuple[str, Any]:
     except UnicodeDecodeError:
         return "rejected", "not_utf8"
     try:
-        return "ok", (parse_exact_json(text), text)
+        doc = parse_exact_json(text)
     except ValueError:
         return "rejected", "not_json"
+    if any(isinstance(leaf, str) and any(0xD800 <= ord(c) <= 0xDFFF for c in leaf) for leaf in _leaves(doc)):
+        return "rejected", "not_utf8"  # a lone surrogate escape: no text the store could keep
+    return "ok", (doc, text)
 
 
 def outcome(data: bytes) -> tuple[str, Any]:
@@ -142,8 +145,10 @@ def test_decoding_a_record_gives_what_the_stdlib_gives(data):
         assert [type(v) for v in _leaves(mine[1][0])] == [type(v) for v in _leaves(ref[1][0])]
 
 
-def test_a_lone_surrogate_escape_reads_as_the_stdlib_reads_it():
-    assert decode_json(b'{"a": "\\ud800"}') == ({"a": "\ud800"}, '{"a": "\\ud800"}')
+def test_a_lone_surrogate_escape_is_quarantined_and_a_pair_is_read():
+    q = quarantined(parser("json", PATHS, ("event_type",)), Rec(b'{"type": "x", "order_no": "O\\udc00"}'))
+    assert (q.reason, q.detail) == ("not_utf8", "a \\udc00 escape is half of a UTF-16 surrogate pair, not a character")
+    assert event(parser("json", PATHS), Rec(b'{"type": "x", "order_no": "\\ud83d\\ude00"}')).keys["order_key"] == "\U0001f600"
 
 
 def _leaves(doc: Any) -> list[Any]:

@@ -84,6 +84,18 @@ def test_json_events_round_trip_exactly_with_headers_keys_and_coordinates(tmp_pa
     store.close()
 
 
+def test_keys_of_every_kept_type_round_trip(tmp_path):
+    text = ('{"type": "order.paid", "order_no": "订单-é", "trade_no": 1180591620717411303424, "amount": "0.10",'
+            ' "status": 3, "items": [{"id": -1}]}').encode()
+    events = [parse("json", Rec("j", text, offset=1, headers=[("来源", "支付".encode()), ("raw", b"\xff")]))]
+    assert events[0].keys == {"event_type": "order.paid", "order_key": "订单-é", "trade_no": 2**70,
+                              "amount": Decimal("0.10"), "status": 3, "effect_id": -1}
+    store, back = stored(tmp_path, events)
+    assert_same(back, events)
+    assert type(back[0].keys["amount"]) is Decimal and back[0].headers == (("来源", "支付"), ("raw", "\\xff"))
+    store.close()
+
+
 def test_a_payload_that_is_no_object_round_trips_too(tmp_path):
     p = TopicParser(TopicConfig(name="j", format="json", paths={}, required=()), 1000)
     e = p.parse(Rec("j", JSON_TEXTS[3], offset=5))
