@@ -244,13 +244,20 @@ def monitor_password() -> str:
     return MONITOR_PASSWORD_FILE.read_text().strip()
 
 
+def already_up(svc: Service, port: int) -> bool:
+    """True when this script's own process of the service runs; a port held by anything else is an error."""
+    if read_pid(svc) is not None:
+        log(f"{svc.name} already running on {HOST}:{port}")
+        return True
+    if port_open(port):
+        raise StackError(f"port {port} is taken by a process this script did not start")
+    return False
+
+
 def mariadb_up() -> None:
     svc = MARIADB
-    if read_pid(svc) is not None:
-        log(f"mariadb already running on {HOST}:{MARIADB_PORT}")
+    if already_up(svc, MARIADB_PORT):
         return
-    if port_open(MARIADB_PORT):
-        raise StackError(f"port {MARIADB_PORT} is taken by a process this script did not start")
     d = mariadb_dir()
     d.mkdir(parents=True, exist_ok=True)
     cnf = write_mariadb_config()
@@ -345,11 +352,8 @@ def kafka_ready() -> bool:
 
 def kafka_up() -> None:
     svc = KAFKA
-    if read_pid(svc) is not None:
-        log(f"kafka already running on {HOST}:{KAFKA_PORT}")
+    if already_up(svc, KAFKA_PORT):
         return
-    if port_open(KAFKA_PORT):
-        raise StackError(f"port {KAFKA_PORT} is taken by a process this script did not start")
     lib = ensure_kafka_jars()
     d = kafka_dir()
     d.mkdir(parents=True, exist_ok=True)
