@@ -196,9 +196,7 @@ class Finding:
 
 # ---------------------------------------------------------------- exact JSON
 
-def tag(value: Any) -> Any:
-    """The JSON form of a value JSON has no type for: a one-key object tagged with the type
-    (`{"$decimal": "1.10"}`), read back by `from_json`; a set becomes a sorted list."""
+def _default(value: Any) -> Any:
     if isinstance(value, Decimal):
         return {"$decimal": str(value)}
     if isinstance(value, dt.datetime):
@@ -244,9 +242,9 @@ def _chunker(sort_keys: bool) -> Callable[[Any, int], Iterable[str]]:
     """One encoder for all calls (json.dumps builds a new one per call, which costs more than
     encoding a small record), without circular-reference bookkeeping (a cycle is a RecursionError)."""
     if c_make_encoder is None:  # an interpreter without the C accelerator
-        return json.JSONEncoder(default=tag, separators=(",", ":"), sort_keys=sort_keys, ensure_ascii=False,
+        return json.JSONEncoder(default=_default, separators=(",", ":"), sort_keys=sort_keys, ensure_ascii=False,
                                 check_circular=False).iterencode
-    return c_make_encoder(None, tag, encode_basestring, None, ":", ",", sort_keys, False, True)
+    return c_make_encoder(None, _default, encode_basestring, None, ":", ",", sort_keys, False, True)
 
 
 _CHUNKERS = {order: _chunker(order) for order in (True, False)}

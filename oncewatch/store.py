@@ -14,15 +14,12 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from decimal import Decimal
 from itertools import chain
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from oncewatch.records import (JSON_DECODER, EmittedEvent, Evidence, Finding, QuarantinedRecord, RowChange,
-                               from_json, parse_exact_json, tag, to_json)
+                               from_json, parse_exact_json, to_json)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints (
@@ -143,10 +140,6 @@ def finding_from_row(row: sqlite3.Row | tuple) -> Finding:
 EVENT_COLUMNS = 'topic, partition, "offset", timestamp_ms, timestamp_type, record_key, format, body'
 
 
-_META_ENCODER = msgspec.json.Encoder()
-_PLAIN_KEY_TYPES = frozenset({str, int, Decimal})  # what KEY_TYPES lets through
-
-
 def event_body(e: EmittedEvent) -> str:
     """What the events table keeps of an event beyond its other columns, as JSON.
 
@@ -155,11 +148,6 @@ def event_body(e: EmittedEvent) -> str:
     of the cost of storing an event. Any other event is the object {headers, keys, cdc, payload}."""
     if e.payload_json is None:
         return to_json({"headers": e.headers, "keys": e.keys, "cdc": e.cdc, "payload": e.payload}, sort_keys=False)
-    if e.cdc is None and all(type(v) in _PLAIN_KEY_TYPES for v in e.keys.values()):
-        # An application event (every json-format record): msgspec writes its headers and keys in a
-        # fifth of the stdlib encoder's time; the only value it would not tag, a Decimal, is tagged first.
-        keys = {k: tag(v) if type(v) is Decimal else v for k, v in e.keys.items()}
-        return f"[{_META_ENCODER.encode((e.headers, keys, None)).decode()},{e.payload_json}]"
     return f"[{to_json((e.headers, e.keys, e.cdc), sort_keys=False)},{e.payload_json}]"
 
 
