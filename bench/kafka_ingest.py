@@ -8,8 +8,10 @@ index entries, the quarantine and the checkpoint (SQLite in a temp dir). Both lo
 client settings and batch size, and both are timed from the end of their first batch to the last
 record, by the wall clock and by the process's CPU time (all threads): events/s is the rate of
 steady reading, and the one-off start-up (connections, the first fetch, and for the collector its
-admin client and topic discovery, about 0.1 s more) is printed on its own. On a machine shared with other
-work the wall-clock rates swing with the load; the CPU-time rates are the steadier comparison.
+admin client and topic discovery, about 0.1 s more) is printed on its own. The process runs with
+the monitor's garbage-collector settings (`oncewatch.monitor.tune_gc`), which both loops share. On
+a machine shared with other work the wall-clock rates swing with the load; the CPU-time rates are
+the steadier comparison.
 Target: ratio >= 0.7. Usage:
 
     .venv/bin/python bench/kafka_ingest.py [--events 50000] [--partitions 3] [--runs 5] [--batch 500]
@@ -35,7 +37,7 @@ from kafka.admin import NewTopic  # noqa: E402
 from collectors.kafka_events import KafkaEventCollector, client_settings  # noqa: E402
 from devservices import stack  # noqa: E402
 from oncewatch.config import KafkaConfig, TopicConfig  # noqa: E402
-from oncewatch.monitor import EntityIndex  # noqa: E402
+from oncewatch.monitor import EntityIndex, tune_gc  # noqa: E402
 from oncewatch.store import Store  # noqa: E402
 
 BOOTSTRAP = f"{stack.HOST}:{stack.KAFKA_PORT}"
@@ -138,6 +140,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=500, help="max records per poll, both loops")
     args = ap.parse_args()
 
+    tune_gc()  # the monitor's process settings, for both loops
     topic = f"owbench.kafka.{uuid.uuid4().hex[:8]}"
     admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
     admin.create_topics([NewTopic(topic, num_partitions=args.partitions, replication_factor=1)])
