@@ -109,7 +109,7 @@ def preflight_kafka(cfg: Config) -> None:
 
 
 def tune_gc() -> None:
-    """The monitor's collector settings, for its whole process.
+    """The monitor's collector settings, for its whole process (set by `oncewatch run`).
 
     Every record read allocates a handful of dicts that die within the batch, and the engine keeps
     a large, long-lived state that every full collection walks. Almost none of it forms reference
@@ -455,7 +455,6 @@ class Monitor:
         return close
 
     def run(self, until_idle: float | None = None) -> None:
-        tune_gc()
         preflight_mysql(self.cfg)
         preflight_kafka(self.cfg)
         start = self.restore()
