@@ -26,10 +26,11 @@ sys.path.insert(0, str(ROOT))
 from streamlit import config as st_config  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from dashboards import queries, scenario  # noqa: E402
-from oncewatch.records import (CLOCK_GTID_COMMIT_TS, OP_INSERT, OP_UPDATE, EmittedEvent, Evidence,  # noqa: E402
+from oncewatch.dashboards import queries,   # noqa: E402
+from devservices import scenario  # noqa: E402
+from oncewatch.core.records import (CLOCK_GTID_COMMIT_TS, OP_INSERT, OP_UPDATE, EmittedEvent, Evidence,  # noqa: E402
                                Finding, RowChange)
-from oncewatch.store import Store  # noqa: E402
+from oncewatch.store.store import Store  # noqa: E402
 
 CHUNK = 20_000
 TABLES = ("orders", "payments", "orders", "shipments", "points_grants")  # the rows one paid order makes

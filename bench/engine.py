@@ -31,10 +31,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from checks.engine import Engine  # noqa: E402
-from checks.samples import Shop, order, payment, shipment, shop_settings  # noqa: E402
-from oncewatch import logs  # noqa: E402
-from oncewatch.records import EmittedEvent, Transaction, to_json  # noqa: E402
+from oncewatch.checks.engine import Engine  # noqa: E402
+from devservices.samples import Shop, order, payment, shipment, shop_settings  # noqa: E402
+from oncewatch.core import logs  # noqa: E402
+from oncewatch.core.records import EmittedEvent, Transaction, to_json  # noqa: E402
 
 T0 = 1_700_000_000.0
 CHUNK_ORDERS = 100  # about 600 records: a batch as the collectors hand them on

@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.dashboard_load import build  # noqa: E402
-from dashboards import reports  # noqa: E402
-from oncewatch.store import Store  # noqa: E402
+from oncewatch.dashboards import reports  # noqa: E402
+from oncewatch.store.store import Store  # noqa: E402
 
 CACHE = Path("/tmp/oncewatch-bench")
 ROW_CHANGES = 10_000  # the builder's findings point at orders made of these rows

@@ -29,10 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import shop  # noqa: E402
-from oncewatch.config import load  # noqa: E402
-from oncewatch.records import Finding  # noqa: E402
-from oncewatch.store import FINDING_COLUMNS, Store, finding_from_row  # noqa: E402
+import oncewatch.shop  # noqa: E402
+from oncewatch.core.config import load  # noqa: E402
+from oncewatch.core.records import Finding  # noqa: E402
+from oncewatch.store.store import FINDING_COLUMNS, Store, finding_from_row  # noqa: E402
 from devservices.shop_monitor import (SHORT_RULES, free_port, new_topic, run_until_idle, shop_config,  # noqa: E402
                                       shop_settings)
 

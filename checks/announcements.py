@@ -34,10 +34,10 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from checks.findings import Findings, event_evidence, finding_id, row_evidence, warn_null_key
-from checks.horizon import BINLOG, KAFKA, Memory
-from checks.settings import Announce, Rules
-from oncewatch.records import EmittedEvent, RowChange
+from oncewatch.checks.findings import Findings, event_evidence, finding_id, row_evidence, warn_null_key
+from oncewatch.checks.horizon import BINLOG, KAFKA, Memory
+from oncewatch.checks.settings import Announce, Rules
+from oncewatch.core.records import EmittedEvent, RowChange
 
 log = logging.getLogger("oncewatch.checks.announcements")
 

@@ -10,10 +10,10 @@ finding: the duplicate happened (and may already have been shipped).
 
 from __future__ import annotations
 
-from checks.findings import Findings, row_evidence, warn_null_key
-from checks.horizon import BINLOG, Memory
-from checks.settings import Effect
-from oncewatch.records import OP_DELETE, RowChange
+from oncewatch.checks.findings import Findings, row_evidence, warn_null_key
+from oncewatch.checks.horizon import BINLOG, Memory
+from oncewatch.checks.settings import Effect
+from oncewatch.core.records import OP_DELETE, RowChange
 
 
 class DuplicateEffects:

@@ -8,7 +8,7 @@ API (the monitor loop calls these):
 
 - `Engine(settings)`: `settings` is a `checks.settings.Settings` (`Settings.from_config(cfg)`).
 - `restore(state)` / `state() -> dict`: the whole open state, JSON-able through
-  `oncewatch.records.to_json` (Decimal, datetime allowed). Save it in the same store
+  `oncewatch.core.records.to_json` (Decimal, datetime allowed). Save it in the same store
   transaction as the checkpoints and the drained findings; it includes findings changed but
   not yet drained. `restore` raises `StateMismatchError` if [domain]/[[announce]] changed
   since it was saved (thresholds may change freely).
@@ -55,15 +55,15 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
-from checks.announcements import Announcements
-from checks.effects import DuplicateEffects
-from checks.findings import Findings, from_dict, to_dict
-from checks.horizon import Memory
-from checks.offsets import OffsetChecks
-from checks.orders import OrderLife
-from checks.payments import PaymentChecks
-from checks.settings import Settings
-from oncewatch.records import EmittedEvent, Finding, RowChange, Transaction
+from oncewatch.checks.announcements import Announcements
+from oncewatch.checks.effects import DuplicateEffects
+from oncewatch.checks.findings import Findings, from_dict, to_dict
+from oncewatch.checks.horizon import Memory
+from oncewatch.checks.offsets import OffsetChecks
+from oncewatch.checks.orders import OrderLife
+from oncewatch.checks.payments import PaymentChecks
+from oncewatch.checks.settings import Settings
+from oncewatch.core.records import EmittedEvent, Finding, RowChange, Transaction
 
 log = logging.getLogger("oncewatch.checks.engine")
 

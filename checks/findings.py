@@ -26,8 +26,8 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from checks.horizon import STREAMS, Memory
-from oncewatch.records import EmittedEvent, Evidence, Finding, RowChange
+from oncewatch.checks.horizon import STREAMS, Memory
+from oncewatch.core.records import EmittedEvent, Evidence, Finding, RowChange
 
 # rule -> (name, default severity)
 RULES: dict[str, tuple[str, str]] = {

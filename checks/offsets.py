@@ -1,7 +1,7 @@
 """F11 offset_drift and F12 partition_skew: readings that open while above a threshold.
 
 F11 has two sources: the backlog of committed changes per table not yet announced on Kafka
-(from checks.announcements), and the total lag of each watched consumer group. F12 is the
+(from oncewatch.checks.announcements), and the total lag of each watched consumer group. F12 is the
 population standard deviation of the per-partition lag of one group on one topic (the
 second seed article's `stddev(partition_lag) > 3.0`). Each finding holds the latest reading
 as its evidence and resolves when the reading drops back to the threshold or below.
@@ -13,8 +13,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from checks.findings import EvidenceItem, Findings, finding_id, offsets_evidence
-from checks.settings import Rules
+from oncewatch.checks.findings import EvidenceItem, Findings, finding_id, offsets_evidence
+from oncewatch.checks.settings import Rules
 
 
 class OffsetChecks:

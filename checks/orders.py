@@ -9,10 +9,10 @@ when the timer ran. F4 needs no state: the binlog's before image gives the old s
 
 from __future__ import annotations
 
-from checks.findings import EvidenceItem, Findings, row_evidence, warn_null_key
-from checks.horizon import BINLOG, Memory
-from checks.settings import Orders
-from oncewatch.records import OP_DELETE, OP_UPDATE, RowChange
+from oncewatch.checks.findings import EvidenceItem, Findings, row_evidence, warn_null_key
+from oncewatch.checks.horizon import BINLOG, Memory
+from oncewatch.checks.settings import Orders
+from oncewatch.core.records import OP_DELETE, OP_UPDATE, RowChange
 
 
 class OrderLife:

@@ -12,10 +12,10 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from checks.findings import EvidenceItem, Findings, row_evidence, values_of, warn_null_key
-from checks.horizon import BINLOG, Memory
-from checks.settings import Orders, Payments
-from oncewatch.records import OP_DELETE, OP_UPDATE, RowChange, Transaction
+from oncewatch.checks.findings import EvidenceItem, Findings, row_evidence, values_of, warn_null_key
+from oncewatch.checks.horizon import BINLOG, Memory
+from oncewatch.checks.settings import Orders, Payments
+from oncewatch.core.records import OP_DELETE, OP_UPDATE, RowChange, Transaction
 
 
 def money(value: Any) -> Decimal | None:

@@ -1,6 +1,6 @@
 """The shop's shape and the rules' thresholds: the [domain], [[announce]] and [rules] sections.
 
-Parsed into frozen objects by `oncewatch.config.parse` (which calls the `parse_*` functions
+Parsed into frozen objects by `oncewatch.core.config.parse` (which calls the `parse_*` functions
 here) and handed to the engine as one `Settings`. Every error names the dotted key, and cross
 references are checked: tables must be in `mysql.tables`, topics in `kafka.topics`, statuses
 in the state machine. A part of [domain] that is left out switches off the rules that need it
@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from oncewatch.config import ConfigError, Section
+from oncewatch.core.config import ConfigError, Section
 
 if TYPE_CHECKING:
-    from oncewatch.config import Config, KafkaConfig, MySQLConfig
+    from oncewatch.core.config import Config, KafkaConfig, MySQLConfig
 
 OPS = ("insert", "update", "delete")
 

@@ -31,9 +31,9 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka import errors as kerrors
 from kafka.admin import OffsetSpec
 
-from collectors.kafka_formats import TopicParser
-from oncewatch.config import KafkaConfig
-from oncewatch.records import EmittedEvent, QuarantinedRecord
+from oncewatch.collectors.kafka_formats import TopicParser
+from oncewatch.core.config import KafkaConfig
+from oncewatch.core.records import EmittedEvent, QuarantinedRecord
 
 log = logging.getLogger("oncewatch.collectors.kafka_events")
 

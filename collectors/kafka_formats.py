@@ -36,8 +36,8 @@ from typing import Any, Protocol
 
 import msgspec
 
-from oncewatch.config import TopicConfig
-from oncewatch.records import (OP_DELETE, OP_INSERT, OP_UPDATE, EmittedEvent, QuarantinedRecord,
+from oncewatch.core.config import TopicConfig
+from oncewatch.core.records import (OP_DELETE, OP_INSERT, OP_UPDATE, EmittedEvent, QuarantinedRecord,
                                parse_exact_json, to_json)
 
 NOT_UTF8 = "not_utf8"

@@ -34,8 +34,8 @@ from kafka import KafkaAdminClient, TopicPartition
 from kafka import errors as kerrors
 from kafka.admin import OffsetSpec
 
-from collectors.kafka_events import admin_client, existing_partitions, list_offsets
-from oncewatch.config import KafkaConfig
+from oncewatch.collectors.kafka_events import admin_client, existing_partitions, list_offsets
+from oncewatch.core.config import KafkaConfig
 
 log = logging.getLogger("oncewatch.collectors.kafka_offsets")
 

@@ -1,7 +1,7 @@
 """Start the Streamlit dashboard headless, bound to 127.0.0.1 unless told otherwise.
 
     launch(config="examples/shop.toml")            # or store="/path/oncewatch.db"
-    python -m dashboards.launch --config examples/shop.toml --port 8501
+    python -m oncewatch.dashboards.launch --config examples/shop.toml --port 8501
 
 The server runs as a child process (Streamlit wants its own main thread); `wait_ready` polls its
 health endpoint, `stop` ends it.
@@ -18,10 +18,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from dashboards.queries import ENV_CONFIG, ENV_STORE
+from oncewatch.dashboards.queries import ENV_CONFIG, ENV_STORE
 
-ROOT = Path(__file__).resolve().parents[1]
-APP = ROOT / "app.py"
+# The packaged script, so that an installed oncewatch starts the same dashboard as a checkout.
+APP = Path(__file__).resolve().parent / "app.py"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8501
 
@@ -49,7 +49,7 @@ def launch(*, config: str | None = None, store: str | None = None, host: str = D
         child_env[ENV_STORE] = str(Path(store).resolve())
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - handed to the child, closed below
     try:
-        return subprocess.Popen(command(host, port), cwd=ROOT, env=child_env, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(command(host, port), cwd=APP.parent, env=child_env, stdout=out, stderr=subprocess.STDOUT)
     finally:
         if log:
             out.close()
@@ -85,7 +85,7 @@ def stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dashboards.launch", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m oncewatch.dashboards.launch", description=__doc__.splitlines()[0])
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--config", help="the monitor's config file (exports need it)")
     where.add_argument("--store", help="the monitor's store file")

@@ -22,8 +22,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from dashboards import queries
-from oncewatch.store import StoreError
+from oncewatch.dashboards import queries
+from oncewatch.store.store import StoreError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9464

@@ -16,9 +16,9 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
-from oncewatch.config import Config, load
-from oncewatch.records import EmittedEvent, Finding, RowChange, from_json
-from oncewatch.store import FINDING_COLUMNS, Store, finding_from_row
+from oncewatch.core.config import Config, load
+from oncewatch.core.records import EmittedEvent, Finding, RowChange, from_json
+from oncewatch.store.store import FINDING_COLUMNS, Store, finding_from_row
 
 ENV_STORE = "ONCEWATCH_STORE"
 ENV_CONFIG = "ONCEWATCH_CONFIG"
@@ -26,7 +26,7 @@ ENV_CONFIG = "ONCEWATCH_CONFIG"
 # The monitor writes its health every second; older than this, what it says is no longer news.
 STALE_SECONDS = 30.0
 
-# DESIGN §4; the dashboards may not import checks/, and only need the names.
+# DESIGN §4; the dashboards may not import oncewatch.checks/, and only need the names.
 RULES = {
     "F1": "duplicate_effect", "F2": "double_charge", "F3": "stuck_pending", "F4": "illegal_transition",
     "F5": "amount_mismatch", "F6": "invalid_callback_status", "F7": "missing_event", "F8": "orphan_event",
@@ -297,7 +297,7 @@ def diff(row: RowChange) -> dict[str, Any]:
 def report(cfg: Config, fmt: str, *, rule: str | None = None, status: str | None = None,
            since: dt.datetime | None = None, until: dt.datetime | None = None, mask: bool = False) -> bytes:
     """The auditor's report `oncewatch export` writes, as bytes for a download button."""
-    from dashboards.reports import export  # openpyxl is only needed when someone downloads
+    from oncewatch.dashboards.reports import export  # openpyxl is only needed when someone downloads
 
     with closing(open_store(cfg.store.path)) as store:
         return export(store, fmt, rule=rule, status=status, since=since, until=until, mask=mask,

@@ -66,9 +66,9 @@ from openpyxl import Workbook, load_workbook
 from openpyxl.cell import WriteOnlyCell
 from openpyxl.cell.cell import ERROR_CODES
 
-from dashboards.queries import FindingFilter
-from oncewatch.records import Finding, from_json, plain
-from oncewatch.store import FINDING_COLUMNS, Store, finding_from_row
+from oncewatch.dashboards.queries import FindingFilter
+from oncewatch.core.records import Finding, from_json, plain
+from oncewatch.store.store import FINDING_COLUMNS, Store, finding_from_row
 
 if TYPE_CHECKING:
     from openpyxl.worksheet._write_only import WriteOnlyWorksheet

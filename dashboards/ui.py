@@ -10,10 +10,10 @@ from typing import Any
 
 import streamlit as st
 
-from dashboards import queries
-from oncewatch.config import ConfigError
-from oncewatch.records import plain
-from oncewatch.store import Store, StoreError
+from oncewatch.dashboards import queries
+from oncewatch.core.config import ConfigError
+from oncewatch.core.records import plain
+from oncewatch.store.store import Store, StoreError
 
 # How often the Overview's live panel reruns; st.fragment(run_every=...) takes seconds.
 REFRESH_SECONDS = float(os.environ.get("ONCEWATCH_REFRESH_SECONDS", "5"))

@@ -19,9 +19,9 @@ from typing import Any
 import tomli_w
 
 from devservices import stack
-from oncewatch.records import Finding
-from oncewatch.store import Store
-from shop import KafkaTarget, MySQLTarget, ShopSettings
+from oncewatch.core.records import Finding
+from oncewatch.store.store import Store
+from oncewatch.shop import KafkaTarget, MySQLTarget, ShopSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "shop.toml"

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
-from oncewatch import logs
-from oncewatch.config import Config, ConfigError, describe, load
-from oncewatch.store import Store, StoreError
+from oncewatch.core import logs
+from oncewatch.core.config import Config, ConfigError, describe, load
+from oncewatch.store.store import Store, StoreError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_SOURCE = 0, 1, 2, 3
 
@@ -34,8 +34,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 def cmd_tail_binlog(args: argparse.Namespace) -> int:
     """Print each committed transaction of the watched tables as one JSON line (demo, debugging)."""
-    from collectors.binlog import BinlogCollector
-    from oncewatch.records import plain
+    from oncewatch.collectors.binlog import BinlogCollector
+    from oncewatch.core.records import plain
 
     cfg = load(args.config)
     collector = BinlogCollector(cfg.mysql, None)
@@ -49,9 +49,9 @@ def cmd_tail_binlog(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the monitor until SIGTERM/SIGINT, or with --until-idle until both streams are read to their
     ends and nothing changed for that many seconds."""
-    from checks.engine import StateMismatchError
-    from collectors.binlog import BinlogError
-    from collectors.kafka_events import KafkaEventsError
+    from oncewatch.checks.engine import StateMismatchError
+    from oncewatch.collectors.binlog import BinlogError
+    from oncewatch.collectors.kafka_events import KafkaEventsError
     from oncewatch.monitor import Monitor, SourceUnavailableError, tune_gc
 
     cfg = load(args.config)
@@ -95,7 +95,7 @@ def _open_store(cfg: Config) -> Store:
 
 def cmd_findings(args: argparse.Namespace) -> int:
     """Print the findings with their evidence, as a table or as the JSON that exports carry."""
-    from dashboards.reports import findings_json, findings_table, select
+    from oncewatch.dashboards.reports import findings_json, findings_table, select
 
     cfg = load(args.config)
     with closing(_open_store(cfg)) as store:
@@ -106,7 +106,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Write an auditor's report (dashboards.reports describes its header and hash)."""
-    from dashboards.reports import export
+    from oncewatch.dashboards.reports import export
 
     if args.since and args.until and args.since >= args.until:
         print("oncewatch: --since must be earlier than --until", file=sys.stderr)

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from kafka import KafkaAdminClient
 
-from dashboards import launch
-from oncewatch.config import load
-from shop.schema import prepare_tables, prepare_topic
-from shop.settings import KafkaTarget, MySQLTarget
+from oncewatch.dashboards import launch
+from oncewatch.core.config import load
+from oncewatch.shop.schema import prepare_tables, prepare_topic
+from oncewatch.shop.settings import KafkaTarget, MySQLTarget
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "examples" / "shop.toml"

@@ -20,16 +20,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from checks.engine import Engine
-from checks.settings import Settings
-from collectors.binlog import BinlogCollector, BinlogError, bootstrap, connect
-from collectors.kafka_events import EventBatch, KafkaEventCollector, KafkaEventsError, PartitionStatus
-from collectors.kafka_offsets import KafkaOffsetsCollector
-from dashboards.queries import delay_buckets, quantile
-from oncewatch import engine_state
-from oncewatch.config import Config, ConfigError
-from oncewatch.records import BinlogPosition, EmittedEvent, Finding, RowChange, Transaction
-from oncewatch.store import Batch, Store
+from oncewatch.checks.engine import Engine
+from oncewatch.checks.settings import Settings
+from oncewatch.collectors.binlog import BinlogCollector, BinlogError, bootstrap, connect
+from oncewatch.collectors.kafka_events import EventBatch, KafkaEventCollector, KafkaEventsError, PartitionStatus
+from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector
+from oncewatch.dashboards.queries import delay_buckets, quantile
+from oncewatch.store import engine_state
+from oncewatch.core.config import Config, ConfigError
+from oncewatch.core.records import BinlogPosition, EmittedEvent, Finding, RowChange, Transaction
+from oncewatch.store.store import Batch, Store
 
 log = logging.getLogger("oncewatch.monitor")
 
@@ -97,7 +97,7 @@ def preflight_kafka(cfg: Config) -> None:
     """The brokers answer (topics that do not exist yet are waited for, not an error)."""
     from kafka import errors as kerrors
 
-    from collectors.kafka_events import admin_client
+    from oncewatch.collectors.kafka_events import admin_client
 
     if cfg.kafka is None:
         return
@@ -439,7 +439,7 @@ class Monitor:
     def _serve_metrics(self) -> Callable[[], None]:
         if self.cfg.metrics.port == 0:
             return lambda: None
-        from dashboards.metrics import serve
+        from oncewatch.dashboards.metrics import serve
 
         try:
             server, _thread = serve(self.cfg.store.path, self.cfg.metrics.host, self.cfg.metrics.port)

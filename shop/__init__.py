@@ -1,12 +1,12 @@
 """The simulated payment shop that oncewatch watches: traffic, injected faults, ground truth.
 
-    import shop
+    import oncewatch.shop
     truth = shop.run(shop.ShopSettings(seed=7, orders=3000, rate=60, faults="all", reset=True))
     truth.fault_for("F1", {"trade_no": "..."})
 """
 
-from shop.runner import ShopError, run
-from shop.settings import KafkaTarget, MySQLTarget, ShopSettings
-from shop.truth import Fault, GroundTruth
+from oncewatch.shop.runner import ShopError, run
+from oncewatch.shop.settings import KafkaTarget, MySQLTarget, ShopSettings
+from oncewatch.shop.truth import Fault, GroundTruth
 
 __all__ = ["run", "ShopSettings", "MySQLTarget", "KafkaTarget", "GroundTruth", "Fault", "ShopError"]

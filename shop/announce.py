@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from kafka import KafkaProducer
 
-from shop.truth import Fault, Recorder
+from oncewatch.shop.truth import Fault, Recorder
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ import sys
 import pymysql
 from kafka.errors import KafkaError
 
-from shop.faults import MODES, FaultSpecError
-from shop.consumers import DownstreamError
-from shop.runner import ShopError, run
-from shop.settings import STYLES, KafkaTarget, MySQLTarget, SettingsError, ShopSettings
+from oncewatch.shop.faults import MODES, FaultSpecError
+from oncewatch.shop.consumers import DownstreamError
+from oncewatch.shop.runner import ShopError, run
+from oncewatch.shop.settings import STYLES, KafkaTarget, MySQLTarget, SettingsError, ShopSettings
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SOURCE = 0, 1, 2, 3
 PASSWORD_ENV = "ONCEWATCH_SHOP_MYSQL_PASSWORD"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
-from shop.settings import STYLE_AFTER_COMMIT, STYLE_IN_TRANSACTION, STYLE_OUTBOX, STYLES
+from oncewatch.shop.settings import STYLE_AFTER_COMMIT, STYLE_IN_TRANSACTION, STYLE_OUTBOX, STYLES
 
 DEFAULT_RATE = 0.02
 

@@ -15,8 +15,8 @@ import random
 from dataclasses import dataclass
 from decimal import Decimal
 
-from shop.announce import SHIPMENT_CREATED, SUCCESS_EVENTS, EventFault, Kind
-from shop.faults import FaultMix, Mode
+from oncewatch.shop.announce import SHIPMENT_CREATED, SUCCESS_EVENTS, EventFault, Kind
+from oncewatch.shop.faults import FaultMix, Mode
 
 CHANNELS = ("alipay", "wechat", "card")
 _TRADE_PREFIX = {"alipay": "AP", "wechat": "WX", "card": "CD"}

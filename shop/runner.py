@@ -18,15 +18,15 @@ from contextlib import ExitStack
 
 from kafka import KafkaAdminClient, KafkaProducer
 
-from shop import plan as plans
-from shop.announce import Announcer, KafkaAnnouncer, OutboxAnnouncer, Publisher
-from shop.consumers import Downstream, end_offsets, lag, wait_drained
-from shop.faults import BY_NAME, FaultMix
-from shop.scheduler import Scheduler
-from shop.schema import binlog_position, connect, prepare_tables, prepare_topic
-from shop.service import OrderRun, PaymentService
-from shop.settings import STYLE_IN_TRANSACTION, STYLE_OUTBOX, ShopSettings
-from shop.truth import Fault, GroundTruth, Recorder
+from oncewatch.shop import plan as plans
+from oncewatch.shop.announce import Announcer, KafkaAnnouncer, OutboxAnnouncer, Publisher
+from oncewatch.shop.consumers import Downstream, end_offsets, lag, wait_drained
+from oncewatch.shop.faults import BY_NAME, FaultMix
+from oncewatch.shop.scheduler import Scheduler
+from oncewatch.shop.schema import binlog_position, connect, prepare_tables, prepare_topic
+from oncewatch.shop.service import OrderRun, PaymentService
+from oncewatch.shop.settings import STYLE_IN_TRANSACTION, STYLE_OUTBOX, ShopSettings
+from oncewatch.shop.truth import Fault, GroundTruth, Recorder
 
 log = logging.getLogger(__name__)
 

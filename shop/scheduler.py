@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from shop.service import PaymentService
+from oncewatch.shop.service import PaymentService
 
 Job = Callable[[PaymentService], None]
 

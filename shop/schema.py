@@ -14,7 +14,7 @@ import pymysql
 from kafka import KafkaAdminClient
 from kafka.errors import TopicAlreadyExistsError
 
-from shop.settings import KafkaTarget, MySQLTarget
+from oncewatch.shop.settings import KafkaTarget, MySQLTarget
 
 log = logging.getLogger(__name__)
 

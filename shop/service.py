@@ -23,9 +23,9 @@ from typing import Any
 
 import pymysql
 
-from shop.announce import (ORDER_PAID, ORDER_REFUNDED, POINTS_GRANTED, SHIPMENT_CREATED, Announcer, Event,
+from oncewatch.shop.announce import (ORDER_PAID, ORDER_REFUNDED, POINTS_GRANTED, SHIPMENT_CREATED, Announcer, Event,
                            EventFault, InjectedFailure)
-from shop.plan import (VIA_QUERY, Close, CreateOrder, Notify, OrderPlan, PickUp, Refund, StartPayment,
+from oncewatch.shop.plan import (VIA_QUERY, Close, CreateOrder, Notify, OrderPlan, PickUp, Refund, StartPayment,
                        Step)
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from dashboards import queries, ui
-from oncewatch.records import CLOCK_BINLOG_HEADER, CLOCK_GTID_COMMIT_TS, CLOCK_READ_TIME, CLOCK_ROW_COLUMN
+from oncewatch.dashboards import queries, ui
+from oncewatch.core.records import CLOCK_BINLOG_HEADER, CLOCK_GTID_COMMIT_TS, CLOCK_READ_TIME, CLOCK_ROW_COLUMN
 
 CLOCKS = (CLOCK_GTID_COMMIT_TS, CLOCK_ROW_COLUMN, CLOCK_BINLOG_HEADER, CLOCK_READ_TIME)
 

@@ -7,8 +7,8 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from dashboards import queries, ui
-from oncewatch.records import EmittedEvent, RowChange
+from oncewatch.dashboards import queries, ui
+from oncewatch.core.records import EmittedEvent, RowChange
 
 
 def change_text(row: RowChange) -> str:

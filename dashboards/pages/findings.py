@@ -11,10 +11,11 @@ from urllib.parse import quote
 import pandas as pd
 import streamlit as st
 
-from dashboards import queries, ui
+from oncewatch.dashboards import queries, ui
+from oncewatch.dashboards.app import page
 
 PAGE_SIZE = 100
-DRILLDOWN = "dashboards/pages/drilldown.py"
+DRILLDOWN = str(page("drilldown"))
 
 
 def table_row(r: dict) -> dict:

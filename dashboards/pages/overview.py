@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from dashboards import queries, ui
+from oncewatch.dashboards import queries, ui
 
 CHARTS = (("backlog", "Backlog (changes waiting for their event)", "table"),
           ("delay_p99", "p99 event delay (s)", None),

@@ -11,8 +11,8 @@ from functools import partial
 
 import streamlit as st
 
-from dashboards import queries, ui
-from oncewatch.config import ConfigError
+from oncewatch.dashboards import queries, ui
+from oncewatch.core.config import ConfigError
 
 FORMATS = {"csv": "text/csv", "json": "application/json",
            "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"}

@@ -16,7 +16,7 @@ import pytest
 
 from devservices import stack
 from devservices.shop_monitor import unique_server_id
-from oncewatch.config import Config, parse
+from oncewatch.core.config import Config, parse
 
 ROOT = Path(__file__).resolve().parents[2]
 

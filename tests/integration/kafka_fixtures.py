@@ -12,11 +12,11 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
-from collectors.kafka_events import EventBatch, KafkaEventCollector
+from oncewatch.collectors.kafka_events import EventBatch, KafkaEventCollector
 from devservices import stack
-from oncewatch.config import KafkaConfig, TopicConfig
-from oncewatch.records import EmittedEvent, QuarantinedRecord
-from oncewatch.store import Store
+from oncewatch.core.config import KafkaConfig, TopicConfig
+from oncewatch.core.records import EmittedEvent, QuarantinedRecord
+from oncewatch.store.store import Store
 
 BOOTSTRAP = f"{stack.HOST}:{stack.KAFKA_PORT}"
 JSON_PATHS = {"event_type": "type", "order_key": "order_no", "trade_no": "trade_no", "amount": "amount",

@@ -9,10 +9,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-import shop
+import oncewatch.shop
 from devservices.shop_monitor import new_topic, run_until_idle, shop_config, shop_settings
-from oncewatch.records import Finding
-from shop import GroundTruth
+from oncewatch.core.records import Finding
+from oncewatch.shop import GroundTruth
 
 # --until-idle quiet time: longer than the stuck-pending threshold, so every absence rule has had its say.
 IDLE = 12.0

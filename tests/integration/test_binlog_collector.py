@@ -11,9 +11,9 @@ from decimal import Decimal
 import pymysql
 import pytest
 
-from collectors.binlog import BinlogCollector, BinlogPurgedError, bootstrap
+from oncewatch.collectors.binlog import BinlogCollector, BinlogPurgedError, bootstrap
 from devservices import stack
-from oncewatch.records import BinlogPosition, RowChange
+from oncewatch.core.records import BinlogPosition, RowChange
 
 from .conftest import admin_connection, monitor_config
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
-from dashboards import launch, scenario
+from oncewatch.dashboards import launch
+from devservices import scenario
 from devservices.shop_monitor import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

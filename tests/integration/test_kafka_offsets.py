@@ -7,7 +7,7 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
-from collectors.kafka_offsets import KafkaOffsetsCollector, LagHistory, estimate_time
+from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector, LagHistory, estimate_time
 from tests.integration.kafka_fixtures import (BOOTSTRAP, create_topic, json_topic, jsonb, kafka_admin, kafka_config,
                                               produce, unique)
 

@@ -13,9 +13,9 @@ import sys
 import threading
 import time
 
-import shop
+import oncewatch.shop
 from devservices.shop_monitor import SHORT_RULES, shop_settings
-from oncewatch.store import Store
+from oncewatch.store.store import Store
 
 from .shop_monitor import prepared
 

@@ -20,10 +20,10 @@ import urllib.request
 import openpyxl
 import pytest
 
-import shop
+import oncewatch.shop
 from devservices.shop_monitor import ROOT, findings, free_port, oncewatch, run_until_idle, shop_settings
-from oncewatch.store import Store
-from shop.settings import STYLE_IN_TRANSACTION
+from oncewatch.store.store import Store
+from oncewatch.shop.settings import STYLE_IN_TRANSACTION
 
 from .shop_monitor import IDLE, prepared
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-import shop
+import oncewatch.shop
 from devservices.shop_monitor import findings, run_until_idle, shop_settings
-from shop.settings import STYLE_AFTER_COMMIT, STYLE_IN_TRANSACTION, STYLE_OUTBOX
+from oncewatch.shop.settings import STYLE_AFTER_COMMIT, STYLE_IN_TRANSACTION, STYLE_OUTBOX
 
 from .shop_monitor import IDLE, prepared, score
 

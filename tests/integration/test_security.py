@@ -15,7 +15,7 @@ import urllib.request
 
 import openpyxl
 
-from dashboards import launch
+from oncewatch.dashboards import launch
 from devservices.shop_monitor import ROOT, free_port
 
 from .conftest import admin_connection, monitor_config_toml

@@ -21,9 +21,9 @@ import pymysql
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
-from shop import GroundTruth, KafkaTarget, MySQLTarget, ShopSettings, run
-from shop.faults import MODES, FaultMix, FaultSpecError
-from shop.plan import build
+from oncewatch.shop import GroundTruth, KafkaTarget, MySQLTarget, ShopSettings, run
+from oncewatch.shop.faults import MODES, FaultMix, FaultSpecError
+from oncewatch.shop.plan import build
 
 RULES = tuple(f"F{n}" for n in range(1, 11))
 EVENT_RULES = ("F7", "F8", "F9", "F10")

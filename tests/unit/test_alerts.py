@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from dashboards import metrics, scenario
+from oncewatch.dashboards import metrics
+from devservices import scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMTOOL = ROOT / ".devstack" / "bin" / "promtool"

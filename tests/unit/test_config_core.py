@@ -7,7 +7,7 @@ import json
 import pytest
 
 from oncewatch import cli
-from oncewatch.config import ConfigError, describe, load, parse
+from oncewatch.core.config import ConfigError, describe, load, parse
 
 BASE = {"mysql": {"user": "oncewatch", "password_env": "OW_TEST_PW", "tables": ["shop.orders"]}}
 

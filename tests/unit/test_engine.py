@@ -5,9 +5,9 @@ import logging
 
 import pytest
 
-from checks.engine import Engine, StateMismatchError, merge_delta
-from checks.samples import Shop, feed, order, payment, push, rules_of, shipment, shop_settings
-from oncewatch.records import from_json, to_json
+from oncewatch.checks.engine import Engine, StateMismatchError, merge_delta
+from devservices.samples import Shop, feed, order, payment, push, rules_of, shipment, shop_settings
+from oncewatch.core.records import from_json, to_json
 
 T = 1000.0
 

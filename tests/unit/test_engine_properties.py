@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checks.engine import Engine, merge_delta
-from checks.samples import Shop, order, payment, shipment, shop_settings
-from oncewatch.records import Finding, from_json, to_json
+from oncewatch.checks.engine import Engine, merge_delta
+from devservices.samples import Shop, order, payment, shipment, shop_settings
+from oncewatch.core.records import Finding, from_json, to_json
 
 T = 10_000.0
 FAULTS = ("lost", "late", "late_in_grace", "duplicate", "conflicting", "early", "very_early", "phantom", "stuck",

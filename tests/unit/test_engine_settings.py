@@ -5,10 +5,10 @@ import tomllib
 
 import pytest
 
-from checks.engine import Engine
-from checks.samples import EXAMPLE_CONFIG, Shop, feed, order, shipment
-from checks.settings import Settings
-from oncewatch.config import ConfigError, describe, parse
+from oncewatch.checks.engine import Engine
+from devservices.samples import EXAMPLE_CONFIG, Shop, feed, order, shipment
+from oncewatch.checks.settings import Settings
+from oncewatch.core.config import ConfigError, describe, parse
 
 EXAMPLE = tomllib.loads(EXAMPLE_CONFIG.read_text())
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from checks.engine import Engine
-from checks.samples import Shop, grant, order, payment, push, shipment, shop_settings
-from oncewatch import engine_state
-from oncewatch.records import from_json, to_json
-from oncewatch.store import Store
+from oncewatch.checks.engine import Engine
+from devservices.samples import Shop, grant, order, payment, push, shipment, shop_settings
+from oncewatch.store import engine_state
+from oncewatch.core.records import from_json, to_json
+from oncewatch.store.store import Store
 
 
 def canonical(state):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collectors.kafka_events import PartitionStatus
+from oncewatch.collectors.kafka_events import PartitionStatus
 from oncewatch.monitor import kafka_watermark
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dashboards import metrics, scenario
-from oncewatch.store import Store
+from oncewatch.dashboards import metrics
+from devservices import scenario
+from oncewatch.store.store import Store
 from tests.unit.test_alerts import assert_ok, promtool
 
 ENTITY_VALUES = {"T1001", "O501", "O502", "O507", "S1", "S2"}

@@ -9,9 +9,9 @@ import pytest
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
-from dashboards import auth, queries, reports
-from oncewatch.records import Evidence, Finding
-from oncewatch.store import Store
+from oncewatch.dashboards import auth, queries, reports
+from oncewatch.core.records import Evidence, Finding
+from oncewatch.store.store import Store
 from tests.unit.test_metrics import store_path  # noqa: F401 - the scenario store fixture
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")

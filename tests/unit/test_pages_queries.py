@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from dashboards import queries
-from oncewatch.records import Evidence, Finding
-from oncewatch.store import Store
+from oncewatch.dashboards import queries
+from oncewatch.core.records import Evidence, Finding
+from oncewatch.store.store import Store
 from tests.unit.test_metrics import store_path  # noqa: F401 - the scenario store fixture
 
 

@@ -8,7 +8,7 @@ from decimal import Decimal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oncewatch.records import RowChange, from_json, to_json
+from oncewatch.core.records import RowChange, from_json, to_json
 
 values = st.one_of(
     st.none(), st.booleans(), st.integers(), st.text(),
@@ -18,7 +18,7 @@ values = st.one_of(
 )
 
 
-# Keys starting with "$" are reserved for the type tags (oncewatch.records.to_json).
+# Keys starting with "$" are reserved for the type tags (oncewatch.core.records.to_json).
 @given(st.dictionaries(st.text(min_size=1).filter(lambda k: not k.startswith("$")), values))
 def test_row_values_round_trip_exactly(row):
     back = from_json(to_json(row))

@@ -1,8 +1,8 @@
 """F11 offset_drift (announce backlog, consumer-group lag) and F12 partition_skew."""
 
-from checks.engine import Engine
-from checks.findings import finding_id
-from checks.samples import Shop, feed, order, shop_settings
+from oncewatch.checks.engine import Engine
+from oncewatch.checks.findings import finding_id
+from devservices.samples import Shop, feed, order, shop_settings
 
 
 def snapshot(at: float, lags: list[int | None], group: str = "shipping-service", topic: str = "shop.events"):

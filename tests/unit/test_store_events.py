@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from collectors.kafka_formats import TopicParser
-from oncewatch.config import TopicConfig
-from oncewatch.records import EmittedEvent, to_json
-from oncewatch.store import Store
+from oncewatch.collectors.kafka_formats import TopicParser
+from oncewatch.core.config import TopicConfig
+from oncewatch.core.records import EmittedEvent, to_json
+from oncewatch.store.store import Store
 
 PATHS = {"event_type": "type", "trade_no": "trade_no", "order_key": "order_no", "amount": "amount",
          "status": "status", "effect_id": "items.0.id"}

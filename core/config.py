@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from checks.settings import Announce, Domain, Rules
+    from oncewatch.checks.settings import Announce, Domain, Rules
 
 MASK = "********"
 
@@ -341,7 +341,7 @@ def _export(s: Section, base: Path) -> ExportConfig:
 
 def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = None) -> Config:
     # checks.settings builds on Section and ConfigError above: imported here to avoid an import cycle.
-    from checks.settings import parse_announce, parse_domain, parse_rules
+    from oncewatch.checks.settings import parse_announce, parse_domain, parse_rules
 
     base = base or Path.cwd()
     root = Section(data, "")

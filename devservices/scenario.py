@@ -16,9 +16,9 @@ from __future__ import annotations
 import time
 from decimal import Decimal
 
-from oncewatch.records import (CLOCK_GTID_COMMIT_TS, CLOCK_ROW_COLUMN, OP_INSERT, OP_UPDATE, EmittedEvent,
+from oncewatch.core.records import (CLOCK_GTID_COMMIT_TS, CLOCK_ROW_COLUMN, OP_INSERT, OP_UPDATE, EmittedEvent,
                                Evidence, Finding, QuarantinedRecord, RowChange)
-from oncewatch.store import Store
+from oncewatch.store.store import Store
 
 TOPIC = "shop.events"
 GROUP = "shipping-service"

@@ -15,10 +15,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from checks.engine import Engine
-from checks.settings import Settings
-from oncewatch.config import load
-from oncewatch.records import (CLOCK_GTID_COMMIT_TS, OP_INSERT, OP_UPDATE, BinlogPosition, EmittedEvent, Finding,
+from oncewatch.checks.engine import Engine
+from oncewatch.checks.settings import Settings
+from oncewatch.core.config import load
+from oncewatch.core.records import (CLOCK_GTID_COMMIT_TS, OP_INSERT, OP_UPDATE, BinlogPosition, EmittedEvent, Finding,
                                RowChange, Transaction)
 
 SCHEMA = "shop"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncewatch.records import from_json, to_json
-from oncewatch.store import Batch, Store
+from oncewatch.core.records import from_json, to_json
+from oncewatch.store.store import Batch, Store
 
 HEAD = "engine_head"
 

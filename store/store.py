@@ -18,7 +18,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from oncewatch.records import (JSON_DECODER, EmittedEvent, Evidence, Finding, QuarantinedRecord, RowChange,
+from oncewatch.core.records import (JSON_DECODER, EmittedEvent, Evidence, Finding, QuarantinedRecord, RowChange,
                                from_json, parse_exact_json, to_json)
 
 SCHEMA = """

@@ -1,0 +1,35 @@
+"""The atomicity dashboard's Streamlit script: the login guard, then the pages.
+
+`oncewatch dashboard --config F` runs this file (it ships in the package); from a source
+checkout the top-level `app.py` calls the same `main()`. The pages only read the store; they
+never talk to MySQL or Kafka.
+"""
+
+from pathlib import Path
+
+import streamlit as st
+
+from oncewatch.dashboards import auth
+
+PAGES = Path(__file__).resolve().parent / "pages"
+
+
+def page(name: str) -> Path:
+    """A page's script, by file name without .py (st.switch_page takes the same path)."""
+    return PAGES / f"{name}.py"
+
+
+def main() -> None:
+    st.set_page_config(page_title="oncewatch", page_icon=":material/verified:", layout="wide")
+    if auth.guard():
+        st.navigation([
+            st.Page(page("overview"), title="Overview", icon=":material/monitor_heart:", default=True),
+            st.Page(page("findings"), title="Findings", icon=":material/report:"),
+            st.Page(page("drilldown"), title="Drill-down", icon=":material/timeline:"),
+            st.Page(page("drift"), title="Drift", icon=":material/stacked_line_chart:"),
+            st.Page(page("reports"), title="Reports", icon=":material/download:"),
+        ]).run()
+
+
+if __name__ == "__main__":
+    main()
