@@ -26,15 +26,16 @@ sys.path.insert(0, str(ROOT))
 from streamlit import config as st_config  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from oncewatch.dashboards import queries,   # noqa: E402
+from oncewatch.dashboards import , reports, views  # noqa: E402
+from oncewatch.store import queries
 from devservices import scenario  # noqa: E402
-from oncewatch.core.records import (CLOCK_GTID_COMMIT_TS, OP_INSERT, OP_UPDATE, EmittedEvent, Evidence,  # noqa: E402
-                               Finding, RowChange)
-from oncewatch.store.store import Store  # noqa: E402
+from oncewatch.core.records import (CLOCK_GTID_COMMIT_TS, OP_INSERT, OP_UPDATE, EmittedEvent, Evidence, Finding,  # noqa: E402
+                                    RowChange)
+from oncewatch.store import Store  # noqa: E402
 
 CHUNK = 20_000
 TABLES = ("orders", "payments", "orders", "shipments", "points_grants")  # the rows one paid order makes
-RULES = list(queries.RULES)
+RULES = list(views.RULES)
 DAY = 86_400.0
 
 
@@ -78,7 +79,7 @@ def build(path: Path, findings: int, row_changes: int, now: float) -> None:
             at = start + rng.random() * 30 * DAY
             resolved = n % 10 >= 3  # 30 % open
             batch.append(Finding(
-                id=f"bench-{n}", rule=RULES[n % len(RULES)], name=queries.RULES[RULES[n % len(RULES)]],
+                id=f"bench-{n}", rule=RULES[n % len(RULES)], name=views.RULES[RULES[n % len(RULES)]],
                 severity=("critical", "warning", "info")[n % 3],
                 keys={"trade_no": f"T{order}", "order_key": f"O{order}"},
                 summary=f"bench finding {n} on order O{order}", first_seen=at, last_seen=at + 60,
@@ -100,9 +101,9 @@ def build(path: Path, findings: int, row_changes: int, now: float) -> None:
 
 
 def counts(path: Path) -> tuple[int, int]:
-    with closing(queries.open_store(str(path))) as store:
-        return (store.conn.execute("SELECT count(*) FROM findings").fetchone()[0],
-                store.conn.execute("SELECT count(*) FROM row_changes").fetchone()[0])
+    with closing(views.open_store(str(path))) as store:
+        return (store.count("findings"),
+                store.count("row_changes"))
 
 
 def median_ms(fn: Callable[[], object], runs: int) -> float:
@@ -121,13 +122,13 @@ def page_queries(path: Path, findings: int) -> dict[str, Callable[[], object]]:
 
     def with_store(fn: Callable[[Store], object]) -> Callable[[], object]:
         def run() -> object:
-            with closing(queries.open_store(str(path))) as store:
+            with closing(views.open_store(str(path))) as store:
                 return fn(store)
         return run
 
     def overview(store: Store) -> object:
         now = time.time()
-        return (queries.components(store, now), queries.engine_stats(store), queries.latest(store, "delay_p99"),
+        return (views.components(store, now), views.engine_stats(store), queries.latest(store, "delay_p99"),
                 [queries.series(store, n, now - 3600) for n in ("backlog", "delay_p99", "group_lag")])
 
     def findings_first(store: Store) -> object:
@@ -152,7 +153,7 @@ def page_queries(path: Path, findings: int) -> dict[str, Callable[[], object]]:
         "findings: search trade_no": with_store(findings_search),
         "findings: last page": with_store(findings_last),
         "drill-down: one trade_no": with_store(lambda s: queries.timeline(s, trade_no)),
-        "drift": with_store(lambda s: (queries.components(s), queries.engine_stats(s))),
+        "drift": with_store(lambda s: (views.components(s), views.engine_stats(s))),
         "reports: count": with_store(lambda s: queries.count_findings(s, queries.FindingFilter())),
     }
 
@@ -172,7 +173,7 @@ def render_ms(page: str, query: dict[str, str]) -> float:
 
 
 def render_times(config: Path, runs: int, trade_no: str) -> dict[str, float]:
-    os.environ[queries.ENV_CONFIG] = str(config)
+    os.environ[views.ENV_CONFIG] = str(config)
     st_config.set_option("server.address", "127.0.0.1")
     pages = (("overview", {}), ("findings", {}), ("drilldown", {"q": trade_no}), ("drift", {}), ("reports", {}))
     return {page: statistics.median(render_ms(page, query) for _ in range(runs)) for page, query in pages}
@@ -200,9 +201,9 @@ def main() -> int:
     print(f"{'data queries of a page load':40} {'ms':>8}")
     for name, fn in page_queries(path, args.findings).items():
         print(f"{name:40} {median_ms(fn, args.runs):8.1f}")
-    cfg = queries.config({queries.ENV_CONFIG: str(config)})
+    cfg = views.config({views.ENV_CONFIG: str(config)})
     for rule in ("F1", None):
-        ms = median_ms(lambda: queries.report(cfg, "csv", rule=rule), 1)
+        ms = median_ms(lambda: reports.report(cfg, "csv", rule=rule), 1)
         print(f"{'reports: CSV of ' + (rule or 'all findings') + ' (on click)':40} {ms:8.1f}")
     print(f"{'AppTest render (script + queries)':40} {'ms':>8}")
     for page, ms in render_times(config, args.runs, f"T{args.findings // 7}").items():

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.dashboard_load import build  # noqa: E402
 from oncewatch.dashboards import reports  # noqa: E402
-from oncewatch.store.store import Store  # noqa: E402
+from oncewatch.store import Store  # noqa: E402
 
 CACHE = Path("/tmp/oncewatch-bench")
 ROW_CHANGES = 10_000  # the builder's findings point at orders made of these rows
@@ -46,7 +46,7 @@ def store_path(findings: int, rebuild: bool) -> Path:
     path = CACHE / f"export-{findings}.db"
     if not rebuild and path.exists():
         with closing(Store(str(path), readonly=True)) as store:
-            if store.conn.execute("SELECT count(*) FROM findings").fetchone()[0] == findings:
+            if store.count("findings") == findings:
                 return path
     t0 = time.perf_counter()
     build(path, findings, ROW_CHANGES, time.time())
@@ -57,7 +57,7 @@ def store_path(findings: int, rebuild: bool) -> Path:
 def one_day(path: Path) -> tuple[dt.datetime, dt.datetime]:
     """The middle day of the store's findings."""
     with closing(Store(str(path), readonly=True)) as store:
-        low, high = store.conn.execute("SELECT min(first_seen), max(last_seen) FROM findings").fetchone()
+        low, high = store.seen_span()
     middle = dt.datetime.fromtimestamp((low + high) / 2, dt.timezone.utc)
     return middle, middle + dt.timedelta(days=1)
 

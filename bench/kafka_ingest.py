@@ -38,7 +38,7 @@ from oncewatch.collectors.kafka_events import KafkaEventCollector, client_settin
 from devservices import stack  # noqa: E402
 from oncewatch.core.config import KafkaConfig, TopicConfig  # noqa: E402
 from oncewatch.monitor import EntityIndex, tune_gc  # noqa: E402
-from oncewatch.store.store import Store  # noqa: E402
+from oncewatch.store import Store  # noqa: E402
 
 BOOTSTRAP = f"{stack.HOST}:{stack.KAFKA_PORT}"
 PATHS = {"event_type": "type", "order_key": "order_no", "trade_no": "trade_no", "amount": "amount",
@@ -125,7 +125,7 @@ def collector_loop(cfg: KafkaConfig, expected: int, batch: int) -> Rate:
             n += len(b.events) + len(b.quarantined)
         rate = watch.rate()
         collector.close()
-        stored = store.conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+        stored = store.count("events")
         store.close()
     if stored != expected:
         raise SystemExit(f"the collector stored {stored} events, expected {expected}")

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import oncewatch.shop  # noqa: E402
 from oncewatch.core.config import load  # noqa: E402
 from oncewatch.core.records import Finding  # noqa: E402
-from oncewatch.store.store import FINDING_COLUMNS, Store, finding_from_row  # noqa: E402
+from oncewatch.store import Store  # noqa: E402
 from devservices.shop_monitor import (SHORT_RULES, free_port, new_topic, run_until_idle, shop_config,  # noqa: E402
                                       shop_settings)
 
@@ -115,16 +115,11 @@ def main() -> None:
         cpu_rate.append((c - last_cpu) / (now - last_at))
         last_cpu, last_at = c, now
         rss.append(r)
-        new = [fid for (fid,) in store.conn.execute("SELECT id FROM findings") if fid not in seen]
+        new = store.finding_ids() - seen
         seen.update(new)
-        for i in range(0, len(new), 500):
-            chunk = new[i:i + 500]
-            rows = store.conn.execute(f"SELECT {FINDING_COLUMNS} FROM findings WHERE id IN "
-                                      f"({','.join('?' * len(chunk))})", chunk)
-            for row in rows:
-                if row[1] not in ("F11", "F12"):  # offsets findings have no commit behind them
-                    finding = finding_from_row(row)
-                    latency.setdefault(finding.rule, []).append(now - decidable_at(finding, delay_of))
+        for finding in store.findings_by_id(new):
+            if finding.rule not in ("F11", "F12"):  # offsets findings have no commit behind them
+                latency.setdefault(finding.rule, []).append(now - decidable_at(finding, delay_of))
     elapsed = time.time() - started
     monitor.terminate()
     monitor.wait(60)

@@ -36,7 +36,7 @@ from typing import Any
 
 from oncewatch.checks.findings import Findings, event_evidence, finding_id, row_evidence, warn_null_key
 from oncewatch.checks.horizon import BINLOG, KAFKA, Memory
-from oncewatch.checks.settings import Announce, Rules
+from oncewatch.core.domain import Announce, Rules
 from oncewatch.core.records import EmittedEvent, RowChange
 
 log = logging.getLogger("oncewatch.checks.announcements")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from oncewatch.checks.findings import Findings, row_evidence, warn_null_key
 from oncewatch.checks.horizon import BINLOG, Memory
-from oncewatch.checks.settings import Effect
+from oncewatch.core.domain import Effect
 from oncewatch.core.records import OP_DELETE, RowChange
 
 

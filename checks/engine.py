@@ -23,14 +23,12 @@ API (the monitor loop calls these):
   `snapshot=True` (bootstrap) seed state (pending orders, effect rows, payments) but are not
   transitions and are not expected on Kafka.
 - `on_events(events)`: `EmittedEvent`s in the order read (per partition in offset order).
-- `on_offsets(snapshot)`: {"polled_at": ts, "partitions": [{"topic","partition","earliest","end"}],
-  "groups": [{"group","state","partitions": [{"topic","partition","committed","lag","lag_seconds"}]}]}.
+- `on_offsets(snapshot)`: one `OffsetsSnapshot` of the offsets collector.
 - `tick(now, binlog_time, kafka_time)`: the timer. Judges absence (F3 on `binlog_time`,
   F7 on `kafka_time`, F8 on `binlog_time`) and the backlog (F11), then sweeps the horizon.
   `binlog_time`: commit time of the newest transaction read, or `now` when the binlog is
-  read to its end; `kafka_time`: a watermark such that every event with an earlier
-  timestamp has been read (the minimum over partitions of the newest timestamp read), or
-  `now` when every partition is read to its end. An event is never "missing" while Kafka
+  read to its end; `kafka_time`: `checks.clocks.kafka_watermark`, or `now` when every
+  partition is read to its end. An event is never "missing" while Kafka
   has not been read up to where it should be.
 - `drain() -> list[Finding]`: findings created or changed since the last drain (new, more
   evidence, resolved): upsert them by id (ids and lifecycle: checks.findings).
@@ -63,7 +61,7 @@ from oncewatch.checks.offsets import OffsetChecks
 from oncewatch.checks.orders import OrderLife
 from oncewatch.checks.payments import PaymentChecks
 from oncewatch.checks.settings import Settings
-from oncewatch.core.records import EmittedEvent, Finding, RowChange, Transaction
+from oncewatch.core.records import EmittedEvent, Finding, OffsetsSnapshot, RowChange, Transaction
 
 log = logging.getLogger("oncewatch.checks.engine")
 
@@ -169,7 +167,7 @@ class Engine:
         for event in events:
             on_event(event)
 
-    def on_offsets(self, snapshot: dict[str, Any]) -> None:
+    def on_offsets(self, snapshot: OffsetsSnapshot) -> None:
         self.offsets.on_offsets(snapshot)
 
     def tick(self, now: float, binlog_time: float, kafka_time: float) -> None:

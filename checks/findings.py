@@ -1,4 +1,4 @@
-"""Findings: the rule table, deterministic ids, evidence items, and the open/resolved registry.
+"""Findings: deterministic ids, evidence items, and the open/resolved registry.
 
 A finding's id is a hash of its rule and the identity of the fact, so the same fact found
 twice (after a restart, or with the two streams read in another order) is one finding:
@@ -27,25 +27,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from oncewatch.checks.horizon import STREAMS, Memory
+from oncewatch.core.names import OPEN, RESOLVED, RULES, SEVERITY_RANK
 from oncewatch.core.records import EmittedEvent, Evidence, Finding, RowChange
-
-# rule -> (name, default severity)
-RULES: dict[str, tuple[str, str]] = {
-    "F1": ("duplicate_effect", "critical"),
-    "F2": ("double_charge", "critical"),
-    "F3": ("stuck_pending", "warning"),
-    "F4": ("illegal_transition", "critical"),
-    "F5": ("amount_mismatch", "critical"),
-    "F6": ("invalid_callback_status", "warning"),
-    "F7": ("missing_event", "critical"),
-    "F8": ("orphan_event", "critical"),
-    "F9": ("duplicate_event", "critical"),
-    "F10": ("event_delay", "warning"),
-    "F11": ("offset_drift", "warning"),
-    "F12": ("partition_skew", "warning"),
-}
-SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
-OPEN, RESOLVED = "open", "resolved"
 
 # (kind, coordinates, time, names, values): lists once through JSON. Held by the hundred
 # thousand in open state, so kept to plain tuples, two per item: `names` is interned (one
@@ -149,10 +132,10 @@ class Findings:
         """Open (or update) the finding of `rule` about `identity`; `replace` keeps only the new evidence
         (readings such as offsets, where the latest one is what counts)."""
         fid = finding_id(rule, *identity)
-        severity = severity or RULES[rule][1]
+        severity = severity or RULES[rule].severity
         old = self.live.get(fid)
         if old is None:
-            return self._put(Finding(id=fid, rule=rule, name=RULES[rule][0], severity=severity, keys=keys,
+            return self._put(Finding(id=fid, rule=rule, name=RULES[rule].name, severity=severity, keys=keys,
                                      summary=summary, first_seen=time, last_seen=time,
                                      evidence=_merge((), evidence)), created=True)
         if SEVERITY_RANK[old.severity] > SEVERITY_RANK[severity]:

@@ -10,11 +10,11 @@ Partitions a group has never committed (lag None) are left out, not read as 0.
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from oncewatch.checks.findings import EvidenceItem, Findings, finding_id, offsets_evidence
-from oncewatch.checks.settings import Rules
+from oncewatch.core.domain import Rules
+from oncewatch.core.records import OffsetsSnapshot
 
 
 class OffsetChecks:
@@ -37,25 +37,21 @@ class OffsetChecks:
                           [offsets_evidence(f"backlog:{table}", now, {"waiting": n})],
                           f"backlog down to {n}")
 
-    def on_offsets(self, snapshot: dict[str, Any]) -> None:
-        at = snapshot["polled_at"]
-        ends = {(p["topic"], p["partition"]): p["end"] for p in snapshot.get("partitions", ())}
-        for group in snapshot.get("groups", ()):
-            name, parts = group["group"], group["partitions"]
-            evidence = [offsets_evidence(f"{name}:{p['topic']}/{p['partition']}", at, {
-                "committed": p["committed"], "end": ends.get((p["topic"], p["partition"])), "lag": p["lag"],
-                "lag_seconds": p["lag_seconds"], "group_state": group.get("state")}) for p in parts]
-            lag = sum(p["lag"] for p in parts if p["lag"] is not None)
+    def on_offsets(self, snapshot: OffsetsSnapshot) -> None:
+        at = snapshot.polled_at
+        ends = {(p.topic, p.partition): p.end for p in snapshot.partitions}
+        for group in snapshot.groups:
+            name, parts = group.group, group.partitions
+            evidence = [offsets_evidence(f"{name}:{p.topic}/{p.partition}", at, {
+                "committed": p.committed, "end": ends.get((p.topic, p.partition)), "lag": p.lag,
+                "lag_seconds": p.lag_seconds, "group_state": group.state}) for p in parts]
+            lag = sum(p.lag for p in parts if p.lag is not None)
             self._reading("F11", ("lag", name), lag > self.drift, {"group": name, "lag": lag},
                           f"consumer group {name} is {lag} records behind (threshold {self.drift})", at, evidence,
                           f"lag down to {lag}")
-            for topic in sorted({p["topic"] for p in parts}):
-                lags = [p["lag"] for p in parts if p["topic"] == topic and p["lag"] is not None]
-                if len(lags) < 2:
-                    continue
-                sd = statistics.pstdev(lags)
+            for topic, sd in sorted(group.skew_by_topic().items()):
                 self._reading("F12", (name, topic), sd > self.skew,
                               {"group": name, "topic": topic, "stddev": round(sd, 3)},
                               f"lag of {name} on {topic} is uneven across partitions: stddev {sd:.2f} "
                               f"(threshold {self.skew:g})", at,
-                              [e for e, p in zip(evidence, parts) if p["topic"] == topic], f"stddev down to {sd:.2f}")
+                              [e for e, p in zip(evidence, parts) if p.topic == topic], f"stddev down to {sd:.2f}")

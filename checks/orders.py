@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from oncewatch.checks.findings import EvidenceItem, Findings, row_evidence, warn_null_key
 from oncewatch.checks.horizon import BINLOG, Memory
-from oncewatch.checks.settings import Orders
+from oncewatch.core.domain import Orders
 from oncewatch.core.records import OP_DELETE, OP_UPDATE, RowChange
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from oncewatch.checks.findings import EvidenceItem, Findings, row_evidence, values_of, warn_null_key
 from oncewatch.checks.horizon import BINLOG, Memory
-from oncewatch.checks.settings import Orders, Payments
+from oncewatch.core.domain import Orders, Payments
 from oncewatch.core.records import OP_DELETE, OP_UPDATE, RowChange, Transaction
 
 

@@ -29,8 +29,8 @@ from pymysqlreplication.event import (HeartbeatLogEvent, MariadbGtidEvent, Query
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from oncewatch.core.config import MySQLConfig
-from oncewatch.core.records import (CLOCK_BINLOG_HEADER, CLOCK_READ_TIME, CLOCK_ROW_COLUMN, OP_DELETE, OP_INSERT, OP_UPDATE,
-                               BinlogPosition, RowChange, Transaction)
+from oncewatch.core.records import (CLOCK_BINLOG_HEADER, CLOCK_READ_TIME, CLOCK_ROW_COLUMN, OP_DELETE, OP_INSERT,
+                                    OP_UPDATE, BinlogPosition, RowChange, Transaction)
 
 log = logging.getLogger("oncewatch.collectors.binlog")
 

@@ -33,7 +33,8 @@ from kafka.admin import OffsetSpec
 
 from oncewatch.collectors.kafka_formats import TopicParser
 from oncewatch.core.config import KafkaConfig
-from oncewatch.core.records import EmittedEvent, QuarantinedRecord
+from oncewatch.core.names import partition_key, split_partition_key
+from oncewatch.core.records import EmittedEvent, PartitionStatus, QuarantinedRecord
 
 log = logging.getLogger("oncewatch.collectors.kafka_events")
 
@@ -50,12 +51,11 @@ class KafkaAccessError(KafkaEventsError):
 
 
 def tp_key(tp: TopicPartition) -> str:
-    return f"{tp.topic}/{tp.partition}"
+    return partition_key(tp.topic, tp.partition)
 
 
 def parse_tp_key(key: str) -> TopicPartition:
-    topic, _, partition = key.rpartition("/")
-    return TopicPartition(topic, int(partition))
+    return TopicPartition(*split_partition_key(key))
 
 
 def client_settings(cfg: KafkaConfig) -> dict[str, Any]:
@@ -115,15 +115,6 @@ class Gap:
     to_offset: int
     kind: str  # "deleted" (retention ran ahead of the monitor) | "truncated" (the log shrank under it)
     at: float
-
-
-@dataclass(frozen=True)
-class PartitionStatus:
-    topic: str
-    partition: int
-    position: int
-    end: int
-    end_at: float  # unix time the end was learned: every record produced before then is below `end`
 
 
 @dataclass(frozen=True)
@@ -437,6 +428,6 @@ class KafkaEventCollector:
             f"Describe and Read on the topics {', '.join(self._parsers)} (it needs no group and no write ACL)")
 
 
-__all__ = ["KafkaEventCollector", "EventBatch", "KafkaEventsStatus", "PartitionStatus", "Gap",
+__all__ = ["KafkaEventCollector", "EventBatch", "KafkaEventsStatus", "Gap",
            "KafkaEventsError", "KafkaAccessError", "tp_key", "parse_tp_key", "admin_client", "client_settings",
            "existing_partitions", "list_offsets"]

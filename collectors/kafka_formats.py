@@ -37,8 +37,8 @@ from typing import Any, Protocol
 import msgspec
 
 from oncewatch.core.config import TopicConfig
-from oncewatch.core.records import (OP_DELETE, OP_INSERT, OP_UPDATE, EmittedEvent, QuarantinedRecord,
-                               parse_exact_json, to_json)
+from oncewatch.core.exact_json import parse_exact_json, to_json
+from oncewatch.core.records import OP_DELETE, OP_INSERT, OP_UPDATE, EmittedEvent, QuarantinedRecord
 
 NOT_UTF8 = "not_utf8"
 NOT_JSON = "not_json"

@@ -1,15 +1,8 @@
 """Polls Kafka offsets: per watched partition its earliest and end offsets, per configured consumer
 group its committed offsets, lag, lag in seconds and state (what F11/F12 and the lag pages read).
 
-Every poll gives a plain snapshot, stored by the monitor as health component "kafka_offsets":
-
-    {"polled_at": unix time, "error": str | None,
-     "partitions": [{"topic", "partition", "earliest", "end"}],
-     "groups": [{"group", "state", "partitions": [{"topic", "partition",
-                                                  "committed": int | None, "lag": int | None,
-                                                  "lag_seconds": float | None}]}]}
-
-`committed` is None for a partition the group never committed on (Kafka answers -1 or leaves
+Every poll gives an `OffsetsSnapshot` (oncewatch.core.records), stored by the monitor as health
+component "kafka_offsets". `committed` is None for a partition the group never committed on (Kafka answers -1 or leaves
 it out; it is not reported as 0 or -1), and then lag and lag_seconds are None too. A group's
 partitions are those of the watched topics it committed on or its members subscribe to; a group
 showing neither (never committed, no members) is listed against every watched partition. `state`
@@ -24,7 +17,6 @@ The collector only reads (Describe on topics and groups); it never joins or comm
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +28,7 @@ from kafka.admin import OffsetSpec
 
 from oncewatch.collectors.kafka_events import admin_client, existing_partitions, list_offsets
 from oncewatch.core.config import KafkaConfig
+from oncewatch.core.records import GroupOffsets, GroupPartition, OffsetsSnapshot, PartitionRange
 
 log = logging.getLogger("oncewatch.collectors.kafka_offsets")
 
@@ -100,7 +93,7 @@ def _member_topics(description: dict[str, Any]) -> set[str]:
 
 
 class KafkaOffsetsCollector:
-    """Call `snapshot()` every `kafka.offsets_poll_seconds` (or `run()` it in a thread)."""
+    """Call `snapshot()` every `kafka.offsets_poll_seconds`."""
 
     def __init__(self, cfg: KafkaConfig, *, clock: Callable[[], float] = time.time):
         self.cfg = cfg
@@ -110,19 +103,15 @@ class KafkaOffsetsCollector:
         self._history: dict[TopicPartition, LagHistory] = {}
         self._last_error: str | None = None
 
-    def run(self, stop: threading.Event, on_snapshot: Callable[[dict[str, Any]], None]) -> None:
-        while not stop.is_set():
-            on_snapshot(self.snapshot())
-            stop.wait(self.cfg.offsets_poll_seconds)
-
     def close(self) -> None:
         if self._admin is not None:
             self._admin.close()
             self._admin = None
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> OffsetsSnapshot:
         now = self._clock()
-        out: dict[str, Any] = {"polled_at": now, "partitions": [], "groups": [], "error": None}
+        partitions: tuple[PartitionRange, ...] = ()
+        groups: tuple[GroupOffsets, ...] = ()
         errors: list[str] = []
         try:
             if self._admin is None:
@@ -134,12 +123,11 @@ class KafkaOffsetsCollector:
             errors.append(f"offsets: {type(exc).__name__}: {exc}")
         else:
             self._record(ends, now)
-            out["partitions"] = [{"topic": tp.topic, "partition": tp.partition, "earliest": earliest[tp],
-                                  "end": ends[tp]} for tp in sorted(watched)]
-            out["groups"] = [self._group(g, watched, ends, now, errors) for g in self.cfg.consumer_groups]
-        out["error"] = "; ".join(errors) or None
-        self._log_transition(out["error"])
-        return out
+            partitions = tuple(PartitionRange(tp.topic, tp.partition, earliest[tp], ends[tp]) for tp in sorted(watched))
+            groups = tuple(self._group(g, watched, ends, now, errors) for g in self.cfg.consumer_groups)
+        error = "; ".join(errors) or None
+        self._log_transition(error)
+        return OffsetsSnapshot(polled_at=now, error=error, partitions=partitions, groups=groups)
 
     # -------------------------------------------------------------- internals
 
@@ -150,7 +138,7 @@ class KafkaOffsetsCollector:
             self._history.setdefault(tp, LagHistory(self.cfg.lag_history_points)).add(end, now)
 
     def _group(self, group: str, watched: set[TopicPartition], ends: dict[TopicPartition, int], now: float,
-               errors: list[str]) -> dict[str, Any]:
+               errors: list[str]) -> GroupOffsets:
         admin = self._admin
         assert admin is not None
         try:
@@ -158,7 +146,7 @@ class KafkaOffsetsCollector:
             description = admin.describe_groups([group]).get(group, {})
         except kerrors.KafkaError as exc:
             errors.append(f"group {group}: {type(exc).__name__}: {exc}")
-            return {"group": group, "state": None, "partitions": []}
+            return GroupOffsets(group, None, ())
         watched_topics = {tp.topic for tp in watched}
         topics = ({tp.topic for tp in committed} | _member_topics(description)) & watched_topics or watched_topics
         rows = []
@@ -166,9 +154,8 @@ class KafkaOffsetsCollector:
             offset = _committed(committed[tp].offset) if tp in committed else None
             lag = None if offset is None else max(0, ends[tp] - offset)
             seconds = None if offset is None else self._history[tp].lag_seconds(offset, now)
-            rows.append({"topic": tp.topic, "partition": tp.partition, "committed": offset, "lag": lag,
-                         "lag_seconds": seconds})
-        return {"group": group, "state": description.get("group_state"), "partitions": rows}
+            rows.append(GroupPartition(tp.topic, tp.partition, offset, lag, seconds))
+        return GroupOffsets(group, description.get("group_state"), tuple(rows))
 
     def _log_transition(self, error: str | None) -> None:
         if error and error != self._last_error:

@@ -2,20 +2,17 @@
 
 Collectors produce `RowChange`, `EmittedEvent`, `QuarantinedRecord` and offset snapshots;
 checks turn them into `Finding`s. Values inside rows keep their exact Python types
-(Decimal money, datetime with milliseconds, None); `to_json`/`from_json` round-trip them
+(Decimal money, datetime with milliseconds, None); `oncewatch.core.exact_json` round-trips them
 through the store without losing precision.
 """
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
-import json
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from decimal import Decimal
-from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
+from statistics import pstdev
 from typing import Any
+
+from oncewatch.core.names import partition_key
 
 # Which clock gave a commit time (DESIGN §6), best first.
 CLOCK_GTID_COMMIT_TS = "gtid_commit_ts"
@@ -139,7 +136,7 @@ class EmittedEvent:
 
     @property
     def coordinates(self) -> str:
-        return f"{self.topic}/{self.partition}@{self.offset}"
+        return f"{partition_key(self.topic, self.partition)}@{self.offset}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -149,9 +146,6 @@ class EmittedEvent:
             "format": self.format, "keys": self.keys, "cdc": self.cdc,
         }
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> EmittedEvent:
-        return cls(**{**d, "headers": tuple(tuple(h) for h in d["headers"])})
 
 
 @dataclass(frozen=True)
@@ -194,95 +188,93 @@ class Finding:
     resolution: str | None = None
 
 
-# ---------------------------------------------------------------- exact JSON
+@dataclass(frozen=True)
+class PartitionStatus:
+    """Where the events collector stands on one partition: the next offset it reads, and the end
+    offset last learned with when it was learned (every record produced before `end_at` is below
+    `end`). The Kafka clock of the absence rules is made of these (oncewatch.checks.clocks)."""
 
-def _default(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return {"$decimal": str(value)}
-    if isinstance(value, dt.datetime):
-        return {"$datetime": value.isoformat()}
-    if isinstance(value, dt.date):
-        return {"$date": value.isoformat()}
-    if isinstance(value, dt.timedelta):
-        return {"$timedelta": value.total_seconds()}
-    if isinstance(value, (bytes, bytearray)):
-        return {"$bytes": base64.b64encode(bytes(value)).decode()}
-    if isinstance(value, (set, frozenset)):
-        return sorted(value)
-    raise TypeError(f"cannot store a value of type {type(value).__name__}")
+    topic: str
+    partition: int
+    position: int
+    end: int
+    end_at: float
 
-
-def _hook(obj: dict[str, Any]) -> Any:
-    """Tagged values back to their types. A one-key object whose key is a tag but whose value does
-    not parse is left as it is: keys starting with "$" are reserved for the tags (see to_json)."""
-    if len(obj) == 1:
-        try:
-            return _untag(obj)
-        except (TypeError, ValueError):
-            return obj
-    return obj
+    @property
+    def key(self) -> str:
+        return partition_key(self.topic, self.partition)
 
 
-def _untag(obj: dict[str, Any]) -> Any:
-    (tag, raw), = obj.items()
-    if tag == "$decimal":
-        return Decimal(raw)
-    if tag == "$datetime":
-        return dt.datetime.fromisoformat(raw)
-    if tag == "$date":
-        return dt.date.fromisoformat(raw)
-    if tag == "$timedelta":
-        return dt.timedelta(seconds=raw)
-    if tag == "$bytes":
-        return base64.b64decode(raw)
-    return obj
+# ---------------------------------------------------------------- offsets snapshots
+
+@dataclass(frozen=True)
+class PartitionRange:
+    """The offsets one watched partition holds on the broker: earliest kept, end (next to write)."""
+
+    topic: str
+    partition: int
+    earliest: int
+    end: int
 
 
-def _chunker(sort_keys: bool) -> Callable[[Any, int], Iterable[str]]:
-    """One encoder for all calls (json.dumps builds a new one per call, which costs more than
-    encoding a small record), without circular-reference bookkeeping (a cycle is a RecursionError)."""
-    if c_make_encoder is None:  # an interpreter without the C accelerator
-        return json.JSONEncoder(default=_default, separators=(",", ":"), sort_keys=sort_keys, ensure_ascii=False,
-                                check_circular=False).iterencode
-    return c_make_encoder(None, _default, encode_basestring, None, ":", ",", sort_keys, False, True)
+@dataclass(frozen=True)
+class GroupPartition:
+    """One consumer group on one partition. `committed` is None where the group never committed
+    there (Kafka's -1): then lag and lag_seconds are None too, never 0."""
+
+    topic: str
+    partition: int
+    committed: int | None
+    lag: int | None
+    lag_seconds: float | None
 
 
-_CHUNKERS = {order: _chunker(order) for order in (True, False)}
-JSON_DECODER = json.JSONDecoder(object_hook=_hook)  # `from_json`'s; its raw_decode reads a value inside a text
+@dataclass(frozen=True)
+class GroupOffsets:
+    """A watched consumer group: Kafka's state name (Stable, Empty, ...) and its partitions."""
+
+    group: str
+    state: str | None
+    partitions: tuple[GroupPartition, ...]
+
+    def lags_by_topic(self) -> dict[str, list[int]]:
+        """The known lags of each topic, in partition order (partitions without a commit left out)."""
+        out: dict[str, list[int]] = {}
+        for p in self.partitions:
+            if p.lag is not None:
+                out.setdefault(p.topic, []).append(p.lag)
+        return out
+
+    def skew_by_topic(self) -> dict[str, float]:
+        """F12's reading: the population standard deviation of partition lag per topic, for topics
+        with at least two partitions whose lag is known (one partition cannot be uneven)."""
+        return {topic: pstdev(lags) for topic, lags in self.lags_by_topic().items() if len(lags) >= 2}
 
 
-def to_json(value: Any, *, sort_keys: bool = True) -> str:
-    """JSON that keeps Decimal, datetime, date, bytes exact (tagged objects). Keys are sorted
-    unless the text is only ever parsed back (`sort_keys=False` is cheaper)."""
-    return "".join(_CHUNKERS[sort_keys](value, 0))
+@dataclass(frozen=True)
+class OffsetsSnapshot:
+    """One poll of the offsets collector: watched partitions' ranges, watched groups' commits.
 
+    `error` says what could not be read (the rest is what could); `polled_at` is when it was
+    taken, so a reading that stopped coming shows its age."""
 
-def from_json(text: str) -> Any:
-    return JSON_DECODER.decode(text)
+    polled_at: float
+    error: str | None
+    partitions: tuple[PartitionRange, ...] = ()
+    groups: tuple[GroupOffsets, ...] = ()
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"polled_at": self.polled_at, "error": self.error,
+                "partitions": [p.__dict__.copy() for p in self.partitions],
+                "groups": [{"group": g.group, "state": g.state, "partitions": [p.__dict__.copy() for p in g.partitions]}
+                           for g in self.groups]}
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-_EXACT = json.JSONDecoder(parse_float=Decimal, parse_constant=_reject_constant)
-_scan_exact = _EXACT.scan_once
-
-
-def parse_exact_json(text: str) -> Any:
-    """Standard JSON as received from outside, every number exact: fractions become Decimal,
-    never float, and NaN/Infinity are refused (ValueError). No tags are read: a payload object
-    {"$decimal": "1"} stays that object."""
-    # Called for every Kafka record: scan a text without surrounding whitespace in one C call;
-    # anything else (whitespace, trailing data, no value) takes the full decoder and its errors.
-    try:
-        value, end = _scan_exact(text, 0)
-    except StopIteration:
-        end = -1
-    return value if end == len(text) else _EXACT.decode(text)
-
-
-def plain(value: Any) -> Any:
-    """A JSON-friendly view for people (exports, pages): Decimal as its exact string, etc."""
-    return json.loads(json.dumps(value, default=lambda v: str(v) if not isinstance(v, (bytes, bytearray))
-                                 else base64.b64encode(bytes(v)).decode()))
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> OffsetsSnapshot:
+        return cls(polled_at=float(d.get("polled_at") or 0.0), error=d.get("error"),
+                   partitions=tuple(PartitionRange(p["topic"], p["partition"], p["earliest"], p["end"])
+                                    for p in d.get("partitions", ())),
+                   groups=tuple(GroupOffsets(g["group"], g.get("state"), tuple(
+                       GroupPartition(p["topic"], p["partition"], p.get("committed"), p.get("lag"),
+                                      p.get("lag_seconds")) for p in g.get("partitions", ())))
+                       for g in d.get("groups", ())))

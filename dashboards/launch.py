@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from oncewatch.dashboards.queries import ENV_CONFIG, ENV_STORE
+from oncewatch.dashboards.views import ENV_CONFIG, ENV_STORE
 
 # The packaged script, so that an installed oncewatch starts the same dashboard as a checkout.
 APP = Path(__file__).resolve().parent / "app.py"
@@ -49,7 +49,8 @@ def launch(*, config: str | None = None, store: str | None = None, host: str = D
         child_env[ENV_STORE] = str(Path(store).resolve())
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - handed to the child, closed below
     try:
-        return subprocess.Popen(command(host, port), cwd=APP.parent, env=child_env, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(command(host, port), cwd=APP.parent, env=child_env, stdout=out,
+                                stderr=subprocess.STDOUT)
     finally:
         if log:
             out.close()

@@ -22,12 +22,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from oncewatch.dashboards import queries
-from oncewatch.store.store import StoreError
+from oncewatch.core import histogram, names
+from oncewatch.core.records import OffsetsSnapshot
+from oncewatch.dashboards import views
+from oncewatch.store import StoreError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9464
-COLLECTORS = ("binlog", "kafka_events", "kafka_offsets")
 # The health field that counts what each collector read (the offsets poller reads no records).
 RECORDS_READ = {"binlog": "rows_read", "kafka_events": "records_read"}
 
@@ -78,11 +79,12 @@ def _kafka_events(value: dict[str, Any]) -> Iterator[Metric]:
 
 
 def _kafka_offsets(value: dict[str, Any]) -> Iterator[Metric]:
+    snapshot = OffsetsSnapshot.from_dict(value)
     earliest = _gauge("kafka_earliest_offset", "Earliest offset still on the broker.", ("topic", "partition"))
     end = _gauge("kafka_end_offset", "End offset (next offset to be written).", ("topic", "partition"))
-    for p in value.get("partitions", []):
-        earliest.add_metric([p["topic"], str(p["partition"])], p["earliest"])
-        end.add_metric([p["topic"], str(p["partition"])], p["end"])
+    for p in snapshot.partitions:
+        earliest.add_metric([p.topic, str(p.partition)], p.earliest)
+        end.add_metric([p.topic, str(p.partition)], p.end)
     yield from (earliest, end)
     labels = ("group", "topic", "partition")
     committed = _gauge("consumer_group_committed_offset", "Offset the group committed.", labels)
@@ -92,7 +94,7 @@ def _kafka_offsets(value: dict[str, Any]) -> Iterator[Metric]:
     uncommitted = _gauge("consumer_group_partitions_uncommitted", "Partitions the group never committed on "
                          "(no lag can be given for them).", ("group", "topic"))
     missing: dict[tuple[str, str], int] = {}
-    for r in queries.lag_rows(value):
+    for r in views.lag_rows(snapshot):
         key = [r["group"], r["topic"], str(r["partition"])]
         missing.setdefault((r["group"], r["topic"]), 0)
         if r["committed"] is None:
@@ -107,7 +109,7 @@ def _kafka_offsets(value: dict[str, Any]) -> Iterator[Metric]:
         uncommitted.add_metric([group, topic], n)
     stddev = _gauge("consumer_group_lag_stddev", "Population standard deviation of partition lag (F12).",
                     ("group", "topic"))
-    for s in queries.lag_skew(value):
+    for s in views.lag_skew(snapshot):
         stddev.add_metric([s["group"], s["topic"]], s["stddev"])
     yield from (committed, lag, lag_seconds, uncommitted, stddev)
 
@@ -132,7 +134,7 @@ def _engine(stats: dict[str, Any]) -> Iterator[Metric]:
     yield backlog
     delay = HistogramMetricFamily("oncewatch_event_delay_seconds", "Kafka time minus commit time of matched "
                                   "change/event pairs, by the commit clock used.", labels=["clock"])
-    for clock, buckets in queries.delay_buckets(stats).items():
+    for clock, buckets in histogram.delay_buckets(stats).items():
         delay.add_metric([clock], [(b if b == "+Inf" else floatToGoString(float(b)), n) for b, n in buckets],
                          stats["delay"][clock]["sum"])
     yield delay
@@ -142,7 +144,7 @@ def _engine(stats: dict[str, Any]) -> Iterator[Metric]:
     yield open_
     found = _counter("findings_found", "Findings found since the store was created, by rule.", ("rule",))
     # Every rule is present from the start so that increase() sees the first finding of a rule.
-    for rule in queries.RULES:
+    for rule in views.RULES:
         found.add_metric([rule], stats.get("found_total", {}).get(rule, 0))
     yield found
     dropped = _counter("engine_horizon_dropped", "Open state dropped because it fell off the horizon.")
@@ -150,7 +152,7 @@ def _engine(stats: dict[str, Any]) -> Iterator[Metric]:
     yield dropped
 
 
-def _health(health: dict[str, queries.Component]) -> Iterator[Metric]:
+def _health(health: dict[str, views.Component]) -> Iterator[Metric]:
     updated = _gauge("health_updated_timestamp_seconds", "When the monitor last wrote this component's health "
                      "(unix time); an old value means a stale monitor.", ("component",))
     for name, c in sorted(health.items()):
@@ -160,7 +162,7 @@ def _health(health: dict[str, queries.Component]) -> Iterator[Metric]:
                 ("collector",))
     records = _counter("collector_records_read", "Records read: binlog rows, Kafka records.", ("collector",))
     reconnects = _counter("collector_reconnects", "Reconnections after a lost connection.", ("collector",))
-    for name in COLLECTORS:
+    for name in names.COLLECTORS:
         if name not in health:
             continue
         value = health[name].value
@@ -185,9 +187,9 @@ class StoreCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         store_up = _gauge("store_up", "1 when the monitor's store could be read for this scrape.")
         try:
-            with closing(queries.open_store(self.store_path)) as store:
-                health = queries.components(store, time.time())
-                stats = queries.engine_stats(store)
+            with closing(views.open_store(self.store_path)) as store:
+                health = views.components(store, time.time())
+                stats = views.engine_stats(store)
         except (StoreError, sqlite3.Error):  # missing, not yet initialised, or unreadable
             store_up.add_metric([], 0)
             yield store_up

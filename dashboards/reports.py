@@ -55,10 +55,9 @@ import hmac
 import io
 import json
 import re
-import sqlite3
 import zipfile
-from collections.abc import Callable, Collection, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterable
+from contextlib import closing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -66,18 +65,18 @@ from openpyxl import Workbook, load_workbook
 from openpyxl.cell import WriteOnlyCell
 from openpyxl.cell.cell import ERROR_CODES
 
-from oncewatch.dashboards.queries import FindingFilter
-from oncewatch.core.records import Finding, from_json, plain
-from oncewatch.store.store import FINDING_COLUMNS, Store, finding_from_row
+from oncewatch.core.config import Config
+from oncewatch.core.exact_json import from_json, plain
+from oncewatch.core.names import BINLOG_CHECKPOINT, KAFKA_CHECKPOINT, split_partition_key
+from oncewatch.core.records import Finding
+from oncewatch.store.queries import FindingFilter, finding_rows, select_findings
+from oncewatch.store import Store, open_reader
 
 if TYPE_CHECKING:
     from openpyxl.worksheet._write_only import WriteOnlyWorksheet
 
 REPORT_VERSION = "oncewatch-report/1"
 FORMATS = ("csv", "json", "xlsx")
-# Checkpoint names written by the monitor (oncewatch.monitor).
-BINLOG_CHECKPOINT = "binlog"
-KAFKA_CHECKPOINT = "kafka_events"
 
 FINDING_FIELDS = ("id", "rule", "name", "severity", "status", "first_seen", "last_seen", "resolved_at",
                   "resolution", "keys", "summary")
@@ -179,16 +178,6 @@ class Mask:
 
 # ---------------------------------------------------------------- reading the store
 
-@contextmanager
-def _snapshot(store: Store) -> Iterator[None]:
-    """One read transaction: with WAL, everything read inside sees the same committed state."""
-    store.conn.execute("BEGIN")
-    try:
-        yield
-    finally:
-        store.conn.execute("COMMIT")
-
-
 def _filter(rule: str | None, status: str | None, since: dt.datetime | None,
             until: dt.datetime | None) -> FindingFilter:
     """The pages' filter, so the Reports page counts what the report holds."""
@@ -196,16 +185,10 @@ def _filter(rule: str | None, status: str | None, since: dt.datetime | None,
                          since=_epoch(since) if since else None, until=_epoch(until) if until else None)
 
 
-def _selected(store: Store, flt: FindingFilter) -> sqlite3.Cursor:
-    """The store rows of the findings `flt` selects, ordered by first_seen then id, read as they are used."""
-    where, params = flt.where()
-    return store.conn.execute(f"SELECT {FINDING_COLUMNS} FROM findings{where} ORDER BY first_seen, id", params)
-
-
 def select(store: Store, *, rule: str | None = None, status: str | None = None,
            since: dt.datetime | None = None, until: dt.datetime | None = None) -> list[Finding]:
     """Findings by rule and status, seen during [since, until), ordered by first_seen then id."""
-    return [finding_from_row(r) for r in _selected(store, _filter(rule, status, since, until))]
+    return select_findings(store, _filter(rule, status, since, until))
 
 
 def _finding_dict(row: tuple, plain_of: Callable[[Any], Any], hide: Callable[[Any], Any]) -> dict[str, Any]:
@@ -409,8 +392,7 @@ WRITERS: dict[str, Callable[[], _Writer]] = {"csv": _CsvWriter, "json": _JsonWri
 
 
 def _kafka_order(item: tuple[str, int]) -> tuple[str, int]:
-    topic, _, partition = item[0].rpartition("/")
-    return topic, int(partition)
+    return split_partition_key(item[0])
 
 
 def export(store: Store, fmt: str, *, rule: str | None = None, status: str | None = None,
@@ -433,10 +415,10 @@ def export(store: Store, fmt: str, *, rule: str | None = None, status: str | Non
     writer = WRITERS[fmt]()
     section = _Section(keep=writer.keeps_section)
     found = 0
-    with _snapshot(store):
+    with store.snapshot():
         binlog = store.checkpoint(BINLOG_CHECKPOINT)
         kafka = store.checkpoint(KAFKA_CHECKPOINT) or {}
-        for row in _selected(store, _filter(rule, status, since, until)):
+        for row in finding_rows(store, _filter(rule, status, since, until)):
             finding = _finding_dict(row, _plain_json, hide)
             cells, lines = _finding_rows(finding)
             section.add(lines)
@@ -502,3 +484,14 @@ def verify(data: bytes, fmt: str) -> bool:
     if not claimed:
         raise ReportError(f"no data_sha256 in the header: not an oncewatch {fmt} report")
     return hmac.compare_digest(claimed, _sha256(section))
+
+
+# ---------------------------------------------------------------- for the dashboard
+
+def report(cfg: Config, fmt: str, *, rule: str | None = None, status: str | None = None,
+           since: dt.datetime | None = None, until: dt.datetime | None = None, mask: bool = False) -> bytes:
+    """The auditor's report `oncewatch export` writes, as bytes for a download button."""
+    with closing(open_reader(cfg.store.path)) as store:
+        return export(store, fmt, rule=rule, status=status, since=since, until=until, mask=mask,
+                      mask_fields=cfg.export.mask_fields, mask_key=cfg.export.key() if mask else None,
+                      config_fingerprint=cfg.fingerprint())

@@ -10,10 +10,10 @@ from typing import Any
 
 import streamlit as st
 
-from oncewatch.dashboards import queries
+from oncewatch.dashboards import views
 from oncewatch.core.config import ConfigError
-from oncewatch.core.records import plain
-from oncewatch.store.store import Store, StoreError
+from oncewatch.core.exact_json import plain
+from oncewatch.store import Store, StoreError
 
 # How often the Overview's live panel reruns; st.fragment(run_every=...) takes seconds.
 REFRESH_SECONDS = float(os.environ.get("ONCEWATCH_REFRESH_SECONDS", "5"))
@@ -26,10 +26,10 @@ def store() -> Iterator[Store]:
     """The store opened read-only for this run (closed after it); a missing store stops the page
     with what to do instead of a traceback."""
     try:
-        opened = queries.open_store()
-    except (queries.StoreNotConfigured, StoreError, ConfigError) as exc:
+        opened = views.open_store()
+    except (views.StoreNotConfigured, StoreError, ConfigError) as exc:
         st.error(f"The oncewatch store cannot be read: {exc}. Start the monitor (`oncewatch run --config ...`) "
-                 f"and point the dashboard at its store with {queries.ENV_CONFIG} or {queries.ENV_STORE}.")
+                 f"and point the dashboard at its store with {views.ENV_CONFIG} or {views.ENV_STORE}.")
         st.stop()
     try:
         yield opened
@@ -73,7 +73,7 @@ def text(value: Any) -> str:
     return value if isinstance(value, str) else "NULL" if value is None else str(value)
 
 
-def stale_banner(components: dict[str, queries.Component]) -> None:
+def stale_banner(components: dict[str, views.Component]) -> None:
     """Say loudly when the monitor has stopped writing: every figure below is then old."""
     monitor = components.get("monitor")
     if monitor is None:

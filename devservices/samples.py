@@ -18,8 +18,8 @@ from typing import Any
 from oncewatch.checks.engine import Engine
 from oncewatch.checks.settings import Settings
 from oncewatch.core.config import load
-from oncewatch.core.records import (CLOCK_GTID_COMMIT_TS, OP_INSERT, OP_UPDATE, BinlogPosition, EmittedEvent, Finding,
-                               RowChange, Transaction)
+from oncewatch.core.records import (CLOCK_GTID_COMMIT_TS, OP_INSERT, OP_UPDATE, BinlogPosition, EmittedEvent,
+                                    Finding, RowChange, Transaction)
 
 SCHEMA = "shop"
 # table -> primary key column

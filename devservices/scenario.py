@@ -17,8 +17,8 @@ import time
 from decimal import Decimal
 
 from oncewatch.core.records import (CLOCK_GTID_COMMIT_TS, CLOCK_ROW_COLUMN, OP_INSERT, OP_UPDATE, EmittedEvent,
-                               Evidence, Finding, QuarantinedRecord, RowChange)
-from oncewatch.store.store import Store
+                                    Evidence, Finding, QuarantinedRecord, RowChange)
+from oncewatch.store import Store
 
 TOPIC = "shop.events"
 GROUP = "shipping-service"

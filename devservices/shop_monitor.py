@@ -20,7 +20,7 @@ import tomli_w
 
 from devservices import stack
 from oncewatch.core.records import Finding
-from oncewatch.store.store import Store
+from oncewatch.store import Store
 from oncewatch.shop import KafkaTarget, MySQLTarget, ShopSettings
 
 ROOT = Path(__file__).resolve().parents[1]

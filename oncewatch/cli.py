@@ -13,7 +13,6 @@ import datetime as dt
 import json
 import logging
 import signal
-import sqlite3
 import sys
 from collections.abc import Callable
 from contextlib import closing
@@ -21,7 +20,7 @@ from pathlib import Path
 
 from oncewatch.core import logs
 from oncewatch.core.config import Config, ConfigError, describe, load
-from oncewatch.store.store import Store, StoreError
+from oncewatch.store import StoreError, open_reader
 
 EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_SOURCE = 0, 1, 2, 3
 
@@ -35,7 +34,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 def cmd_tail_binlog(args: argparse.Namespace) -> int:
     """Print each committed transaction of the watched tables as one JSON line (demo, debugging)."""
     from oncewatch.collectors.binlog import BinlogCollector
-    from oncewatch.core.records import plain
+    from oncewatch.core.exact_json import plain
 
     cfg = load(args.config)
     collector = BinlogCollector(cfg.mysql, None)
@@ -79,26 +78,12 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _open_store(cfg: Config) -> Store:
-    """The monitor's store, read-only; StoreError when there is none at store.path."""
-    path = cfg.store.path
-    if path == ":memory:" or not Path(path).is_file():
-        raise StoreError(f"there is no store at {path}: run `oncewatch run --config {cfg.source}` first")
-    store = Store(path, readonly=True)
-    try:
-        store.conn.execute("SELECT 1 FROM findings LIMIT 1")
-    except sqlite3.DatabaseError as exc:
-        store.close()
-        raise StoreError(f"{path} is not an oncewatch store ({exc})") from exc
-    return store
-
-
 def cmd_findings(args: argparse.Namespace) -> int:
     """Print the findings with their evidence, as a table or as the JSON that exports carry."""
     from oncewatch.dashboards.reports import findings_json, findings_table, select
 
     cfg = load(args.config)
-    with closing(_open_store(cfg)) as store:
+    with closing(open_reader(cfg.store.path)) as store:
         found = findings_json(select(store, rule=args.rule, status=args.status))
     print(json.dumps(found, indent=2, ensure_ascii=False) if args.format == "json" else findings_table(found))
     return EXIT_OK
@@ -112,7 +97,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         print("oncewatch: --since must be earlier than --until", file=sys.stderr)
         return EXIT_CONFIG
     cfg = load(args.config)
-    with closing(_open_store(cfg)) as store:
+    with closing(open_reader(cfg.store.path)) as store:
         data = export(store, args.format, rule=args.rule, status=args.status, since=args.since, until=args.until,
                       mask=args.mask, mask_fields=cfg.export.mask_fields,
                       mask_key=cfg.export.key() if args.mask else None, config_fingerprint=cfg.fingerprint())

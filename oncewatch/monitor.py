@@ -25,11 +25,11 @@ from oncewatch.checks.settings import Settings
 from oncewatch.collectors.binlog import BinlogCollector, BinlogError, bootstrap, connect
 from oncewatch.collectors.kafka_events import EventBatch, KafkaEventCollector, KafkaEventsError, PartitionStatus
 from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector
-from oncewatch.dashboards.queries import delay_buckets, quantile
+from oncewatch.core.histogram import delay_p99
 from oncewatch.store import engine_state
 from oncewatch.core.config import Config, ConfigError
 from oncewatch.core.records import BinlogPosition, EmittedEvent, Finding, RowChange, Transaction
-from oncewatch.store.store import Batch, Store
+from oncewatch.store import Batch, Store
 
 log = logging.getLogger("oncewatch.monitor")
 
@@ -196,7 +196,6 @@ class Monitor:
     def __init__(self, cfg: Config, store: Store | None = None):
         self.cfg = cfg
         self.store = store or Store(cfg.store.path)
-        engine_state.ensure_schema(self.store)
         self.settings = Settings.from_config(cfg)
         self.engine = Engine(self.settings)
         self.index = EntityIndex(self.settings)
@@ -294,7 +293,7 @@ class Monitor:
         if changed:
             # --until-idle waits for findings to settle too: a new finding or a changed status counts,
             # a standing one refreshed by the next offsets reading (F11, F12) does not.
-            if status_changes(tx, changed):
+            if tx.status_changes(changed):
                 self.progress.last_change_at = time.time()
         tx.upsert_findings(changed)
         engine_state.save(tx, self.engine.state_delta())
@@ -494,21 +493,6 @@ class Monitor:
                 and p.binlog_caught_up and p.kafka_caught_up)
 
 
-def status_changes(tx: Batch, findings: list[Finding]) -> bool:
-    """True when any of `findings` is new to the store or has another status there."""
-    for i in range(0, len(findings), 500):
-        chunk = findings[i:i + 500]
-        known = dict(tx.conn.execute(f"SELECT id, status FROM findings WHERE id IN ({','.join('?' * len(chunk))})",
-                                     [f.id for f in chunk]).fetchall())
-        if any(known.get(f.id) != f.status for f in chunk):
-            return True
-    return False
 
 
-def delay_p99(stats: dict[str, Any]) -> float | None:
-    """The worst 99th percentile of event delay over the commit clocks in use."""
-    values = [q for b in delay_buckets(stats).values() if (q := quantile(b, 0.99)) is not None]
-    return max(values) if values else None
-
-
-__all__ = ["Monitor", "MonitorError", "SourceUnavailableError", "preflight_mysql", "preflight_kafka", "delay_p99"]
+__all__ = ["Monitor", "MonitorError", "SourceUnavailableError", "preflight_mysql", "preflight_kafka"]

@@ -1,0 +1,12 @@
+"""The store box: the monitor's own memory, and the only code that touches its database.
+
+It owns the schema (store.schema), every write (store.batch: one transaction per batch of input,
+checkpoints included), the engine's open state (store.engine_state) and every read the pages,
+/metrics, the CLI and the exports make (store.store, store.queries).
+"""
+
+from oncewatch.store.batch import Batch
+from oncewatch.store.schema import StoreError
+from oncewatch.store.store import Store, open_reader
+
+__all__ = ["Batch", "Store", "StoreError", "open_reader"]

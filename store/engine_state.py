@@ -11,24 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncewatch.core.records import from_json, to_json
-from oncewatch.store.store import Batch, Store
+from oncewatch.core.exact_json import from_json, to_json
+from oncewatch.store.batch import Batch
+from oncewatch.store.store import Store
 
 HEAD = "engine_head"
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS engine_entries (
-    space TEXT NOT NULL,
-    key TEXT NOT NULL,
-    at REAL NOT NULL,
-    value TEXT NOT NULL,
-    PRIMARY KEY (space, key)
-) WITHOUT ROWID;
-"""
-
-
-def ensure_schema(store: Store) -> None:
-    store.conn.executescript(SCHEMA)
 
 
 def save(tx: Batch, delta: dict[str, Any]) -> None:

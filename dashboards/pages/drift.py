@@ -9,7 +9,8 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from oncewatch.dashboards import queries, ui
+from oncewatch.dashboards import ui, views
+from oncewatch.core import histogram
 from oncewatch.core.records import CLOCK_BINLOG_HEADER, CLOCK_GTID_COMMIT_TS, CLOCK_READ_TIME, CLOCK_ROW_COLUMN
 
 CLOCKS = (CLOCK_GTID_COMMIT_TS, CLOCK_ROW_COLUMN, CLOCK_BINLOG_HEADER, CLOCK_READ_TIME)
@@ -24,33 +25,33 @@ def bar(frame: pd.DataFrame, key: str, **kwargs) -> None:
 
 st.title("Drift")
 with ui.store() as store:
-    comps = queries.components(store, time.time())
-    stats = queries.engine_stats(store)
+    comps = views.components(store, time.time())
+    stats = views.engine_stats(store)
 ui.stale_banner(comps)
-offsets = comps["kafka_offsets"].value if "kafka_offsets" in comps else {}
+offsets = views.offsets_of(comps)
 events = comps["kafka_events"].value if "kafka_events" in comps else {}
 
-skews = queries.lag_skew(offsets)
+skews = views.lag_skew(offsets)
 worst = max(skews, key=lambda s: s["stddev"], default=None)
-histograms = queries.delay_buckets(stats)
+histograms = histogram.delay_buckets(stats)
 # The tile shows the best clock present (DESIGN §6); the table below has every clock.
 clock = next((c for c in CLOCKS if c in histograms), None)
 cols = st.columns(4)
-cols[0].metric("Max group lag", f"{max((s['max_lag'] for s in skews), default=0):,}", border=True)
+cols[0].metric("Max group lag", f"{views.max_lag(offsets):,}", border=True)
 cols[1].metric("Worst lag stddev", f"{worst['stddev']:.2f}" if worst else "–", border=True,
                help=f"{worst['group']} on {worst['topic']}" if worst else None)
-cols[2].metric("Unread by the monitor", f"{queries.unread_records(events):,}", border=True)
+cols[2].metric("Unread by the monitor", f"{views.unread_records(events):,}", border=True)
 cols[3].metric(f"p99 delay ({clock or 'no pairs'})",
-               ui.duration(queries.quantile(histograms[clock], 0.99)) if clock else "–", border=True)
+               ui.duration(histogram.quantile(histograms[clock], 0.99)) if clock else "–", border=True)
 
 st.subheader("Consumer-group lag")
-if offsets.get("error"):
-    st.error(f"Last offsets poll failed: {offsets['error']}")
-lags = pd.DataFrame(queries.lag_rows(offsets))
+if offsets.error:
+    st.error(f"Last offsets poll failed: {offsets.error}")
+lags = pd.DataFrame(views.lag_rows(offsets))
 if lags.empty:
     st.info("No consumer group is watched (kafka.consumer_groups) or the offsets have not been polled yet.")
 else:
-    st.caption(f"Polled {ui.when(offsets.get('polled_at'))}. A partition the group never committed on has no lag.")
+    st.caption(f"Polled {ui.when(offsets.polled_at or None)}. A partition the group never committed on has no lag.")
     lags["committed"] = lags["committed"].map(lambda v: "no commit" if pd.isna(v) else f"{int(v):,}")
     st.dataframe(lags, hide_index=True, column_config={
         "lag_seconds": st.column_config.NumberColumn("lag (s)", format="%.1f")})
@@ -93,8 +94,8 @@ if not histograms:
     st.caption("No change has been matched with its event yet.")
 else:
     st.dataframe(pd.DataFrame([{"clock": clock, "pairs": int(buckets[-1][1]),
-                                "p50": ui.duration(queries.quantile(buckets, 0.5)),
-                                "p99": ui.duration(queries.quantile(buckets, 0.99))}
+                                "p50": ui.duration(histogram.quantile(buckets, 0.5)),
+                                "p99": ui.duration(histogram.quantile(buckets, 0.99))}
                                for clock, buckets in histograms.items()]), hide_index=True)
     per_bucket = [{"clock": clock, "delay": "more" if bound == "+Inf" else f"≤ {ui.duration(float(bound))}",
                    "pairs": count - previous}

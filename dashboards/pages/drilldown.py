@@ -7,12 +7,13 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from oncewatch.dashboards import queries, ui
+from oncewatch.dashboards import ui, views
+from oncewatch.store import queries
 from oncewatch.core.records import EmittedEvent, RowChange
 
 
 def change_text(row: RowChange) -> str:
-    changes = queries.diff(row)
+    changes = views.diff(row)
     if row.op == "update":
         return ", ".join(f"{c}: {ui.text(a)} → {ui.text(b)}" for c, (a, b) in changes.items()) or "(no change)"
     sign = "+" if row.op == "insert" else "−"

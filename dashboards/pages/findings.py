@@ -11,7 +11,9 @@ from urllib.parse import quote
 import pandas as pd
 import streamlit as st
 
-from oncewatch.dashboards import queries, ui
+from oncewatch.dashboards import ui, views
+from oncewatch.store import queries
+from oncewatch.core import names
 from oncewatch.dashboards.app import page
 
 PAGE_SIZE = 100
@@ -19,7 +21,7 @@ DRILLDOWN = str(page("drilldown"))
 
 
 def table_row(r: dict) -> dict:
-    entity = queries.entity_of(r["keys"])
+    entity = views.entity_of(r["keys"])
     return {"first seen": ui.when(r["first_seen"]), "rule": r["rule"], "name": r["name"], "severity": r["severity"],
             "status": r["status"], "entity": entity, "drill-down": f"drilldown?q={quote(entity)}" if entity else None,
             "summary": r["summary"],
@@ -28,9 +30,9 @@ def table_row(r: dict) -> dict:
 
 st.title("Findings")
 cols = st.columns([2, 1.3, 1.3, 1, 1, 1.6])
-rules = cols[0].multiselect("Rule", list(queries.RULES), format_func=lambda r: f"{r} {queries.RULES[r]}")
-severities = cols[1].multiselect("Severity", queries.SEVERITIES)
-statuses = cols[2].multiselect("Status", queries.STATUSES)
+rules = cols[0].multiselect("Rule", list(views.RULES), format_func=lambda r: f"{r} {views.RULES[r]}")
+severities = cols[1].multiselect("Severity", names.SEVERITIES)
+statuses = cols[2].multiselect("Status", names.STATUSES)
 since = cols[3].date_input("Seen from (UTC)", value=None)
 until = cols[4].date_input("Seen until (UTC)", value=None)
 search = cols[5].text_input("trade_no or order", value=st.query_params.get("q", ""))

@@ -11,14 +11,16 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from oncewatch.dashboards import queries, ui
+from oncewatch.core.records import OffsetsSnapshot
+from oncewatch.dashboards import ui, views
+from oncewatch.store import queries
 
 CHARTS = (("backlog", "Backlog (changes waiting for their event)", "table"),
           ("delay_p99", "p99 event delay (s)", None),
           ("group_lag", "Consumer-group lag (records)", "group"))
 
 
-def collector_tile(c: queries.Component | None, title: str) -> tuple[str, str, str | None]:
+def collector_tile(c: views.Component | None, title: str) -> tuple[str, str, str | None]:
     """(label, value, help) of one collector tile."""
     if c is None:
         return f"{title} — not reported", "–", "The monitor has not reported this collector (not configured?)."
@@ -31,10 +33,9 @@ def collector_tile(c: queries.Component | None, title: str) -> tuple[str, str, s
     if c.name == "binlog":
         figure = f"{ui.duration(v.get('seconds_behind'))} behind"
     elif c.name == "kafka_events":
-        figure = f"{queries.unread_records(v):,} unread"
+        figure = f"{views.unread_records(v):,} unread"
     else:
-        skew = queries.lag_skew(v)
-        figure = f"max lag {max((s['max_lag'] for s in skew), default=0):,}"
+        figure = f"max lag {views.max_lag(OffsetsSnapshot.from_dict(v)):,}"
     return f"{title} — {state}", figure, f"reported {ui.duration(c.age_seconds)} ago"
 
 
@@ -42,8 +43,8 @@ def collector_tile(c: queries.Component | None, title: str) -> tuple[str, str, s
 def live() -> None:
     now = time.time()
     with ui.store() as store:
-        comps = queries.components(store, now)
-        stats = queries.engine_stats(store)
+        comps = views.components(store, now)
+        stats = views.engine_stats(store)
         p99 = queries.latest(store, "delay_p99")
         points = {name: queries.series(store, name, now - ui.CHART_WINDOW_SECONDS) for name, _, _ in CHARTS}
     ui.stale_banner(comps)
@@ -59,8 +60,8 @@ def live() -> None:
         col.metric(label, value, help=help_, border=True)
 
     cols = st.columns(3)
-    cols[0].metric("Open critical findings", f"{queries.open_critical(stats):,}", border=True)
-    cols[1].metric("Backlog", f"{queries.backlog_total(stats):,}", help="Committed changes still waiting for their "
+    cols[0].metric("Open critical findings", f"{views.open_critical(stats):,}", border=True)
+    cols[1].metric("Backlog", f"{views.backlog_total(stats):,}", help="Committed changes still waiting for their "
                    "Kafka event, all tables", border=True)
     cols[2].metric("p99 event delay", ui.duration(p99), help="Kafka time minus commit time", border=True)
 

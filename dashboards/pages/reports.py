@@ -11,7 +11,9 @@ from functools import partial
 
 import streamlit as st
 
-from oncewatch.dashboards import queries, ui
+from oncewatch.dashboards import reports, ui, views
+from oncewatch.store import queries
+from oncewatch.core import names
 from oncewatch.core.config import ConfigError
 
 FORMATS = {"csv": "text/csv", "json": "application/json",
@@ -19,19 +21,19 @@ FORMATS = {"csv": "text/csv", "json": "application/json",
 
 st.title("Reports")
 try:
-    cfg = queries.config()
+    cfg = views.config()
 except ConfigError as exc:
-    st.error(f"The config in {queries.ENV_CONFIG} cannot be used: {exc}")
+    st.error(f"The config in {views.ENV_CONFIG} cannot be used: {exc}")
     st.stop()
 if cfg is None:
     st.info(f"Reports carry the hash of the monitor's config and mask the personal fields it names: start the "
-            f"dashboard with {queries.ENV_CONFIG}=/path/to/config.toml (not only {queries.ENV_STORE}) to export.")
+            f"dashboard with {views.ENV_CONFIG}=/path/to/config.toml (not only {views.ENV_STORE}) to export.")
     st.stop()
 
 cols = st.columns([2, 1, 1, 1, 1])
-rule = cols[0].selectbox("Rule", [None, *queries.RULES],
-                         format_func=lambda r: "all rules" if r is None else f"{r} {queries.RULES[r]}")
-status = cols[1].selectbox("Status", [None, *queries.STATUSES], format_func=lambda s: s or "any status")
+rule = cols[0].selectbox("Rule", [None, *views.RULES],
+                         format_func=lambda r: "all rules" if r is None else f"{r} {views.RULES[r]}")
+status = cols[1].selectbox("Status", [None, *names.STATUSES], format_func=lambda s: s or "any status")
 since = ui.day_start(cols[2].date_input("Seen from (UTC)", value=None))
 until = ui.day_start(cols[3].date_input("Seen until (UTC)", value=None), plus_days=1)
 mask = cols[4].checkbox("Mask personal data", help="Masks: " + ", ".join(cfg.export.mask_fields))
@@ -49,4 +51,4 @@ for col, (fmt, mime) in zip(st.columns(len(FORMATS)), FORMATS.items()):
     col.download_button(
         f"Download {fmt.upper()}", icon=":material/download:", mime=mime, on_click="ignore",
         file_name=f"oncewatch-{rule or 'all'}-{stamp}.{fmt}",
-        data=partial(queries.report, cfg, fmt, rule=rule, status=status, since=since, until=until, mask=mask))
+        data=partial(reports.report, cfg, fmt, rule=rule, status=status, since=since, until=until, mask=mask))

@@ -16,7 +16,7 @@ from oncewatch.collectors.kafka_events import EventBatch, KafkaEventCollector
 from devservices import stack
 from oncewatch.core.config import KafkaConfig, TopicConfig
 from oncewatch.core.records import EmittedEvent, QuarantinedRecord
-from oncewatch.store.store import Store
+from oncewatch.store import Store
 
 BOOTSTRAP = f"{stack.HOST}:{stack.KAFKA_PORT}"
 JSON_PATHS = {"event_type": "type", "order_key": "order_no", "trade_no": "trade_no", "amount": "amount",

@@ -11,7 +11,7 @@ from kafka.admin import NewPartitions, NewTopic
 from oncewatch.collectors.kafka_events import KafkaEventCollector
 from oncewatch.core.config import TopicConfig
 from oncewatch.core.records import EmittedEvent
-from oncewatch.store.store import Store
+from oncewatch.store import Store
 from tests.integration.kafka_fixtures import (create_topic, drain, json_topic, jsonb, kafka_admin, kafka_config,
                                               produce, resume_and_check_exactly_once, unique, wait_for)
 

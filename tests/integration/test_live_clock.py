@@ -15,7 +15,7 @@ import time
 
 import oncewatch.shop
 from devservices.shop_monitor import SHORT_RULES, shop_settings
-from oncewatch.store.store import Store
+from oncewatch.store import Store
 
 from .shop_monitor import prepared
 

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from oncewatch.store.store import Store
+from oncewatch.store import Store
 
 from .conftest import admin_connection, monitor_config_toml
 

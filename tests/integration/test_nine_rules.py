@@ -22,7 +22,7 @@ import pytest
 
 import oncewatch.shop
 from devservices.shop_monitor import ROOT, findings, free_port, oncewatch, run_until_idle, shop_settings
-from oncewatch.store.store import Store
+from oncewatch.store import Store
 from oncewatch.shop.settings import STYLE_IN_TRANSACTION
 
 from .shop_monitor import IDLE, prepared

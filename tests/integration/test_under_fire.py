@@ -28,7 +28,7 @@ from kafka import KafkaProducer
 import oncewatch.shop
 from devservices import stack
 from devservices.shop_monitor import ROOT, SCHEMA, findings, free_port, run_until_idle, shop_config, shop_settings
-from oncewatch.store.store import Store
+from oncewatch.store import Store
 
 from .conftest import admin_connection
 from .shop_monitor import IDLE, prepared, score

@@ -7,7 +7,7 @@ import pytest
 
 from oncewatch.checks.engine import Engine, StateMismatchError, merge_delta
 from devservices.samples import Shop, feed, order, payment, push, rules_of, shipment, shop_settings
-from oncewatch.core.records import from_json, to_json
+from oncewatch.core.exact_json import from_json, to_json
 
 T = 1000.0
 

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from oncewatch.checks.engine import Engine, merge_delta
 from devservices.samples import Shop, order, payment, shipment, shop_settings
-from oncewatch.core.records import Finding, from_json, to_json
+from oncewatch.core.exact_json import from_json, to_json
+from oncewatch.core.records import Finding
 
 T = 10_000.0
 FAULTS = ("lost", "late", "late_in_grace", "duplicate", "conflicting", "early", "very_early", "phantom", "stuck",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from oncewatch.checks.engine import Engine
 from devservices.samples import Shop, grant, order, payment, push, shipment, shop_settings
 from oncewatch.store import engine_state
-from oncewatch.core.records import from_json, to_json
-from oncewatch.store.store import Store
+from oncewatch.core.exact_json import from_json, to_json
+from oncewatch.store import Store
 
 
 def canonical(state):
@@ -29,7 +29,6 @@ def test_deltas_saved_batch_by_batch_load_as_the_full_state(tmp_path):
     settings = shop_settings()
     engine = Engine(settings)
     store = Store(str(tmp_path / "s.db"))
-    engine_state.ensure_schema(store)
     assert engine_state.load(store) is None
     for i, record in enumerate(traffic(Shop(), 200)):
         push(engine, record)

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from oncewatch.collectors.kafka_formats import Rejected, TopicParser, decode_json
 from oncewatch.core.config import TopicConfig
-from oncewatch.core.records import EmittedEvent, QuarantinedRecord, parse_exact_json
+from oncewatch.core.exact_json import parse_exact_json
+from oncewatch.core.records import EmittedEvent, QuarantinedRecord
 
 PATHS = {"event_type": "type", "trade_no": "payment.trade_no", "order_key": "order_no", "effect_id": "items.0.id",
          "amount": "payment.amount", "status": "status"}

@@ -9,9 +9,9 @@ import pytest
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
-from oncewatch.dashboards import auth, queries, reports
+from oncewatch.dashboards import auth, reports, views
 from oncewatch.core.records import Evidence, Finding
-from oncewatch.store.store import Store
+from oncewatch.store import Store
 from tests.unit.test_metrics import store_path  # noqa: F401 - the scenario store fixture
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
@@ -23,9 +23,9 @@ def env(tmp_path: Path, store_path: str, monkeypatch: pytest.MonkeyPatch) -> Pat
     """ONCEWATCH_CONFIG names a config whose store is the scenario; the server 'listens' on loopback."""
     cfg = tmp_path / "oncewatch.toml"
     cfg.write_text(f'[mysql]\nuser = "oncewatch"\ntables = ["shop.orders"]\n\n[store]\npath = "{store_path}"\n')
-    for name in (queries.ENV_STORE, auth.PASSWORD_ENV, auth.PASSWORD_FILE_ENV):
+    for name in (views.ENV_STORE, auth.PASSWORD_ENV, auth.PASSWORD_FILE_ENV):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv(queries.ENV_CONFIG, str(cfg))
+    monkeypatch.setenv(views.ENV_CONFIG, str(cfg))
     set_address("127.0.0.1")
     return cfg
 
@@ -87,7 +87,7 @@ def test_overview_says_when_the_monitor_is_stale_or_a_collector_down(env: Path, 
 
 
 def test_missing_store_is_explained(env: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv(queries.ENV_STORE, str(tmp_path / "absent.db"))
+    monkeypatch.setenv(views.ENV_STORE, str(tmp_path / "absent.db"))
     at = run("overview")
     assert "The oncewatch store cannot be read" in at.error[0].value
 
@@ -189,16 +189,16 @@ def test_reports_offer_the_three_exports(env: Path) -> None:
 
 
 def test_report_bytes_are_the_verifiable_export(env: Path) -> None:
-    cfg = queries.config()
+    cfg = views.config()
     for fmt in reports.FORMATS:
-        data = queries.report(cfg, fmt, rule="F1")
+        data = reports.report(cfg, fmt, rule="F1")
         assert reports.verify(data, fmt)
-    assert b"# findings: 1" in queries.report(cfg, "csv", rule="F1")
+    assert b"# findings: 1" in reports.report(cfg, "csv", rule="F1")
 
 
 def test_reports_need_the_config(env: Path, store_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(queries.ENV_CONFIG)
-    monkeypatch.setenv(queries.ENV_STORE, store_path)
+    monkeypatch.delenv(views.ENV_CONFIG)
+    monkeypatch.setenv(views.ENV_STORE, store_path)
     at = run("reports")
     assert "ONCEWATCH_CONFIG" in at.info[0].value and not at.get("download_button")
 

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from oncewatch.dashboards import queries
+from oncewatch.dashboards import views
+from oncewatch.store import queries
+from oncewatch.core import histogram
 from oncewatch.core.records import Evidence, Finding
-from oncewatch.store.store import Store
+from oncewatch.store import Store
 from tests.unit.test_metrics import store_path  # noqa: F401 - the scenario store fixture
 
 
@@ -39,10 +41,10 @@ def test_filters_and_newest_first(store_path: str) -> None:
 
 
 def test_entity_of_a_finding() -> None:
-    assert queries.entity_of({"table": "shop.shipments", "trade_no": "T1"}) == "T1"
-    assert queries.entity_of({"from": "refunded", "order": "O1", "to": "paid"}) == "O1"
-    assert queries.entity_of({"event_type": "order.paid", "key": "O2", "table": "shop.orders"}) == "O2"
-    assert queries.entity_of({"group": "g", "topic": "t"}) == ""
+    assert views.entity_of({"table": "shop.shipments", "trade_no": "T1"}) == "T1"
+    assert views.entity_of({"from": "refunded", "order": "O1", "to": "paid"}) == "O1"
+    assert views.entity_of({"event_type": "order.paid", "key": "O2", "table": "shop.orders"}) == "O2"
+    assert views.entity_of({"group": "g", "topic": "t"}) == ""
 
 
 def test_timeline_takes_bare_values_and_kind_value(store_path: str) -> None:
@@ -57,15 +59,15 @@ def test_timeline_takes_bare_values_and_kind_value(store_path: str) -> None:
 
 def test_quantile_interpolates_like_histogram_quantile() -> None:
     buckets = [("0.25", 9.0), ("0.5", 10.0), ("1.0", 10.0), ("+Inf", 10.0)]
-    assert queries.quantile(buckets, 0.99) == pytest.approx(0.475)
-    assert queries.quantile([("0.5", 0.0), ("+Inf", 4.0)], 0.5) == 0.5  # in the open bucket: highest bound
-    assert queries.quantile([("+Inf", 0.0)], 0.5) is None
+    assert histogram.quantile(buckets, 0.99) == pytest.approx(0.475)
+    assert histogram.quantile([("0.5", 0.0), ("+Inf", 4.0)], 0.5) == 0.5  # in the open bucket: highest bound
+    assert histogram.quantile([("+Inf", 0.0)], 0.5) is None
 
 
 def test_store_location(tmp_path: Path) -> None:
-    assert queries.store_path({queries.ENV_STORE: "/x/s.db"}) == "/x/s.db"
+    assert views.store_path({views.ENV_STORE: "/x/s.db"}) == "/x/s.db"
     cfg = tmp_path / "c.toml"
     cfg.write_text('[mysql]\nuser = "u"\ntables = ["shop.orders"]\n\n[store]\npath = "w.db"\n')
-    assert queries.store_path({queries.ENV_CONFIG: str(cfg)}) == str(tmp_path / "w.db")
-    with pytest.raises(queries.StoreNotConfigured, match="ONCEWATCH_STORE"):
-        queries.store_path({})
+    assert views.store_path({views.ENV_CONFIG: str(cfg)}) == str(tmp_path / "w.db")
+    with pytest.raises(views.StoreNotConfigured, match="ONCEWATCH_STORE"):
+        views.store_path({})

@@ -8,7 +8,8 @@ from decimal import Decimal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oncewatch.core.records import RowChange, from_json, to_json
+from oncewatch.core.exact_json import from_json, to_json
+from oncewatch.core.records import RowChange
 
 values = st.one_of(
     st.none(), st.booleans(), st.integers(), st.text(),

@@ -2,15 +2,17 @@
 
 from oncewatch.checks.engine import Engine
 from oncewatch.checks.findings import finding_id
+from oncewatch.core.records import OffsetsSnapshot
 from devservices.samples import Shop, feed, order, shop_settings
 
 
-def snapshot(at: float, lags: list[int | None], group: str = "shipping-service", topic: str = "shop.events"):
-    return {"polled_at": at,
+def snapshot(at: float, lags: list[int | None], group: str = "shipping-service",
+             topic: str = "shop.events") -> OffsetsSnapshot:
+    return OffsetsSnapshot.from_dict({"polled_at": at,
             "partitions": [{"topic": topic, "partition": i, "earliest": 0, "end": 1000} for i in range(len(lags))],
             "groups": [{"group": group, "state": "Stable", "partitions": [
                 {"topic": topic, "partition": i, "committed": None if lag is None else 1000 - lag, "lag": lag,
-                 "lag_seconds": None if lag is None else lag / 10} for i, lag in enumerate(lags)]}]}
+                 "lag_seconds": None if lag is None else lag / 10} for i, lag in enumerate(lags)]}]})
 
 
 def test_group_lag_above_the_threshold_is_f11_and_resolves_when_it_drops():

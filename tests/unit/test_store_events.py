@@ -11,8 +11,9 @@ from typing import Any
 
 from oncewatch.collectors.kafka_formats import TopicParser
 from oncewatch.core.config import TopicConfig
-from oncewatch.core.records import EmittedEvent, to_json
-from oncewatch.store.store import Store
+from oncewatch.core.exact_json import to_json
+from oncewatch.core.records import EmittedEvent
+from oncewatch.store import Store
 
 PATHS = {"event_type": "type", "trade_no": "trade_no", "order_key": "order_no", "amount": "amount",
          "status": "status", "effect_id": "items.0.id"}

@@ -1,0 +1,235 @@
+"""The shop's shape and the rules' thresholds: the [domain], [[announce]] and [rules] sections.
+
+Parsed into frozen objects by `oncewatch.core.config.parse` (which calls the `parse_*` functions
+here); the engine takes them as one `oncewatch.checks.settings.Settings`. Every error names the dotted key, and cross
+references are checked: tables must be in `mysql.tables`, topics in `kafka.topics`, statuses
+in the state machine. A part of [domain] that is left out switches off the rules that need it
+(no [domain.orders]: no F3/F4/F5; no [domain.payments]: no F2/F5/F6; no effects: no F1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from oncewatch.core.sections import ConfigError, Section
+
+if TYPE_CHECKING:
+    from oncewatch.core.config import KafkaConfig, MySQLConfig
+
+OPS = ("insert", "update", "delete")
+
+
+@dataclass(frozen=True)
+class Orders:
+    table: str
+    key_column: str
+    status_column: str
+    amount_column: str | None
+    pending_statuses: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Payments:
+    table: str
+    trade_no_column: str
+    order_column: str
+    status_column: str
+    amount_column: str | None
+    success_statuses: tuple[str, ...]
+    callback_status_column: str | None
+    callback_status_whitelist: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A table whose rows are side effects of one payment (shipments, pick-up codes, ...)."""
+
+    table: str
+    trade_no_column: str
+
+
+@dataclass(frozen=True)
+class Domain:
+    orders: Orders | None = None
+    payments: Payments | None = None
+    state_machine: dict[str, tuple[str, ...]] | None = None
+    effects: tuple[Effect, ...] = ()
+
+
+@dataclass(frozen=True)
+class Announce:
+    """A committed change that must appear on Kafka as `event_type` keyed by `row[key_column]`.
+
+    The change is selected by `on` (an op) and/or `when_column` becoming `becomes`.
+    """
+
+    table: str
+    on: str | None
+    when_column: str | None
+    becomes: str | None
+    topic: str
+    event_type: str
+    key_column: str
+    event_key: str
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns the evidence of a change shows."""
+        return (self.key_column,) if self.when_column is None else (self.key_column, self.when_column)
+
+    def selects(self, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> bool:
+        if self.on is not None and op != self.on:
+            return False
+        if self.when_column is None:
+            return True
+        if after is None or str(after.get(self.when_column)) != self.becomes:
+            return False
+        return before is None or str(before.get(self.when_column)) != self.becomes
+
+
+@dataclass(frozen=True)
+class Rules:
+    stuck_pending_seconds: float = 900.0
+    missing_event_grace_seconds: float = 30.0
+    orphan_event_grace_seconds: float = 30.0
+    event_delay_seconds: float = 0.5
+    offset_drift_threshold: int = 5000
+    partition_skew_threshold: float = 3.0
+    horizon_seconds: float = 86400.0
+    horizon_max_entries: int = 1_000_000
+
+
+# ---------------------------------------------------------------- parsing
+
+def _table(s: Section, name: str, mysql: MySQLConfig) -> str:
+    table = s.str(name, required=True)
+    if table not in mysql.tables:
+        raise ConfigError(f"{s.key(name)}: not one of mysql.tables ({table!r})")
+    return table
+
+
+def _orders(s: Section, mysql: MySQLConfig) -> Orders:
+    orders = Orders(table=_table(s, "table", mysql), key_column=s.str("key_column", required=True),
+                    status_column=s.str("status_column", required=True),
+                    amount_column=s.opt_str("amount_column"),
+                    pending_statuses=s.str_list("pending_statuses", required=True, nonempty=True))
+    s.done()
+    return orders
+
+
+def _payments(s: Section, mysql: MySQLConfig) -> Payments:
+    callback_column = s.opt_str("callback_status_column")
+    payments = Payments(table=_table(s, "table", mysql), trade_no_column=s.str("trade_no_column", required=True),
+                        order_column=s.str("order_column", required=True),
+                        status_column=s.str("status_column", required=True),
+                        amount_column=s.opt_str("amount_column"),
+                        success_statuses=s.str_list("success_statuses", required=True, nonempty=True),
+                        callback_status_column=callback_column,
+                        callback_status_whitelist=s.str_list("callback_status_whitelist",
+                                                             required=callback_column is not None))
+    s.done()
+    return payments
+
+
+def _state_machine(s: Section) -> dict[str, tuple[str, ...]]:
+    machine = {status: s.str_list(status, required=True) for status in s.data}
+    for status, targets in machine.items():
+        for target in targets:
+            if target not in machine:
+                raise ConfigError(f"{s.key(status)}: {target!r} is not a status of the state machine "
+                                  f"(add a line {target} = [...])")
+    s.done()
+    return machine
+
+
+def _effect(s: Section, mysql: MySQLConfig) -> Effect:
+    effect = Effect(table=_table(s, "table", mysql), trade_no_column=s.str("trade_no_column", required=True))
+    s.done()
+    return effect
+
+
+def parse_domain(s: Section, mysql: MySQLConfig) -> Domain:
+    orders_s, payments_s, machine_s = s.section("orders"), s.section("payments"), s.section("state_machine")
+    orders = _orders(orders_s, mysql) if orders_s.data else None
+    payments = _payments(payments_s, mysql) if payments_s.data else None
+    machine = _state_machine(machine_s) if machine_s.data else None
+    effects = tuple(_effect(e, mysql) for e in s.sections("effects"))
+    s.done()
+    if machine is not None and orders is not None:
+        for status in orders.pending_statuses:
+            if status not in machine:
+                raise ConfigError(f"{orders_s.key('pending_statuses')}: {status!r} is not a status of "
+                                  f"{machine_s.path}")
+    tables = [e.table for e in effects]
+    for i, table in enumerate(tables):
+        if table in tables[:i]:
+            raise ConfigError(f"{s.key('effects')}[{i}].table: {table!r} is listed twice")
+    return Domain(orders=orders, payments=payments, state_machine=machine, effects=effects)
+
+
+def _announce(s: Section, mysql: MySQLConfig, kafka: KafkaConfig | None, domain: Domain) -> Announce:
+    table = _table(s, "table", mysql)
+    on = s.opt_str("on")
+    if on is not None and on not in OPS:
+        raise ConfigError(f"{s.key('on')}: must be one of {', '.join(OPS)}, got {on!r}")
+    when_column = s.opt_str("when_column")
+    becomes = s.str("becomes", required=True) if when_column is not None else None
+    if on is None and when_column is None:
+        raise ConfigError(f"{s.key('on')}: give on = \"insert\"|\"update\"|\"delete\" or when_column + becomes")
+    orders = domain.orders
+    if (becomes is not None and orders is not None and domain.state_machine is not None
+            and table == orders.table and when_column == orders.status_column
+            and becomes not in domain.state_machine):
+        raise ConfigError(f"{s.key('becomes')}: {becomes!r} is not a status of domain.state_machine")
+    topic = s.str("topic", required=True)
+    topics = {t.name: (i, t) for i, t in enumerate(kafka.topics)} if kafka else {}
+    if topic not in topics:
+        raise ConfigError(f"{s.key('topic')}: not one of kafka.topics ({topic!r})")
+    index, topic_cfg = topics[topic]
+    if topic_cfg.format != "json":
+        raise ConfigError(f"{s.key('topic')}: {topic!r} has format {topic_cfg.format}; announcements are matched "
+                          f"on json topics only")
+    event_key = s.str("event_key", required=True)
+    for path_key in ("event_type", event_key):
+        if path_key not in topic_cfg.paths:
+            raise ConfigError(f"{s.key('event_key') if path_key == event_key else s.key('topic')}: "
+                              f"{path_key!r} has no entry in kafka.topics[{index}].paths")
+    announce = Announce(table=table, on=on, when_column=when_column, becomes=becomes, topic=topic,
+                        event_type=s.str("event_type", required=True), key_column=s.str("key_column", required=True),
+                        event_key=event_key)
+    s.done()
+    return announce
+
+
+def parse_announce(sections: list[Section], mysql: MySQLConfig, kafka: KafkaConfig | None,
+                   domain: Domain) -> tuple[Announce, ...]:
+    out: list[Announce] = []
+    for s in sections:
+        a = _announce(s, mysql, kafka, domain)
+        for j, other in enumerate(out):
+            if (other.topic, other.event_type) == (a.topic, a.event_type):
+                raise ConfigError(f"{s.key('event_type')}: {a.event_type!r} on {a.topic!r} is already announced "
+                                  f"by announce[{j}]; an event must map to one kind of change")
+        out.append(a)
+    return tuple(out)
+
+
+def parse_rules(s: Section) -> Rules:
+    d = Rules()
+    rules = Rules(
+        stuck_pending_seconds=s.float("stuck_pending_seconds", d.stuck_pending_seconds),
+        missing_event_grace_seconds=s.float("missing_event_grace_seconds", d.missing_event_grace_seconds),
+        orphan_event_grace_seconds=s.float("orphan_event_grace_seconds", d.orphan_event_grace_seconds),
+        event_delay_seconds=s.float("event_delay_seconds", d.event_delay_seconds),
+        offset_drift_threshold=s.int("offset_drift_threshold", d.offset_drift_threshold, minimum=0),
+        partition_skew_threshold=s.float("partition_skew_threshold", d.partition_skew_threshold),
+        horizon_seconds=s.float("horizon_seconds", d.horizon_seconds, minimum=1.0),
+        horizon_max_entries=s.int("horizon_max_entries", d.horizon_max_entries, minimum=1),
+    )
+    s.done()
+    if rules.horizon_seconds <= max(rules.stuck_pending_seconds, rules.missing_event_grace_seconds,
+                                    rules.orphan_event_grace_seconds):
+        raise ConfigError(f"{s.key('horizon_seconds')}: must be longer than every grace period and "
+                          f"stuck_pending_seconds, got {rules.horizon_seconds:g}")
+    return rules

@@ -1,0 +1,65 @@
+"""The names every box shares, each in one place: rules, checkpoints, health components, partition keys.
+
+A name written here is part of the store's contents (checkpoints, health rows) or of what people
+and Prometheus see (rule ids, collector labels): change one only with a migration in mind.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Rule(NamedTuple):
+    id: str
+    name: str
+    severity: str  # the default; F9 is info when the duplicate's payloads are equal
+
+
+# DESIGN §4.
+RULES: dict[str, Rule] = {r.id: r for r in (
+    Rule("F1", "duplicate_effect", "critical"),
+    Rule("F2", "double_charge", "critical"),
+    Rule("F3", "stuck_pending", "warning"),
+    Rule("F4", "illegal_transition", "critical"),
+    Rule("F5", "amount_mismatch", "critical"),
+    Rule("F6", "invalid_callback_status", "warning"),
+    Rule("F7", "missing_event", "critical"),
+    Rule("F8", "orphan_event", "critical"),
+    Rule("F9", "duplicate_event", "critical"),
+    Rule("F10", "event_delay", "warning"),
+    Rule("F11", "offset_drift", "warning"),
+    Rule("F12", "partition_skew", "warning"),
+)}
+SEVERITIES = ("critical", "warning", "info")
+SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
+OPEN, RESOLVED = "open", "resolved"
+STATUSES = (OPEN, RESOLVED)
+
+# Checkpoints: how far each input was read, written with what it produced.
+BINLOG_CHECKPOINT = "binlog"
+KAFKA_CHECKPOINT = "kafka_events"
+
+# Health components: one row each in the store, written by the monitor every second.
+BINLOG = "binlog"
+KAFKA_EVENTS = "kafka_events"
+KAFKA_OFFSETS = "kafka_offsets"
+MONITOR = "monitor"
+COLLECTORS = (BINLOG, KAFKA_EVENTS, KAFKA_OFFSETS)
+
+# State rows beside the engine's entries.
+ENGINE_STATS = "engine_stats"
+
+
+def partition_key(topic: str, partition: int) -> str:
+    """'topic/partition': how checkpoints, health rows and evidence name one Kafka partition."""
+    return f"{topic}/{partition}"
+
+
+def split_partition_key(key: str) -> tuple[str, int]:
+    """The inverse of `partition_key`: split at the last "/"."""
+    topic, _, partition = key.rpartition("/")
+    return topic, int(partition)
+
+
+# Entity kinds of the store's drill-down index ('kind:value'); a bare value is looked up as each.
+ENTITY_KINDS = ("trade_no", "order_key")

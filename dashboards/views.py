@@ -1,0 +1,153 @@
+"""What the pages and /metrics make of the store's contents: where the store is, the health of
+each part, the lag tables, the entity a finding is about. No SQL here (the store box reads);
+nothing here talks to MySQL or Kafka.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from oncewatch.core import names
+from oncewatch.core.config import Config, load
+from oncewatch.core.records import OffsetsSnapshot, RowChange
+from oncewatch.store import Store, open_reader
+
+ENV_STORE = "ONCEWATCH_STORE"
+ENV_CONFIG = "ONCEWATCH_CONFIG"
+
+# The monitor writes its health every second; older than this, what it says is no longer news.
+STALE_SECONDS = 30.0
+
+# Rule id -> name, for pickers and labels.
+RULES = {r.id: r.name for r in names.RULES.values()}
+# Keys of a finding that name its entity, best first: the rules write trade_no, order (F2-F6),
+# key (the announced key of F7-F10); order_key is the events' name for an order.
+FINDING_ENTITY_KEYS = ("trade_no", "order", "order_key", "key")
+
+
+class StoreNotConfigured(RuntimeError):
+    """Neither ONCEWATCH_STORE nor ONCEWATCH_CONFIG says where the store is."""
+
+
+def config(environ: Mapping[str, str] = os.environ) -> Config | None:
+    """The config named by ONCEWATCH_CONFIG, if any (exports need it: hash, mask fields)."""
+    return load(environ[ENV_CONFIG]) if environ.get(ENV_CONFIG) else None
+
+
+def store_path(environ: Mapping[str, str] = os.environ) -> str:
+    """The store file: ONCEWATCH_STORE, else `store.path` of the ONCEWATCH_CONFIG file."""
+    if environ.get(ENV_STORE):
+        return environ[ENV_STORE]
+    cfg = config(environ)
+    if cfg is None:
+        raise StoreNotConfigured(f"set {ENV_STORE}=/path/to/oncewatch.db or {ENV_CONFIG}=/path/to/config.toml")
+    return cfg.store.path
+
+
+def open_store(path: str | None = None) -> Store:
+    return open_reader(path or store_path())
+
+
+# ---------------------------------------------------------------- health
+
+@dataclass(frozen=True)
+class Component:
+    """One health row: what the monitor last said about a part, and how old that is."""
+
+    name: str
+    value: dict[str, Any]
+    age_seconds: float
+
+    @property
+    def stale(self) -> bool:
+        return self.age_seconds > STALE_SECONDS
+
+    @property
+    def up(self) -> bool:
+        """Connected (collectors) or answering (the offsets poller), as last reported."""
+        if self.name == names.KAFKA_OFFSETS:
+            return self.value.get("error") is None
+        return bool(self.value.get("connected", True))
+
+
+def components(store: Store, now: float | None = None) -> dict[str, Component]:
+    now = time.time() if now is None else now
+    return {name: Component(name, value, max(0.0, now - value["updated_at"]))
+            for name, value in store.health().items()}
+
+
+def engine_stats(store: Store) -> dict[str, Any]:
+    return store.state(names.ENGINE_STATS, {}) or {}
+
+
+def open_critical(stats: dict[str, Any]) -> int:
+    return sum(r["count"] for r in stats.get("open_by_rule_severity", []) if r["severity"] == "critical")
+
+
+def backlog_total(stats: dict[str, Any]) -> int:
+    return sum(stats.get("backlog_by_table", {}).values())
+
+
+def unread_records(kafka_events: dict[str, Any]) -> int:
+    """Records on the watched partitions the monitor has not read yet."""
+    return sum(max(0, p["end"] - p["position"]) for p in kafka_events.get("partitions", []))
+
+
+# ---------------------------------------------------------------- drift
+
+def offsets_of(components: dict[str, Component]) -> OffsetsSnapshot:
+    """The last offsets snapshot the monitor wrote (an empty one before the first poll)."""
+    c = components.get(names.KAFKA_OFFSETS)
+    return OffsetsSnapshot.from_dict(c.value) if c is not None else OffsetsSnapshot(polled_at=0.0, error=None)
+
+
+def max_lag(offsets: OffsetsSnapshot) -> int:
+    """The largest known lag of any watched group on any partition (0 when none is known)."""
+    return max((p.lag for g in offsets.groups for p in g.partitions if p.lag is not None), default=0)
+
+
+def lag_rows(offsets: OffsetsSnapshot) -> list[dict[str, Any]]:
+    """One row per group and partition: committed, end, lag (None where nothing is committed)."""
+    ends = {(p.topic, p.partition): p for p in offsets.partitions}
+    rows = []
+    for g in offsets.groups:
+        for p in g.partitions:
+            part = ends.get((p.topic, p.partition))
+            rows.append({"group": g.group, "state": g.state, "topic": p.topic, "partition": p.partition,
+                         "earliest": part.earliest if part else None, "end": part.end if part else None,
+                         "committed": p.committed, "lag": p.lag, "lag_seconds": p.lag_seconds})
+    return rows
+
+
+def lag_skew(offsets: OffsetsSnapshot) -> list[dict[str, Any]]:
+    """F12's reading per group and topic (GroupOffsets.skew_by_topic), with the partitions it covers."""
+    out = []
+    for g in offsets.groups:
+        lags = g.lags_by_topic()
+        out += [{"group": g.group, "topic": t, "stddev": sd, "partitions": len(lags[t]), "max_lag": max(lags[t])}
+                for t, sd in g.skew_by_topic().items()]
+    return sorted(out, key=lambda s: (s["group"], s["topic"]))
+
+
+# ---------------------------------------------------------------- findings
+
+def entity_of(keys: dict[str, Any]) -> str:
+    """The value the drill-down should open for a finding ('' for findings about no one entity,
+    e.g. F12 on a consumer group)."""
+    return next((str(keys[k]) for k in FINDING_ENTITY_KEYS if keys.get(k) is not None), "")
+
+
+# ---------------------------------------------------------------- drill-down
+
+def diff(row: RowChange) -> dict[str, Any]:
+    """What the change did: the changed columns of an update (before -> after), the whole row otherwise."""
+    if row.before is not None and row.after is not None:
+        return {c: (row.before.get(c), row.after.get(c)) for c in sorted(set(row.before) | set(row.after))
+                if row.before.get(c) != row.after.get(c)}
+    return dict(row.row)
+
+

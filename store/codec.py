@@ -1,0 +1,61 @@
+"""Records to store rows and back: the columns of each table and the JSON kept in them."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from oncewatch.core.exact_json import JSON_DECODER, from_json, parse_exact_json, to_json
+from oncewatch.core.records import EmittedEvent, Evidence, Finding, RowChange
+
+def finding_from_row(row: sqlite3.Row | tuple) -> Finding:
+    (fid, rule, name, severity, status, keys, summary, first_seen, last_seen, resolved_at, resolution,
+     evidence) = row
+    return Finding(id=fid, rule=rule, name=name, severity=severity, status=status, keys=from_json(keys),
+                   summary=summary, first_seen=first_seen, last_seen=last_seen, resolved_at=resolved_at,
+                   resolution=resolution,
+                   evidence=tuple(Evidence(**e) for e in from_json(evidence)))
+
+
+EVENT_COLUMNS = 'topic, partition, "offset", timestamp_ms, timestamp_type, record_key, format, body'
+
+
+def event_body(e: EmittedEvent) -> str:
+    """What the events table keeps of an event beyond its other columns, as JSON.
+
+    An event that has its payload's JSON text (`payload_json`) is kept as the array
+    [[headers, keys, cdc], <that text as it was read>]: encoding the parsed payload again was most
+    of the cost of storing an event. Any other event is the object {headers, keys, cdc, payload}."""
+    if e.payload_json is None:
+        return to_json({"headers": e.headers, "keys": e.keys, "cdc": e.cdc, "payload": e.payload}, sort_keys=False)
+    return f"[{to_json((e.headers, e.keys, e.cdc), sort_keys=False)},{e.payload_json}]"
+
+
+def event_from_row(topic: str, partition: int, offset: int, timestamp_ms: int, timestamp_type: str,
+                   key: str | None, fmt: str, body: str) -> EmittedEvent:
+    """The inverse of `event_body` with the other columns. Bodies written before the array form
+    hold the whole event (`to_json(event.to_dict())`), whose extra fields equal the columns."""
+    if body.startswith("["):
+        (headers, keys, cdc), end = JSON_DECODER.raw_decode(body, 1)
+        text = body[end + 1:-1]
+        payload = parse_exact_json(text)
+    else:
+        d = from_json(body)
+        headers, keys, cdc, payload, text = d["headers"], d["keys"], d["cdc"], d["payload"], None
+    return EmittedEvent(topic=topic, partition=partition, offset=offset, timestamp_ms=timestamp_ms,
+                        timestamp_type=timestamp_type, key=key, headers=tuple(tuple(h) for h in headers),
+                        payload=payload, format=fmt, keys=keys, cdc=cdc, payload_json=text)
+
+
+FINDING_COLUMNS = ("id, rule, name, severity, status, keys, summary, first_seen, last_seen, resolved_at, "
+                   "resolution, evidence")
+
+
+ROW_CHANGE_COLUMNS = ("schema_name, table_name, op, pk, before_row, after_row, txid, row_index, binlog_file, end_pos, "
+                      "commit_time, commit_clock, snapshot")
+
+
+def row_change_from_row(row: tuple) -> RowChange:
+    s, t, op, pk, b, a, tx, ri, f, p, ct, cc, sn = row
+    return RowChange(schema=s, table=t, op=op, pk=tuple(from_json(pk)), before=None if b is None else from_json(b),
+                     after=None if a is None else from_json(a), txid=tx, row_index=ri, binlog_file=f, end_pos=p,
+                     commit_time=ct, commit_clock=cc, snapshot=bool(sn))

@@ -1,0 +1,144 @@
+"""The reads behind the pages, /metrics, the CLI and the exports: findings by filter, a drill-down
+timeline, the small charts' series. Each takes a `Store` (read-only is enough) and returns records
+or plain data; a page load costs a few indexed SQLite reads whatever the size of the store.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from oncewatch.core.exact_json import from_json
+from oncewatch.core.names import ENTITY_KINDS, split_partition_key
+from oncewatch.core.records import EmittedEvent, Finding, RowChange
+from oncewatch.store.codec import FINDING_COLUMNS, finding_from_row
+from oncewatch.store.store import Store
+
+# A drill-down shows at most this many rows and events of one entity, newest kept.
+TIMELINE_LIMIT = 2000
+
+
+def series(store: Store, name: str, since: float) -> list[dict[str, Any]]:
+    """Points of one series since a time: [{'at', 'value', **labels}], oldest first."""
+    rows = store.conn.execute("SELECT labels, at, value FROM series WHERE name = ? AND at >= ? ORDER BY at",
+                              (name, since)).fetchall()
+    parsed = {labels: from_json(labels) for labels in {r[0] for r in rows}}  # a handful of label sets
+    return [{"at": at, "value": value, **parsed[labels]} for labels, at, value in rows]
+
+
+def latest(store: Store, name: str) -> float | None:
+    row = store.conn.execute("SELECT value FROM series WHERE name = ? ORDER BY at DESC LIMIT 1", (name,)).fetchone()
+    return None if row is None else row[0]
+
+
+
+@dataclass(frozen=True)
+class FindingFilter:
+    rules: tuple[str, ...] = ()
+    severities: tuple[str, ...] = ()
+    statuses: tuple[str, ...] = ()
+    since: float | None = None
+    until: float | None = None
+    search: str = ""  # a trade_no, order key or other entity value, matched exactly
+
+    def where(self) -> tuple[str, list[Any]]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        for column, values in (("rule", self.rules), ("severity", self.severities), ("status", self.statuses)):
+            if values:
+                clauses.append(f"{column} IN ({','.join('?' * len(values))})")
+                params.extend(values)
+        if self.since is not None:
+            clauses.append("last_seen >= ?")
+            params.append(self.since)
+        if self.until is not None:
+            clauses.append("first_seen < ?")
+            params.append(self.until)
+        if self.search.strip():
+            # Any key value (lists included: F2's trade_nos) equal to the search. instr() cheaply
+            # discards most rows, json_tree insists on an exact value; as a rowid set, so the
+            # newest-first scan of the findings_seen index tests membership without reading rows.
+            value = self.search.strip()
+            clauses.append("findings.rowid IN (SELECT rowid FROM findings WHERE instr(keys, ?) > 0 AND EXISTS "
+                           "(SELECT 1 FROM json_tree(findings.keys) j WHERE j.atom IS NOT NULL "
+                           "AND CAST(j.atom AS TEXT) = ?))")
+            params.extend([value, value])
+        return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+def count_findings(store: Store, flt: FindingFilter) -> int:
+    where, params = flt.where()
+    return store.conn.execute(f"SELECT count(*) FROM findings{where}", params).fetchone()[0]
+
+
+def findings_page(store: Store, flt: FindingFilter, limit: int = 200, offset: int = 0) -> list[dict[str, Any]]:
+    """One page of findings, newest first, without their evidence (the drill-down loads that).
+    Ties go by rowid, which the findings_seen index holds, so deep pages skip through the index alone."""
+    where, params = flt.where()
+    cur = store.conn.execute(
+        "SELECT id, rule, name, severity, status, keys, summary, first_seen, last_seen, resolved_at, resolution"
+        f" FROM findings{where} ORDER BY first_seen DESC, rowid DESC LIMIT ? OFFSET ?", [*params, limit, offset])
+    columns = [d[0] for d in cur.description]
+    rows = [dict(zip(columns, r)) for r in cur]
+    for r in rows:
+        r["keys"] = from_json(r["keys"])
+    return rows
+
+
+def finding_rows(store: Store, flt: FindingFilter) -> Iterator[tuple]:
+    """The store rows (FINDING_COLUMNS) of the findings `flt` selects, ordered by first_seen then id,
+    read as they are used (exports stream them)."""
+    where, params = flt.where()
+    yield from store.conn.execute(f"SELECT {FINDING_COLUMNS} FROM findings{where} ORDER BY first_seen, id", params)
+
+
+def select_findings(store: Store, flt: FindingFilter) -> list[Finding]:
+    return [finding_from_row(r) for r in finding_rows(store, flt)]
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Everything the store holds about one trade_no or order."""
+
+    query: str
+    entities: tuple[str, ...]
+    rows: list[RowChange] = field(default_factory=list)
+    events: list[EmittedEvent] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    truncated: bool = False
+
+
+def entity_keys(value: str) -> tuple[str, ...]:
+    """'T1' -> ('trade_no:T1', 'order_key:T1'); an explicit 'kind:value' is taken as it is."""
+    value = value.strip()
+    if not value:
+        return ()
+    kind = value.split(":", 1)[0]
+    if ":" in value and (kind in ENTITY_KINDS or kind == "pk"):
+        return (value,)
+    return tuple(f"{k}:{value}" for k in ENTITY_KINDS)
+
+
+def timeline(store: Store, value: str) -> Timeline:
+    keys = entity_keys(value)
+    if not keys:
+        return Timeline(value, ())
+    marks = ",".join("?" * len(keys))
+    refs = store.conn.execute(f"SELECT kind, ref FROM entity_index WHERE entity IN ({marks})", keys).fetchall()
+    seqs = sorted({int(ref) for kind, ref in refs if kind == "row_change"})
+    coords = sorted({ref for kind, ref in refs if kind == "event"})
+    truncated = len(seqs) > TIMELINE_LIMIT or len(coords) > TIMELINE_LIMIT
+    seqs, coords = seqs[-TIMELINE_LIMIT:], coords[-TIMELINE_LIMIT:]
+    rows = store.row_changes(f"seq IN ({','.join('?' * len(seqs))})", tuple(seqs)) if seqs else []
+    events = []
+    for ref in coords:
+        topic_partition, offset = ref.rsplit("@", 1)
+        topic, partition = split_partition_key(topic_partition)
+        events += store.events('topic = ? AND partition = ? AND "offset" = ?', (topic, partition, int(offset)))
+    bare = keys[0].split(":", 1)[1] if len(keys) == 1 else value.strip()
+    where, params = FindingFilter(search=bare).where()
+    findings = [finding_from_row(r) for r in store.conn.execute(
+        f"SELECT {FINDING_COLUMNS} FROM findings{where} ORDER BY first_seen LIMIT ?", [*params, TIMELINE_LIMIT])]
+    return Timeline(value, keys, rows, events, findings, truncated)
