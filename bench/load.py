@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import oncewatch.shop  # noqa: E402
+from oncewatch import shop  # noqa: E402
 from oncewatch.core.config import load  # noqa: E402
 from oncewatch.core.records import Finding  # noqa: E402
 from oncewatch.store import Store  # noqa: E402

@@ -1,6 +1,6 @@
 """The simulated payment shop that oncewatch watches: traffic, injected faults, ground truth.
 
-    import oncewatch.shop
+    from oncewatch import shop
     truth = shop.run(shop.ShopSettings(seed=7, orders=3000, rate=60, faults="all", reset=True))
     truth.fault_for("F1", {"trade_no": "..."})
 """

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-import oncewatch.shop
+from oncewatch import shop
 from devservices.shop_monitor import SHORT_RULES, shop_settings
 from oncewatch.store import Store
 

@@ -20,7 +20,7 @@ import urllib.request
 import openpyxl
 import pytest
 
-import oncewatch.shop
+from oncewatch import shop
 from devservices.shop_monitor import ROOT, findings, free_port, oncewatch, run_until_idle, shop_settings
 from oncewatch.store import Store
 from oncewatch.shop.settings import STYLE_IN_TRANSACTION

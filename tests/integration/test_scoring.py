@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-import oncewatch.shop
+from oncewatch import shop
 from devservices.shop_monitor import findings, run_until_idle, shop_settings
 from oncewatch.shop.settings import STYLE_AFTER_COMMIT, STYLE_IN_TRANSACTION, STYLE_OUTBOX
 

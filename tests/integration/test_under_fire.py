@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaProducer
 
-import oncewatch.shop
+from oncewatch import shop
 from devservices import stack
 from devservices.shop_monitor import ROOT, SCHEMA, findings, free_port, run_until_idle, shop_config, shop_settings
 from oncewatch.store import Store
