@@ -9,7 +9,9 @@ MariaDB resumes by GTID (pymysqlreplication ignores file/pos with `is_mariadb=Tr
 LIBRARY-NOTES). The library's own reconnect replays from the *original* GTID set, so the
 collector skips any transaction whose GTID sequence it has already handed on; when the
 server stays away it rebuilds the stream from the last handed-on position with capped
-backoff and reports its state through `status`.
+backoff and reports its state through `status`. Only a lost connection or an error the
+server sent (`TRANSPORT_ERRORS`) means reconnect: anything else is a bug and goes to the
+caller, which must not take it for an outage.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pymysql
@@ -41,6 +43,8 @@ ER_GTID_POSITION_NOT_FOUND_IN_BINLOG2 = 1955
 PURGED_CODES = {ER_MASTER_FATAL_ERROR_READING_BINLOG, ER_GTID_POSITION_NOT_FOUND_IN_BINLOG,
                 ER_GTID_POSITION_NOT_FOUND_IN_BINLOG2}
 ACCESS_DENIED_CODES = {1045, 1044, 1142, 1227}
+# What a dropped or refused connection raises, from PyMySQL or the socket under it.
+TRANSPORT_ERRORS = (pymysql.err.MySQLError, OSError, EOFError)
 
 
 class BinlogError(RuntimeError):
@@ -63,6 +67,7 @@ class CollectorStatus:
     seconds_behind: float | None = None
     last_position: BinlogPosition | None = None
     last_event_time: float | None = None
+    last_alive: float | None = None  # any event or heartbeat from the server, or a reconnect attempt
     last_error: str | None = None
     disconnected_since: float | None = None
     reconnects: int = 0
@@ -72,7 +77,8 @@ class CollectorStatus:
     def as_dict(self) -> dict[str, Any]:
         return {"connected": self.connected, "seconds_behind": self.seconds_behind,
                 "last_position": self.last_position.to_dict() if self.last_position else None,
-                "last_event_time": self.last_event_time, "last_error": self.last_error,
+                "last_event_time": self.last_event_time, "last_alive": self.last_alive,
+                "last_error": self.last_error,
                 "disconnected_since": self.disconnected_since, "reconnects": self.reconnects,
                 "rows_read": self.rows_read, "transactions_read": self.transactions_read}
 
@@ -135,9 +141,12 @@ class BinlogCollector:
     def stop(self) -> None:
         self._stop.set()
 
-    @property
-    def stopped(self) -> bool:
-        return self._stop.is_set()
+    def close(self) -> None:
+        """Drop the status probe's connection (the stream closes itself when `transactions()` ends)."""
+        with self._probe_lock:
+            if self._probe is not None:
+                self._probe.close()
+                self._probe = None
 
     def current_server_position(self) -> BinlogPosition:
         """The server's binlog end now (to tell whether the tail has caught up). The probe connection
@@ -169,9 +178,8 @@ class BinlogCollector:
                     yield tx
                     if self._stop.is_set():
                         break
-            except (BinlogPurgedError, BinlogAccessError):
-                raise
-            except Exception as exc:  # noqa: BLE001 - any transport failure means reconnect
+            except TRANSPORT_ERRORS as exc:
+                self.status.last_alive = time.time()
                 self._disconnected(exc)
                 if self._stop.wait(backoff):
                     break
@@ -245,7 +253,7 @@ class BinlogCollector:
         for event in stream:
             if self._stop.is_set():
                 return
-            now = time.time()
+            now = self.status.last_alive = time.time()
             if not self.status.connected:
                 self.status.connected = True
                 self.status.disconnected_since = None
@@ -315,22 +323,17 @@ class BinlogCollector:
         return Transaction(rows=tuple(out), position=end, commit_time=float(header_time))
 
 
-@dataclass(frozen=True)
-class Snapshot:
-    """The watched tables' rows as of one binlog position, and that position."""
-
-    rows: tuple[RowChange, ...]
-    position: BinlogPosition
-    taken_at: float = field(default_factory=time.time)
-
-
-def bootstrap(cfg: MySQLConfig, on_rows: Callable[[list[RowChange]], None] | None = None,
-              chunk: int = 5000) -> Snapshot:
+def bootstrap(cfg: MySQLConfig, chunk: int = 5000) -> Iterator[Transaction]:
     """Read the watched tables consistently with a binlog position (no locks, no RELOAD grant).
+
+    Yields the rows as transactions of at most `chunk` rows, each carrying the snapshot's position
+    (the tail starts there), and always at least one (empty when the tables are), so the last one
+    gives the position.
 
     MariaDB's `START TRANSACTION WITH CONSISTENT SNAPSHOT` fixes `binlog_snapshot_file/position`
     to the binlog point the snapshot corresponds to; `BINLOG_GTID_POS()` turns that into the GTID
-    position to tail from. Rows come as inserts marked `snapshot=True`.
+    position to tail from. Rows come as inserts marked `snapshot=True`, read through a server-side
+    cursor, so memory holds one chunk whatever the size of the tables.
     """
     conn = connect(cfg, cursorclass=pymysql.cursors.SSDictCursor)
     rows: list[RowChange] = []
@@ -359,17 +362,14 @@ def bootstrap(cfg: MySQLConfig, on_rows: Callable[[list[RowChange]], None] | Non
                         end_pos=pos, commit_time=row_time if row_time is not None else now,
                         commit_clock=CLOCK_ROW_COLUMN if row_time is not None else CLOCK_READ_TIME,
                         snapshot=True))
-                    if on_rows and len(rows) >= chunk:
-                        on_rows(rows)
+                    if len(rows) >= chunk:
+                        yield Transaction(rows=tuple(rows), position=position, commit_time=now)
                         rows = []
             cur.execute("COMMIT")
     finally:
         conn.close()
-    if on_rows and rows:
-        on_rows(rows)
-        rows = []
-    return Snapshot(rows=tuple(rows), position=position)
+    yield Transaction(rows=tuple(rows), position=position, commit_time=now)
 
 
 __all__ = ["BinlogCollector", "BinlogError", "BinlogPurgedError", "BinlogAccessError", "CollectorStatus",
-           "Snapshot", "bootstrap", "connect", "gtid_set", "gtid_text"]
+           "bootstrap", "connect", "gtid_set", "gtid_text"]

@@ -158,19 +158,28 @@ def _health(health: dict[str, views.Component]) -> Iterator[Metric]:
     for name, c in sorted(health.items()):
         updated.add_metric([name], c.value["updated_at"])
     yield updated
-    up = _gauge("collector_up", "1 when the collector is connected (the offsets poller: answered).",
-                ("collector",))
+    up = _gauge("collector_up", "1 when the collector's reader runs and it is connected (the offsets poller: "
+                "answered).", ("collector",))
     records = _counter("collector_records_read", "Records read: binlog rows, Kafka records.", ("collector",))
     reconnects = _counter("collector_reconnects", "Reconnections after a lost connection.", ("collector",))
+    failures = _counter("collector_failures", "Unexpected errors that ended the collector's reader (a bug; the "
+                        "reader is restarted from the checkpoint, a few times at most).", ("collector",))
+    alive = _gauge("collector_last_alive_timestamp_seconds", "When the collector's reader last showed life: a "
+                   "read, a poll that returned, a server heartbeat (unix time); old means stuck or dead.",
+                   ("collector",))
     for name in names.COLLECTORS:
         if name not in health:
             continue
         value = health[name].value
+        reader = value.get("reader", {})
         up.add_metric([name], 1 if health[name].up else 0)
+        failures.add_metric([name], reader.get("failures", 0))
+        if reader.get("alive_at") is not None:
+            alive.add_metric([name], reader["alive_at"])
         if name in RECORDS_READ:
             records.add_metric([name], value.get(RECORDS_READ[name], 0))
             reconnects.add_metric([name], value.get("reconnects", 0))
-    yield from (up, records, reconnects)
+    yield from (up, records, reconnects, failures, alive)
     parts = {"binlog": _binlog, "kafka_events": _kafka_events, "kafka_offsets": _kafka_offsets,
              "monitor": _monitor}
     for name, metrics in parts.items():

@@ -68,7 +68,9 @@ class Component:
 
     @property
     def up(self) -> bool:
-        """Connected (collectors) or answering (the offsets poller), as last reported."""
+        """Its reader running and the collector connected (the offsets poller: answered), as last reported."""
+        if not self.value.get("reader", {}).get("running", True):
+            return False
         if self.name == names.KAFKA_OFFSETS:
             return self.value.get("error") is None
         return bool(self.value.get("connected", True))

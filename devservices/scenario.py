@@ -5,7 +5,7 @@ paid with no event (an open F7), replayed and conflicting events (F9), and resol
 plus the health rows, engine stats and series a running monitor writes. Key figures:
 
 - binlog up, 2.5 s behind, at mysql-bin.000003:123456 (GTID 0-1-4711), 1 reconnect, 1,200 rows;
-- kafka_events up, 900 records read, 4 unread, quarantined shop.events|not_json 3 and |too_large 1;
+- kafka_events up (its reader restarted once), 900 records read, 4 unread, quarantined shop.events|not_json 3 and |too_large 1;
 - group shipping-service lags 10 and 22 (stddev 6.0) with partition 2 never committed;
 - backlog shop.orders 7 + shop.shipments 2 = 9; p99 event delay 0.475 s;
 - 7 findings, 5 open, 3 of them critical (F1, F7, F9 conflicting).
@@ -58,20 +58,26 @@ def _finding(fid: str, rule: str, name: str, severity: str, keys: dict, summary:
                    resolution=resolution)
 
 
+def reader(alive_at: float, failures: int = 0) -> dict[str, object]:
+    """A reader's part of a collector's health row: running, restarted `failures` times."""
+    return {"running": True, "failures": failures, "last_failure": "ValueError: injected" if failures else None,
+            "alive_at": alive_at, "restart_at": None}
+
+
 def write_health(store: Store, now: float) -> None:
     """The four health rows of a monitor that is up, as in the module docstring."""
     store.set_health("binlog", {
         "connected": True, "seconds_behind": 2.5,
         "last_position": {"gtid": "0-1-4711", "file": "mysql-bin.000003", "pos": 123456},
         "last_event_time": now - 2.5, "last_error": None, "disconnected_since": None, "reconnects": 1,
-        "rows_read": 1200, "transactions_read": 400})
+        "rows_read": 1200, "transactions_read": 400, "reader": reader(now - 0.5)})
     store.set_health("kafka_events", {
         "connected": True, "last_error": None, "reconnects": 2, "records_read": 900,
         "quarantined": {f"{TOPIC}|not_json": 3, f"{TOPIC}|too_large": 1},
         "partitions": [{"topic": TOPIC, "partition": 0, "position": 300, "end": 300},
                        {"topic": TOPIC, "partition": 1, "position": 300, "end": 302},
                        {"topic": TOPIC, "partition": 2, "position": 298, "end": 300}],
-        "caught_up": False})
+        "caught_up": False, "reader": reader(now - 0.2, failures=1)})
     ends = (300, 302, 300)
     store.set_health("kafka_offsets", {
         "polled_at": now - 1, "error": None,
@@ -83,7 +89,7 @@ def write_health(store: Store, now: float) -> None:
                 {"topic": TOPIC, "partition": 2, "committed": None, "lag": None, "lag_seconds": None}]},
             {"group": "points-service", "state": "Empty", "partitions": [
                 {"topic": TOPIC, "partition": p, "committed": e, "lag": 0, "lag_seconds": 0.0}
-                for p, e in enumerate(ends)]}]})
+                for p, e in enumerate(ends)]}], "reader": reader(now - 1)})
     store.set_health("monitor", {"started_at": now - 3600, "pid": 4242, "binlog_time": now - 2.5,
                                  "kafka_time": now - 1.0, "caught_up": False})
 

@@ -51,7 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from oncewatch.checks.engine import StateMismatchError
     from oncewatch.collectors.binlog import BinlogError
     from oncewatch.collectors.kafka_events import KafkaEventsError
-    from oncewatch.monitor import Monitor, SourceUnavailableError, tune_gc
+    from oncewatch.monitor import Monitor, ReaderFailedError, SourceUnavailableError, tune_gc
 
     cfg = load(args.config)
     monitor = Monitor(cfg)
@@ -65,6 +65,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except StateMismatchError as exc:
         print(f"oncewatch: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except ReaderFailedError as exc:  # the tracebacks are in the log already, one per failure
+        print(f"oncewatch: {exc}", file=sys.stderr)
+        return EXIT_INTERNAL
     return EXIT_OK
 
 

@@ -196,7 +196,10 @@ def test_bootstrap_while_writes_go_on_equals_final_state(admin, table_name, tmp_
     t = threading.Thread(target=writer, daemon=True)
     t.start()
     time.sleep(0.5)
-    snap = bootstrap(cfg.mysql)
+    chunks = list(bootstrap(cfg.mysql, chunk=50))
+    rows = [r for tx in chunks for r in tx.rows]
+    position = chunks[-1].position
+    assert len(chunks) > 1 and {tx.position for tx in chunks} == {position}
     time.sleep(0.5)
     stop.set()
     t.join()
@@ -205,9 +208,9 @@ def test_bootstrap_while_writes_go_on_equals_final_state(admin, table_name, tmp_
         final = {r[0]: (r[1], r[2]) for r in c.fetchall()}
         c.execute("SELECT @@gtid_binlog_pos")
         end_gtid = c.fetchone()[0]
-    state = {r.pk[0]: (r.after["amount"], r.after["status"]) for r in snap.rows}
-    assert len(state) >= 200 and all(r.snapshot for r in snap.rows)
-    collector = BinlogCollector(cfg.mysql, snap.position)
+    state = {r.pk[0]: (r.after["amount"], r.after["status"]) for r in rows}
+    assert len(state) >= 200 and all(r.snapshot for r in rows)
+    collector = BinlogCollector(cfg.mysql, position)
 
     def apply(rs):
         return collector.status.last_position.gtid == end_gtid

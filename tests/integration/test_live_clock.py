@@ -2,7 +2,7 @@
 
 Under steady traffic the Kafka stream is never read to its end at the instant the monitor asks,
 so the clock F7 is judged on has to advance from what each partition has vouched for (see
-`oncewatch.monitor.kafka_watermark`). A 10-minute load run once found it standing still: lost
+`oncewatch.checks.clocks.kafka_watermark`). A 10-minute load run once found it standing still: lost
 events were reported only after the shop went quiet.
 """
 

@@ -9,7 +9,7 @@ two partitions, each in timestamp order. Hypothesis picks how the three streams 
 timer runs and where the monitor restarts (state through JSON into a fresh engine, saved
 whole or as deltas taken at chosen checkpoints). The timer's clocks are what
 the monitor loop would pass: the newest commit read (or the end, once all is read) and the
-Kafka watermark (the oldest newest-read timestamp over partitions not read to their end).
+Kafka watermark of `oncewatch.checks.clocks`, the production function.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from oncewatch.checks.clocks import kafka_watermark
 from oncewatch.checks.engine import Engine, merge_delta
 from devservices.samples import Shop, order, payment, shipment, shop_settings
 from oncewatch.core.exact_json import from_json, to_json
-from oncewatch.core.records import Finding
+from oncewatch.core.records import Finding, PartitionStatus
 
 T = 10_000.0
 FAULTS = ("lost", "late", "late_in_grace", "duplicate", "conflicting", "early", "very_early", "phantom", "stuck",
@@ -110,9 +111,12 @@ def run(binlog, partitions, end, order_of_streams, ticks=frozenset(), restarts=f
 
     def clocks() -> tuple[float, float]:
         binlog_time = end if read[0] == len(binlog) else (binlog[read[0] - 1].commit_time if read[0] else T - 1)
-        behind = [p[read[i + 1] - 1].timestamp_ms / 1000 if read[i + 1] else T - 1
-                  for i, p in enumerate(partitions) if read[i + 1] < len(p)]
-        return binlog_time, min(behind, default=end)
+        # The monitor's own Kafka clock: each partition's whole length is known from the start (learned
+        # at `end`), what has been read of it is applied.
+        status = [PartitionStatus("t", i, read[i + 1], len(p), end) for i, p in enumerate(partitions)]
+        applied = {s.key: s.position for s in status}
+        newest = {s.key: partitions[s.partition][s.position - 1].timestamp_ms for s in status if s.position}
+        return binlog_time, kafka_watermark(status, applied, newest, T - 1)
 
     for step, stream in enumerate(order_of_streams):
         item = streams[stream][read[stream]]

@@ -1,9 +1,9 @@
-"""The Kafka clock of the absence rules while the stream is busy (`oncewatch.monitor.kafka_watermark`)."""
+"""The Kafka clock of the absence rules while the stream is busy (`oncewatch.checks.clocks.kafka_watermark`)."""
 
 from __future__ import annotations
 
-from oncewatch.collectors.kafka_events import PartitionStatus
-from oncewatch.monitor import kafka_watermark
+from oncewatch.core.records import PartitionStatus
+from oncewatch.checks.clocks import kafka_watermark
 
 
 def part(partition: int, end: int, end_at: float) -> PartitionStatus:

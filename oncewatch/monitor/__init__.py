@@ -1,0 +1,16 @@
+"""The monitor process: preflight, readers, the writer, health and the loop that wires them.
+
+    preflight.py  the sources answer and are set up as the monitor needs
+    readers.py    the three collectors in threads, one lifecycle, loud and bounded restarts
+    writer.py     engine and store fed in one transaction per batch, checkpoints included
+    entities.py   the drill-down keys stored beside every record
+    health.py     caught-up verdicts and the health rows behind /metrics and the pages
+    loop.py       Monitor: the main thread that runs them
+"""
+
+from oncewatch.monitor.entities import EntityIndex
+from oncewatch.monitor.loop import Monitor, tune_gc
+from oncewatch.monitor.preflight import MonitorError, SourceUnavailableError
+from oncewatch.monitor.readers import ReaderFailedError
+
+__all__ = ["EntityIndex", "Monitor", "MonitorError", "ReaderFailedError", "SourceUnavailableError", "tune_gc"]

@@ -1,0 +1,107 @@
+"""The monitor's health, judged and written for /metrics and the pages (one store row per component).
+
+Each collector's row is its status merged with its reader's (`reader`: running, failures, the
+last failure, when the loop last showed life), so a dead reader reads as down and its silence
+as staleness, whatever its collector said last. The monitor's row says whether both streams
+are read to their ends and applied: the absence rules' clocks follow it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+import pymysql
+
+from oncewatch.collectors.binlog import TRANSPORT_ERRORS
+from oncewatch.core.histogram import delay_p99
+from oncewatch.core.names import BINLOG, KAFKA_EVENTS, MONITOR
+from oncewatch.monitor.readers import BinlogSource, KafkaEventsSource, Reader
+from oncewatch.monitor.writer import Progress
+from oncewatch.store import Store
+
+log = logging.getLogger("oncewatch.monitor.health")
+
+
+class Health:
+    def __init__(self, store: Store, readers: dict[str, Reader], progress: Progress, stats: Any):
+        self.store = store
+        self.readers = readers
+        self.progress = progress
+        self.stats = stats  # the engine's stats(), called when series are written
+        self.started_at = time.time()
+        self.probe_error: str | None = None
+
+    # -------------------------------------------------------------- caught up
+
+    def refresh(self) -> None:
+        p = self.progress
+        p.binlog_caught_up = self._binlog_caught_up()
+        p.kafka_caught_up = KAFKA_EVENTS not in self.readers or self._kafka_caught_up()
+
+    def _source(self, name: str) -> Any:
+        reader = self.readers.get(name)
+        return reader.source if reader is not None and reader.running else None
+
+    def _kafka_caught_up(self) -> bool:
+        """Read to the end *and applied*: records the reader holds or has queued are not yet seen by
+        the engine, and judging absence before they are would fire F7 on events in flight."""
+        source: KafkaEventsSource | None = self._source(KAFKA_EVENTS)
+        if source is None:
+            return False
+        k = source.collector
+        if not (k.status.connected and k.caught_up()):
+            return False
+        applied = self.progress.kafka
+        return all(applied.get(part.key, 0) >= part.end for part in k.status.partitions)
+
+    def _binlog_caught_up(self) -> bool:
+        source: BinlogSource | None = self._source(BINLOG)
+        if source is None:
+            return False
+        b = source.collector
+        if not b.status.connected or b.status.last_position is None or self.progress.binlog is None:
+            return False
+        try:
+            server = b.current_server_position()
+        except TRANSPORT_ERRORS as exc:  # a server we cannot ask is not caught up with
+            self._probe_failed(exc)
+            return False
+        self.probe_error = None
+        return server.gtid == self.progress.binlog.gtid
+
+    def _probe_failed(self, exc: BaseException) -> None:
+        error = f"{type(exc).__name__}: {exc}"
+        if error != self.probe_error:
+            log.warning("cannot ask MySQL for its binlog position", extra={
+                "event": "binlog_probe_failed", "error": error, "code": exc.args[0] if isinstance(
+                    exc, pymysql.err.MySQLError) and exc.args else None})
+        self.probe_error = error
+
+    # -------------------------------------------------------------- rows
+
+    def write(self, with_series: bool) -> None:
+        p = self.progress
+        for name, reader in self.readers.items():
+            if reader.source is not None:
+                self.store.set_health(name, {**reader.source.health(), "reader": reader.health()})
+        self.store.set_health(MONITOR, {"started_at": self.started_at, "pid": os.getpid(),
+                                        "binlog_time": p.binlog_time, "kafka_time": p.kafka_time,
+                                        "caught_up": p.binlog_caught_up and p.kafka_caught_up,
+                                        "probe_error": self.probe_error})
+        if with_series:
+            with self.store.batch() as tx:
+                tx.add_series(self._series_points(time.time()))
+
+    def _series_points(self, now: float) -> list[tuple[str, dict[str, str], float, float]]:
+        stats = self.stats()
+        points = [("backlog", {"table": t}, now, float(n)) for t, n in stats.get("backlog_by_table", {}).items()]
+        p99 = delay_p99(stats)
+        if p99 is not None:
+            points.append(("delay_p99", {}, now, p99))
+        for g in self.progress.offsets.groups if self.progress.offsets else ():
+            points += [("group_lag", {"group": g.group, "topic": t}, now, float(sum(lags)))
+                       for t, lags in g.lags_by_topic().items()]
+        return points

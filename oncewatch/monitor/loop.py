@@ -1,0 +1,201 @@
+"""The running monitor: readers in threads, one writer in the main thread, health every second.
+
+Readers (oncewatch.monitor.readers) only read and put what they read on one bounded queue. The
+main thread takes what is queued, has the writer commit it (oncewatch.monitor.writer), restarts
+a failed reader from the checkpoint when its backoff is over, and writes the health rows that
+/metrics and the pages show (oncewatch.monitor.health). /metrics is served from the store
+(oncewatch.dashboards.metrics).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+from oncewatch.checks.engine import Engine
+from oncewatch.checks.settings import Settings
+from oncewatch.collectors.binlog import BinlogCollector
+from oncewatch.collectors.kafka_events import EventBatch, KafkaEventCollector
+from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector
+from oncewatch.core.config import Config, ConfigError
+from oncewatch.core.names import BINLOG, KAFKA_EVENTS, KAFKA_OFFSETS
+from oncewatch.core.records import BinlogPosition, PartitionStatus, Transaction
+from oncewatch.monitor.entities import EntityIndex
+from oncewatch.monitor.health import Health
+from oncewatch.monitor.preflight import preflight_kafka, preflight_mysql
+from oncewatch.monitor.readers import (BinlogSource, Item, KafkaEventsSource, OffsetsSource, Reader, ReaderFailed,
+                                       Source)
+from oncewatch.monitor.writer import Writer
+from oncewatch.store import Store
+
+log = logging.getLogger("oncewatch.monitor")
+
+QUEUE_SIZE = 512
+BATCH_SECONDS = 0.25
+BATCH_RECORDS = 5000
+KAFKA_LEAD_SECONDS = 10.0
+HEALTH_SECONDS = 1.0
+SERIES_SECONDS = 5.0
+JOIN_SECONDS = 10.0
+# Young generation collected every 50,000 allocations instead of 700, the whole heap a tenth as
+# often: see tune_gc.
+GC_THRESHOLDS = (50_000, 20, 100)
+
+
+def tune_gc() -> None:
+    """The monitor's collector settings, for its whole process (set by `oncewatch run`).
+
+    Every record read allocates a handful of dicts that die within the batch, and the engine keeps
+    a large, long-lived state that every full collection walks. Almost none of it forms reference
+    cycles, so reference counting frees it and the cycle collector mostly finds nothing: running
+    it far less often saves about a tenth of the cost of reading a Kafka record (bench/kafka_ingest.py)
+    and lets at most 50,000 young objects of cyclic garbage wait a little longer."""
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
+class Monitor:
+    """Runs until `stop()` (or until idle, for batch audits)."""
+
+    def __init__(self, cfg: Config, store: Store | None = None):
+        self.cfg = cfg
+        self.store = store or Store(cfg.store.path)
+        self.settings = Settings.from_config(cfg)
+        self.engine = Engine(self.settings)
+        self.writer = Writer(cfg, self.store, self.engine, EntityIndex(self.settings))
+        self.progress = self.writer.progress
+        self.queue: queue.Queue[Item] = queue.Queue(maxsize=QUEUE_SIZE)
+        self._stop = threading.Event()
+        self.readers: dict[str, Reader] = {}
+        self.health = Health(self.store, self.readers, self.progress, self.engine.stats)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for reader in self.readers.values():
+            reader.stop()
+
+    def bootstrap(self) -> BinlogPosition:
+        return self.writer.bootstrap()
+
+    # -------------------------------------------------------------- readers
+
+    def _put(self, item: Item, reader_stop: threading.Event) -> None:
+        while not (self._stop.is_set() or reader_stop.is_set()):
+            try:
+                self.queue.put(item, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+    def _kafka_ahead(self) -> bool:
+        """Kafka read well past the binlog: its events would only wait in the engine for their changes
+        (memory) and crowd the queue the binlog reader needs, so the Kafka reader pauses."""
+        p = self.progress
+        newest = max(p.newest_event_ms.values(), default=0) / 1000
+        return not p.binlog_caught_up and p.binlog_time > 0 and newest - p.binlog_time > KAFKA_LEAD_SECONDS
+
+    def _configure_readers(self) -> None:
+        """One reader per collector; each factory starts from what the writer has committed, so a
+        reader started again resumes at the checkpoint."""
+        kafka = self.cfg.kafka
+        factories: dict[str, Callable[[], Source]] = {
+            BINLOG: lambda: BinlogSource(BinlogCollector(self.cfg.mysql, self.progress.binlog))}
+        if kafka is not None:
+            factories[KAFKA_EVENTS] = lambda: KafkaEventsSource(
+                KafkaEventCollector(kafka, dict(self.progress.kafka) or None), self._kafka_ahead)
+            if kafka.consumer_groups or kafka.topics:
+                factories[KAFKA_OFFSETS] = lambda: OffsetsSource(KafkaOffsetsCollector(kafka),
+                                                                 kafka.offsets_poll_seconds)
+        for name, factory in factories.items():
+            self.readers[name] = Reader(name, factory, self._put)
+
+    def _kafka_partitions(self) -> tuple[PartitionStatus, ...]:
+        reader = self.readers[KAFKA_EVENTS]
+        source = reader.source
+        return source.collector.status.partitions if isinstance(source, KafkaEventsSource) else ()
+
+    # -------------------------------------------------------------- main loop
+
+    def _drain_queue(self) -> list[Item]:
+        """What is queued, up to BATCH_SECONDS of waiting or BATCH_RECORDS records: one store transaction."""
+        items: list[Item] = []
+        records = 0
+        deadline = time.monotonic() + BATCH_SECONDS
+        while records < BATCH_RECORDS:
+            try:
+                item = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            items.append(item)
+            records += len(item.rows) if isinstance(item, Transaction) else (
+                len(item.events) + len(item.quarantined) if isinstance(item, EventBatch) else 1)
+        return items
+
+    def _serve_metrics(self) -> Callable[[], None]:
+        if self.cfg.metrics.port == 0:
+            return lambda: None
+        from oncewatch.dashboards.metrics import serve
+
+        try:
+            server, _thread = serve(self.cfg.store.path, self.cfg.metrics.host, self.cfg.metrics.port)
+        except OSError as exc:
+            raise ConfigError(f"metrics.port: cannot listen on {self.cfg.metrics.host}:{self.cfg.metrics.port} "
+                              f"({exc.strerror}); is another oncewatch running? pick a free port") from exc
+        log.info("serving /metrics", extra={"event": "metrics_listening", "host": self.cfg.metrics.host,
+                                            "port": server.server_port})
+
+        def close() -> None:
+            server.shutdown()
+            server.server_close()
+        return close
+
+    def run(self, until_idle: float | None = None) -> None:
+        """Raises the collector's own error when a source refuses the monitor (exit 3 in the CLI), and
+        ReaderFailedError when a reader keeps failing on a bug (exit 1)."""
+        preflight_mysql(self.cfg)
+        preflight_kafka(self.cfg)
+        self.writer.restore()
+        close_metrics = self._serve_metrics()
+        self._configure_readers()
+        kafka_partitions = self._kafka_partitions if KAFKA_EVENTS in self.readers else None
+        for reader in self.readers.values():
+            reader.start()
+        last_health = last_series = 0.0
+        try:
+            while not self._stop.is_set():
+                items = self._drain_queue()
+                failures = [i for i in items if isinstance(i, ReaderFailed)]
+                now = time.time()
+                if now - last_health >= HEALTH_SECONDS:
+                    self.health.refresh()
+                if items or now - last_health >= HEALTH_SECONDS:
+                    self.writer.apply([i for i in items if not isinstance(i, ReaderFailed)], kafka_partitions)
+                for failure in failures:
+                    if failure.fatal:
+                        raise failure.error
+                    self.readers[failure.reader].failed(failure)
+                for reader in self.readers.values():
+                    reader.restart_if_due(now)
+                if now - last_health >= HEALTH_SECONDS or failures:
+                    self.health.write(with_series=now - last_series >= SERIES_SECONDS)
+                    last_series = now if now - last_series >= SERIES_SECONDS else last_series
+                    last_health = now
+                    if until_idle is not None and self._idle_for(until_idle, now):
+                        break
+        finally:
+            self.stop()
+            for reader in self.readers.values():
+                reader.join(JOIN_SECONDS)
+            self.health.write(with_series=False)
+            close_metrics()
+
+    def _idle_for(self, seconds: float, now: float) -> bool:
+        p = self.progress
+        return (now - p.last_change_at >= seconds and self.queue.empty()
+                and p.binlog_caught_up and p.kafka_caught_up)
+
+
+__all__ = ["Monitor", "tune_gc"]

@@ -1,0 +1,66 @@
+"""Checks before anything is read: the sources answer, let the monitor in and are set up as it needs."""
+
+from __future__ import annotations
+
+import pymysql
+from kafka import errors as kerrors
+
+from oncewatch.collectors.binlog import connect
+from oncewatch.collectors.kafka_events import admin_client
+from oncewatch.core.config import Config, ConfigError
+
+REQUIRED_BINLOG_SETTINGS = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
+                            "binlog_row_metadata": "FULL"}
+
+
+class MonitorError(RuntimeError):
+    """The monitor cannot go on; the message says why and what to do."""
+
+
+class SourceUnavailableError(MonitorError):
+    """A source cannot be reached or refuses the monitor's account at start-up."""
+
+
+def preflight_mysql(cfg: Config) -> None:
+    """The server is reachable, lets the monitor in, has the binlog settings the collector relies on
+    and has every watched table."""
+    m = cfg.mysql
+    try:
+        conn = connect(m)
+    except pymysql.err.OperationalError as exc:
+        code = exc.args[0] if exc.args else None
+        if code == 1045:
+            raise SourceUnavailableError(
+                f"MySQL at {m.host}:{m.port} refused user {m.user!r} (wrong password or no such account); "
+                f"check mysql.password_env / mysql.password_file") from exc
+        raise SourceUnavailableError(f"cannot reach MySQL at {m.host}:{m.port} ({exc.args[-1]}); check "
+                                     f"mysql.host and mysql.port and that the server runs") from exc
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN (%s, %s, %s, %s)",
+                        tuple(REQUIRED_BINLOG_SETTINGS))
+            found = {k.lower(): str(v).upper() for k, v in cur.fetchall()}
+            for name, want in REQUIRED_BINLOG_SETTINGS.items():
+                if found.get(name) != want:
+                    raise SourceUnavailableError(f"MySQL at {m.host}:{m.port} has {name}={found.get(name)}; "
+                                                 f"oncewatch needs {name}={want} (see README)")
+            for table in m.tables:
+                schema, name = table.split(".")
+                try:
+                    cur.execute(f"SELECT 1 FROM `{schema}`.`{name}` LIMIT 0")
+                except pymysql.err.MySQLError as exc:
+                    raise ConfigError(f"mysql.tables: {table} does not exist or user {m.user!r} may not "
+                                      f"SELECT it ({exc.args[-1]})") from exc
+    finally:
+        conn.close()
+
+
+def preflight_kafka(cfg: Config) -> None:
+    """The brokers answer (topics that do not exist yet are waited for, not an error)."""
+    if cfg.kafka is None:
+        return
+    try:
+        admin_client(cfg.kafka).close()
+    except kerrors.KafkaError as exc:
+        raise SourceUnavailableError(f"cannot reach Kafka at {', '.join(cfg.kafka.bootstrap_servers)} "
+                                     f"({type(exc).__name__}); check kafka.bootstrap_servers") from exc

@@ -1,0 +1,143 @@
+"""The store's only writer: feeds what the readers read to the engine and commits it all together.
+
+Each `apply(items)` is one store transaction holding the records, the entity index, the engine's
+state delta, the findings it drained and *both* checkpoints (DESIGN §7), so a kill -9 at any
+instant resumes with nothing lost and nothing doubled. `Progress` is what has been committed:
+the positions a restarted reader resumes from, and the clocks of the absence rules.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from oncewatch.checks.clocks import kafka_watermark
+from oncewatch.checks.engine import Engine
+from oncewatch.collectors.binlog import bootstrap
+from oncewatch.collectors.kafka_events import EventBatch
+from oncewatch.core.config import Config
+from oncewatch.core.names import BINLOG_CHECKPOINT, ENGINE_STATS, KAFKA_CHECKPOINT, partition_key
+from oncewatch.core.records import BinlogPosition, OffsetsSnapshot, PartitionStatus, RowChange, Transaction
+from oncewatch.monitor.entities import EntityIndex
+from oncewatch.store import Batch, Store, engine_state
+
+log = logging.getLogger("oncewatch.monitor.writer")
+
+Applied = Transaction | EventBatch | OffsetsSnapshot
+
+
+@dataclass
+class Progress:
+    """What the writer has committed so far, and the clocks derived from it."""
+
+    last_change_at: float = field(default_factory=time.time)  # for --until-idle
+    binlog_time: float = 0.0
+    kafka_time: float = 0.0
+    newest_event_ms: dict[str, int] = field(default_factory=dict)  # partition key -> newest timestamp applied
+    binlog_caught_up: bool = False
+    kafka_caught_up: bool = False
+    binlog: BinlogPosition | None = None  # the binlog position the engine and the store have taken in
+    kafka: dict[str, int] = field(default_factory=dict)  # likewise, partition key -> next offset
+    offsets: OffsetsSnapshot | None = None  # the last offsets snapshot applied
+
+
+class Writer:
+    def __init__(self, cfg: Config, store: Store, engine: Engine, index: EntityIndex):
+        self.cfg = cfg
+        self.store = store
+        self.engine = engine
+        self.index = index
+        self.progress = Progress()
+
+    # -------------------------------------------------------------- start-up
+
+    def restore(self) -> BinlogPosition:
+        """Engine state and positions from the store; a bootstrap of the watched tables on the first run."""
+        saved_state = engine_state.load(self.store)
+        if saved_state is not None:
+            self.engine.restore(saved_state)
+        self.progress.kafka = self.store.checkpoint(KAFKA_CHECKPOINT) or {}
+        saved = self.store.checkpoint(BINLOG_CHECKPOINT)
+        self.progress.binlog = BinlogPosition.from_dict(saved) if saved is not None else self.bootstrap()
+        return self.progress.binlog
+
+    def bootstrap(self) -> BinlogPosition:
+        """The watched tables' current rows into the engine and the store, streamed in chunks inside one
+        store transaction that ends with the binlog checkpoint of the snapshot."""
+        log.info("bootstrapping watched tables", extra={"event": "bootstrap_start",
+                                                         "tables": list(self.cfg.mysql.tables)})
+        count = 0
+        with self.store.batch() as tx:
+            for snapshot in bootstrap(self.cfg.mysql):
+                self._write_rows(tx, snapshot.rows)
+                self.engine.on_transaction(snapshot)
+                count += len(snapshot.rows)
+            position = snapshot.position
+            tx.set_checkpoint(BINLOG_CHECKPOINT, position.to_dict())
+            self._write_engine(tx)
+        log.info("bootstrap done", extra={"event": "bootstrap_done", "gtid": position.gtid, "rows": count})
+        return position
+
+    # -------------------------------------------------------------- batches
+
+    def apply(self, items: Iterable[Applied], kafka_partitions: Callable[[], Sequence[PartitionStatus]] | None) -> None:
+        """One store transaction: `items` in order, a tick of the engine's timer, the checkpoints.
+        `kafka_partitions` gives the events collector's partitions (None without Kafka)."""
+        p = self.progress
+        binlog_at: BinlogPosition | None = None
+        kafka_at: dict[str, int] | None = None
+        with self.store.batch() as tx:
+            for item in items:
+                if isinstance(item, Transaction):
+                    self.engine.on_transaction(item)
+                    if item.rows:
+                        self._write_rows(tx, item.rows)
+                        p.last_change_at = time.time()
+                    p.binlog_time = max(p.binlog_time, item.commit_time)
+                    binlog_at = p.binlog = item.position
+                elif isinstance(item, EventBatch):
+                    self.engine.on_events(item.events)
+                    tx.add_events(item.events, [(i, k) for i, e in enumerate(item.events)
+                                                for k in self.index.of_event(e)])
+                    tx.add_quarantined(item.quarantined)
+                    for e in item.events:
+                        key = partition_key(e.topic, e.partition)
+                        p.newest_event_ms[key] = max(p.newest_event_ms.get(key, 0), e.timestamp_ms)
+                    if item.events or item.quarantined:
+                        p.last_change_at = time.time()
+                    kafka_at = p.kafka = item.positions
+                else:
+                    self.engine.on_offsets(item)
+                    p.offsets = item
+            self._tick(kafka_partitions)
+            if binlog_at is not None:
+                tx.set_checkpoint(BINLOG_CHECKPOINT, binlog_at.to_dict())
+            if kafka_at is not None:
+                tx.set_checkpoint(KAFKA_CHECKPOINT, kafka_at)
+            self._write_engine(tx)
+
+    def _tick(self, kafka_partitions: Callable[[], Sequence[PartitionStatus]] | None) -> None:
+        now = time.time()
+        p = self.progress
+        binlog_time = now if p.binlog_caught_up else p.binlog_time
+        if kafka_partitions is None or p.kafka_caught_up:
+            kafka_time = now
+        else:
+            kafka_time = kafka_watermark(kafka_partitions(), p.kafka, p.newest_event_ms, p.kafka_time)
+        p.kafka_time = max(p.kafka_time, kafka_time)
+        self.engine.tick(now, binlog_time, p.kafka_time)
+
+    def _write_rows(self, tx: Batch, rows: Sequence[RowChange]) -> None:
+        tx.add_row_changes(rows, [(i, k) for i, r in enumerate(rows) for k in self.index.of_row(r)])
+
+    def _write_engine(self, tx: Batch) -> None:
+        changed = self.engine.drain()
+        # --until-idle waits for findings to settle too: a new finding or a changed status counts,
+        # a standing one refreshed by the next offsets reading (F11, F12) does not.
+        if changed and tx.status_changes(changed):
+            self.progress.last_change_at = time.time()
+        tx.upsert_findings(changed)
+        engine_state.save(tx, self.engine.state_delta())
+        tx.set_state(ENGINE_STATS, self.engine.stats())
