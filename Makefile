@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv services services-down status unit bench clean
+.PHONY: demo test venv services services-down status unit layers bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,12 +23,16 @@ services-down:
 status:
 	$(PY) -m devservices.stack status
 
+## the pipeline's layers (pyproject.toml [tool.importlinter]); tests/unit/test_layers.py also breaks them on purpose
+layers: venv
+	$(VENV)/bin/lint-imports --no-cache
+
 ## make test: everything the tests need, then the whole suite.
-test: services
+test: layers services
 	$(PY) -m pytest
 
-## unit tests only (no servers)
-unit: venv
+## unit tests only (no servers, no promtool)
+unit: layers
 	$(PY) -m pytest -m "not integration"
 
 ## make demo: services, a workload, the monitor.

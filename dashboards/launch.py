@@ -1,7 +1,7 @@
 """Start the Streamlit dashboard headless, bound to 127.0.0.1 unless told otherwise.
 
     launch(config="examples/shop.toml")            # or store="/path/oncewatch.db"
-    python -m oncewatch.dashboards.launch --config examples/shop.toml --port 8501
+    oncewatch dashboard --config examples/shop.toml --port 8501
 
 The server runs as a child process (Streamlit wants its own main thread); `wait_ready` polls its
 health endpoint, `stop` ends it.
@@ -9,7 +9,6 @@ health endpoint, `stop` ends it.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -85,23 +84,16 @@ def stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
         proc.wait(timeout)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m oncewatch.dashboards.launch", description=__doc__.splitlines()[0])
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--config", help="the monitor's config file (exports need it)")
-    where.add_argument("--store", help="the monitor's store file")
-    p.add_argument("--host", default=DEFAULT_HOST, help="listen address (default 127.0.0.1; others need a login)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT)
-    args = p.parse_args(argv)
-    proc = launch(config=args.config, store=args.store, host=args.host, port=args.port)
-    wait_ready(proc, url(args.host, args.port))
-    print(f"oncewatch dashboard on {url(args.host, args.port)}", flush=True)
+def serve(*, config: str | None = None, store: str | None = None, host: str = DEFAULT_HOST,
+          port: int = DEFAULT_PORT) -> int:
+    """`oncewatch dashboard`: start the dashboard, say where it is, and run until Ctrl-C or SIGTERM."""
+    proc = launch(config=config, store=store, host=host, port=port)
     try:
+        wait_ready(proc, url(host, port))
+        print(f"oncewatch dashboard on {url(host, port)}", flush=True)
         return proc.wait()
     except KeyboardInterrupt:
-        stop(proc)
         return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    finally:
+        if proc.poll() is None:
+            stop(proc)

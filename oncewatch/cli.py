@@ -1,4 +1,7 @@
-"""The `oncewatch` command: check a config, bootstrap, tail, run the monitor, read findings, export reports.
+"""The `oncewatch` command: run the monitor, and read, export and show what it found.
+
+Check a config, bootstrap, tail the binlog, run the monitor, list findings, export reports, serve the
+dashboard, print the alert rules and the Grafana board.
 
 Exit codes (also in the README): 0 done; 1 unexpected internal error; 2 bad config or usage,
 including a `--since`/`--until` that is not ISO-8601 and, for `findings` and `export`, a
@@ -16,8 +19,10 @@ import signal
 import sys
 from collections.abc import Callable
 from contextlib import closing
+from importlib import resources
 from pathlib import Path
 
+from oncewatch import __version__
 from oncewatch.core import logs
 from oncewatch.core.config import Config, ConfigError, describe, load
 from oncewatch.store import StoreError, open_reader
@@ -104,13 +109,44 @@ def cmd_export(args: argparse.Namespace) -> int:
         data = export(store, args.format, rule=args.rule, status=args.status, since=args.since, until=args.until,
                       mask=args.mask, mask_fields=cfg.export.mask_fields,
                       mask_key=cfg.export.key() if args.mask else None, config_fingerprint=cfg.fingerprint())
+    return _write_out(args.out, data)
+
+
+def _write_out(out: str, data: bytes) -> int:
     try:
-        Path(args.out).write_bytes(data)
+        Path(out).write_bytes(data)
     except OSError as exc:
-        print(f"oncewatch: cannot write {args.out}: {exc.strerror}; give a writable --out path", file=sys.stderr)
+        print(f"oncewatch: cannot write {out}: {exc.strerror}; give a writable --out path", file=sys.stderr)
         return EXIT_CONFIG
-    print(f"oncewatch: wrote {args.out} ({len(data)} bytes)", file=sys.stderr)
+    print(f"oncewatch: wrote {out} ({len(data)} bytes)", file=sys.stderr)
     return EXIT_OK
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """Serve the Streamlit dashboard for the monitor's store until Ctrl-C or SIGTERM."""
+    from oncewatch.dashboards import launch
+
+    cfg = load(args.config)
+    open_reader(cfg.store.path).close()  # no store yet: say so here, not in a browser
+    signal.signal(signal.SIGTERM, _interrupt)
+    return launch.serve(config=args.config, host=args.host, port=args.port)
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+# What ships in the package for Prometheus and Grafana, by command.
+SHIPPED = {"alerts": "alerts.yml", "alert-tests": "alerts_test.yml", "grafana": "grafana.json"}
+
+
+def cmd_shipped(args: argparse.Namespace) -> int:
+    """Print (or write with --out) the alert rules, their promtool tests or the Grafana board."""
+    data = (resources.files("oncewatch.dashboards") / SHIPPED[args.command]).read_bytes()
+    if args.out is None:
+        sys.stdout.buffer.write(data)
+        return EXIT_OK
+    return _write_out(args.out, data)
 
 
 def _timestamp(text: str) -> dt.datetime:
@@ -136,6 +172,7 @@ def _on_signals(stop: Callable[[], None]) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="oncewatch", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"oncewatch {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check-config", help="validate a config file and print it resolved, secrets masked")
     c.add_argument("config")
@@ -164,6 +201,16 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--mask", action="store_true", help="mask the personal fields of [export] mask_fields")
     e.add_argument("--out", required=True, metavar="FILE")
     e.set_defaults(func=cmd_export)
+    d = sub.add_parser("dashboard", help="serve the atomicity dashboard (Streamlit) for the monitor's store")
+    d.add_argument("--config", required=True)
+    d.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1; others need a login)")
+    d.add_argument("--port", type=int, default=8501)
+    d.set_defaults(func=cmd_dashboard)
+    for name, what in (("alerts", "the Prometheus alert rules"), ("alert-tests", "the alert rules' promtool tests"),
+                       ("grafana", "the Grafana dashboard (import it, pick the Prometheus datasource)")):
+        s = sub.add_parser(name, help=f"print {what}, or write them with --out")
+        s.add_argument("--out", metavar="FILE")
+        s.set_defaults(func=cmd_shipped)
     return p
 
 

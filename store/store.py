@@ -118,6 +118,10 @@ class Store:
         sql = f"SELECT {FINDING_COLUMNS} FROM findings" + (" WHERE " + " AND ".join(clauses) if clauses else "")
         return [finding_from_row(r) for r in self.conn.execute(sql + " ORDER BY first_seen, id", params)]
 
+    def backup(self, path: str) -> None:
+        """A consistent copy of the whole store in a new file (taken while the monitor may write)."""
+        self.conn.execute("VACUUM INTO ?", (path,))
+
     @contextmanager
     def snapshot(self) -> Iterator[None]:
         """One read transaction: with WAL, everything read inside sees the same committed state."""

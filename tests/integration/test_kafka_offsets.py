@@ -8,6 +8,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector, LagHistory, estimate_time
+from oncewatch.core.records import OffsetsSnapshot
 from tests.integration.kafka_fixtures import (BOOTSTRAP, create_topic, json_topic, jsonb, kafka_admin, kafka_config,
                                               produce, unique)
 
@@ -41,7 +42,7 @@ def test_lag_and_lag_seconds_of_a_group_at_known_commits(kafka_admin):
     record = jsonb({"type": "order.paid"})
     try:
         produce(topic, [(0, None, record)] * 10 + [(1, None, record)] * 10)
-        first = collector.snapshot()
+        first = collector.snapshot().to_dict()
         produce(topic, [(0, None, record)] * 10 + [(1, None, record)] * 10)
         clock.now = 1010.0
         collector.snapshot()
@@ -51,6 +52,8 @@ def test_lag_and_lag_seconds_of_a_group_at_known_commits(kafka_admin):
     finally:
         collector.close()
     assert first["groups"][0]["partitions"][0]["committed"] is None  # nothing committed yet
+    assert OffsetsSnapshot.from_dict(snap.to_dict()) == snap  # what the health row keeps reads back the same
+    snap = snap.to_dict()
     assert snap["polled_at"] == 1020.0 and snap["error"] is None
     assert snap["partitions"] == [{"topic": topic, "partition": p, "earliest": 0, "end": e}
                                   for p, e in ((0, 20), (1, 20), (2, 0))]
@@ -71,8 +74,8 @@ def test_an_unreachable_broker_is_an_error_in_the_snapshot_not_an_exception():
                        consumer_groups=("g",))
     collector = KafkaOffsetsCollector(cfg, clock=Clock(5.0))
     snap = collector.snapshot()
-    assert (snap["polled_at"], snap["partitions"], snap["groups"]) == (5.0, [], [])
-    assert snap["error"].startswith("offsets: ")
+    assert (snap.polled_at, snap.partitions, snap.groups) == (5.0, (), ())
+    assert snap.error.startswith("offsets: ")
 
 
 @pytest.mark.parametrize("committed, expected", [

@@ -1,0 +1,123 @@
+"""One recorded shop run that several monitors read from the same starting store, and how to compare them.
+
+The run has every fault on, a column added to a watched table and a burst of malformed records in
+the middle of it. A monitor that reads it undisturbed gives the baseline; a monitor disturbed in
+any way (SIGKILL, server restarts, a failing reader) must end with the baseline's findings: same
+ids, rules, statuses and evidence; none doubled, none lost. The `recorded` fixture (conftest.py)
+records it once per test session.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from kafka import KafkaProducer
+
+from devservices import stack
+from devservices.shop_monitor import ROOT, SCHEMA, findings, run_until_idle, shop_config, shop_settings
+from oncewatch import shop
+from oncewatch.store import Store
+
+from .conftest import admin_connection
+from .shop_monitor import IDLE, prepared
+
+MALFORMED = [
+    (b"k1", b"\xff\xfe not utf-8 \xc3\x28"),
+    (b"k2", b"{this is not json"),
+    (b"k3", json.dumps({"order_no": "X1", "amount": "1.00"}).encode()),  # no event type
+    (b"k4", b'{"type": "order.paid", "order_no": "' + b"x" * (1024 * 1024) + b'"}'),  # 1 MiB
+    (b"k5", json.dumps({"type": ["order.paid"], "order_no": {"a": 1}}).encode()),  # wrong types
+]
+
+
+def produce_garbage(topic: str) -> None:
+    producer = KafkaProducer(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}", max_request_size=4 * 1024 * 1024)
+    for key, value in MALFORMED:
+        producer.send(topic, key=key, value=value).get(timeout=30)
+    producer.close()
+
+
+def alter_orders() -> None:
+    conn = admin_connection(SCHEMA)
+    with conn.cursor() as c:
+        c.execute("ALTER TABLE orders ADD COLUMN risk_note VARCHAR(32) NULL")
+    conn.close()
+
+
+def record(base: Path):
+    """(truth, (starting store, topic), baseline findings, folder) of one recorded run in `base`."""
+    _, topic = prepared(base)
+    start_store = base / "start.db"
+    Store(str(base / "store.db")).backup(str(start_store))
+
+    result: dict[str, object] = {}
+
+    def play() -> None:
+        result["truth"] = shop.run(shop_settings(topic, seed=21, orders=800, rate=60, faults="all"))
+
+    runner = threading.Thread(target=play)
+    runner.start()
+    time.sleep(5)
+    alter_orders()
+    produce_garbage(topic)
+    runner.join()
+    truth = result["truth"]
+    start = (start_store, topic)
+    baseline = fresh_copy(start, base / "baseline")
+    run_until_idle(baseline, idle=IDLE)
+    return truth, start, findings(baseline), base
+
+
+def fresh_copy(start: tuple[Path, str], folder: Path, metrics_port: int = 0) -> Path:
+    """A config and a copy of the store as they were before the recorded run."""
+    start_store, topic = start
+    folder.mkdir()
+    shutil.copy(start_store, folder / "store.db")
+    return shop_config(folder, metrics_port=metrics_port, topic=topic)
+
+
+def comparable(found) -> dict[str, tuple]:
+    assert len({f.id for f in found}) == len(found), "a finding id appears twice"
+    return {f.id: (f.rule, f.status, f.severity, tuple(sorted(e.coordinates for e in f.evidence))) for f in found}
+
+
+def start_monitor(config: Path, log: Path) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "oncewatch.cli", "run", "--config", str(config)],
+                                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+
+def assert_same(found, baseline) -> None:
+    got, want = comparable(found), comparable(baseline)
+    diff = {k: (got.get(k), want.get(k)) for k in got.keys() | want.keys() if got.get(k) != want.get(k)}
+    assert not diff, diff
+
+
+def metric(port: int, name: str, labels: str = "") -> float | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(name + (("{" + labels) if labels else "")) and not line.startswith("#"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def wait_for(what: str, cond, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.5)
+    pytest.fail(f"timed out waiting for {what}")
