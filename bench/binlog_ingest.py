@@ -23,8 +23,8 @@ from pymysqlreplication import BinLogStreamReader  # noqa: E402
 from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent  # noqa: E402
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent  # noqa: E402
 
-from oncewatch.collectors.binlog import BinlogCollector, connection_settings  # noqa: E402
 from devservices import stack  # noqa: E402
+from oncewatch.collectors.binlog import BinlogCollector, connection_settings  # noqa: E402
 from oncewatch.core.config import parse  # noqa: E402
 
 

@@ -26,12 +26,11 @@ sys.path.insert(0, str(ROOT))
 from streamlit import config as st_config  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from oncewatch.dashboards import , reports, views  # noqa: E402
-from oncewatch.store import queries
 from devservices import scenario  # noqa: E402
-from oncewatch.core.records import (CLOCK_GTID_COMMIT_TS, OP_INSERT, OP_UPDATE, EmittedEvent, Evidence, Finding,  # noqa: E402
-                                    RowChange)
-from oncewatch.store import Store  # noqa: E402
+from oncewatch.core.records import (  # noqa: E402
+    CLOCK_GTID_COMMIT_TS, OP_INSERT, OP_UPDATE, EmittedEvent, Evidence, Finding, RowChange)
+from oncewatch.dashboards import reports, views  # noqa: E402
+from oncewatch.store import Store, queries  # noqa: E402
 
 CHUNK = 20_000
 TABLES = ("orders", "payments", "orders", "shipments", "points_grants")  # the rows one paid order makes

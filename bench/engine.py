@@ -31,10 +31,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from oncewatch.checks.engine import Engine  # noqa: E402
 from devservices.samples import Shop, order, payment, shipment, shop_settings  # noqa: E402
+from oncewatch.checks.engine import Engine  # noqa: E402
 from oncewatch.core import logs  # noqa: E402
-from oncewatch.core.records import EmittedEvent, Transaction, to_json  # noqa: E402
+from oncewatch.core.exact_json import to_json  # noqa: E402
+from oncewatch.core.records import EmittedEvent, Transaction  # noqa: E402
 
 T0 = 1_700_000_000.0
 CHUNK_ORDERS = 100  # about 600 records: a batch as the collectors hand them on

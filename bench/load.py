@@ -29,12 +29,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from devservices.shop_monitor import (SHORT_RULES, free_port, new_topic, run_until_idle, shop_config,  # noqa: E402
+                                      shop_settings)
 from oncewatch import shop  # noqa: E402
 from oncewatch.core.config import load  # noqa: E402
 from oncewatch.core.records import Finding  # noqa: E402
 from oncewatch.store import Store  # noqa: E402
-from devservices.shop_monitor import (SHORT_RULES, free_port, new_topic, run_until_idle, shop_config,  # noqa: E402
-                                      shop_settings)
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")

@@ -30,7 +30,7 @@ from oncewatch.store import StoreError
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9464
 # The health field that counts what each collector read (the offsets poller reads no records).
-RECORDS_READ = {"binlog": "rows_read", "kafka_events": "records_read"}
+RECORDS_READ = {names.BINLOG: "rows_read", names.KAFKA_EVENTS: "records_read"}
 
 
 def _gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
@@ -180,8 +180,8 @@ def _health(health: dict[str, views.Component]) -> Iterator[Metric]:
             records.add_metric([name], value.get(RECORDS_READ[name], 0))
             reconnects.add_metric([name], value.get("reconnects", 0))
     yield from (up, records, reconnects, failures, alive)
-    parts = {"binlog": _binlog, "kafka_events": _kafka_events, "kafka_offsets": _kafka_offsets,
-             "monitor": _monitor}
+    parts = {names.BINLOG: _binlog, names.KAFKA_EVENTS: _kafka_events, names.KAFKA_OFFSETS: _kafka_offsets,
+             names.MONITOR: _monitor}
     for name, metrics in parts.items():
         if name in health:
             yield from metrics(health[name].value)

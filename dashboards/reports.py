@@ -69,8 +69,8 @@ from oncewatch.core.config import Config
 from oncewatch.core.exact_json import from_json, plain
 from oncewatch.core.names import BINLOG_CHECKPOINT, KAFKA_CHECKPOINT, split_partition_key
 from oncewatch.core.records import Finding
-from oncewatch.store.queries import FindingFilter, finding_rows, select_findings
 from oncewatch.store import Store, open_reader
+from oncewatch.store.queries import FindingFilter, finding_rows, select_findings
 
 if TYPE_CHECKING:
     from openpyxl.worksheet._write_only import WriteOnlyWorksheet

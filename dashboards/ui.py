@@ -10,9 +10,10 @@ from typing import Any
 
 import streamlit as st
 
-from oncewatch.dashboards import views
+from oncewatch.core import names
 from oncewatch.core.config import ConfigError
 from oncewatch.core.exact_json import plain
+from oncewatch.dashboards import views
 from oncewatch.store import Store, StoreError
 
 # How often the Overview's live panel reruns; st.fragment(run_every=...) takes seconds.
@@ -75,7 +76,7 @@ def text(value: Any) -> str:
 
 def stale_banner(components: dict[str, views.Component]) -> None:
     """Say loudly when the monitor has stopped writing: every figure below is then old."""
-    monitor = components.get("monitor")
+    monitor = components.get(names.MONITOR)
     if monitor is None:
         st.warning("The monitor has not written its health yet: figures appear once `oncewatch run` is running.")
     elif monitor.stale:

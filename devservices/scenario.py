@@ -5,7 +5,8 @@ paid with no event (an open F7), replayed and conflicting events (F9), and resol
 plus the health rows, engine stats and series a running monitor writes. Key figures:
 
 - binlog up, 2.5 s behind, at mysql-bin.000003:123456 (GTID 0-1-4711), 1 reconnect, 1,200 rows;
-- kafka_events up (its reader restarted once), 900 records read, 4 unread, quarantined shop.events|not_json 3 and |too_large 1;
+- kafka_events up (its reader restarted once), 900 records read, 4 unread, quarantined
+  shop.events|not_json 3 and |too_large 1;
 - group shipping-service lags 10 and 22 (stddev 6.0) with partition 2 never committed;
 - backlog shop.orders 7 + shop.shipments 2 = 9; p99 event delay 0.475 s;
 - 7 findings, 5 open, 3 of them critical (F1, F7, F9 conflicting).

@@ -20,8 +20,8 @@ import tomli_w
 
 from devservices import stack
 from oncewatch.core.records import Finding
-from oncewatch.store import Store
 from oncewatch.shop import KafkaTarget, MySQLTarget, ShopSettings
+from oncewatch.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "shop.toml"

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from kafka import KafkaAdminClient
 
-from oncewatch.dashboards import launch
 from oncewatch.core.config import load
+from oncewatch.dashboards import launch
 from oncewatch.shop.schema import prepare_tables, prepare_topic
 from oncewatch.shop.settings import KafkaTarget, MySQLTarget
 

@@ -16,8 +16,8 @@ import sys
 import pymysql
 from kafka.errors import KafkaError
 
-from oncewatch.shop.faults import MODES, FaultSpecError
 from oncewatch.shop.consumers import DownstreamError
+from oncewatch.shop.faults import MODES, FaultSpecError
 from oncewatch.shop.runner import ShopError, run
 from oncewatch.shop.settings import STYLES, KafkaTarget, MySQLTarget, SettingsError, ShopSettings
 

@@ -9,9 +9,9 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from oncewatch.dashboards import ui, views
-from oncewatch.core import histogram
+from oncewatch.core import histogram, names
 from oncewatch.core.records import CLOCK_BINLOG_HEADER, CLOCK_GTID_COMMIT_TS, CLOCK_READ_TIME, CLOCK_ROW_COLUMN
+from oncewatch.dashboards import ui, views
 
 CLOCKS = (CLOCK_GTID_COMMIT_TS, CLOCK_ROW_COLUMN, CLOCK_BINLOG_HEADER, CLOCK_READ_TIME)
 
@@ -29,7 +29,7 @@ with ui.store() as store:
     stats = views.engine_stats(store)
 ui.stale_banner(comps)
 offsets = views.offsets_of(comps)
-events = comps["kafka_events"].value if "kafka_events" in comps else {}
+events = comps[names.KAFKA_EVENTS].value if names.KAFKA_EVENTS in comps else {}
 
 skews = views.lag_skew(offsets)
 worst = max(skews, key=lambda s: s["stddev"], default=None)

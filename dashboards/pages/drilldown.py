@@ -7,9 +7,9 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
+from oncewatch.core.records import EmittedEvent, RowChange
 from oncewatch.dashboards import ui, views
 from oncewatch.store import queries
-from oncewatch.core.records import EmittedEvent, RowChange
 
 
 def change_text(row: RowChange) -> str:

@@ -11,10 +11,10 @@ from urllib.parse import quote
 import pandas as pd
 import streamlit as st
 
-from oncewatch.dashboards import ui, views
-from oncewatch.store import queries
 from oncewatch.core import names
+from oncewatch.dashboards import ui, views
 from oncewatch.dashboards.app import page
+from oncewatch.store import queries
 
 PAGE_SIZE = 100
 DRILLDOWN = str(page("drilldown"))

@@ -11,6 +11,7 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
+from oncewatch.core import names
 from oncewatch.core.records import OffsetsSnapshot
 from oncewatch.dashboards import ui, views
 from oncewatch.store import queries
@@ -30,9 +31,9 @@ def collector_tile(c: views.Component | None, title: str) -> tuple[str, str, str
         since = v.get("disconnected_since")
         return (f"{title} — {state}", f"down since {ui.when(since)[11:19]}" if since else "down",
                 v.get("last_error") or v.get("error"))
-    if c.name == "binlog":
+    if c.name == names.BINLOG:
         figure = f"{ui.duration(v.get('seconds_behind'))} behind"
-    elif c.name == "kafka_events":
+    elif c.name == names.KAFKA_EVENTS:
         figure = f"{views.unread_records(v):,} unread"
     else:
         figure = f"max lag {views.max_lag(OffsetsSnapshot.from_dict(v)):,}"
@@ -49,13 +50,13 @@ def live() -> None:
         points = {name: queries.series(store, name, now - ui.CHART_WINDOW_SECONDS) for name, _, _ in CHARTS}
     ui.stale_banner(comps)
 
-    monitor = comps.get("monitor")
+    monitor = comps.get(names.MONITOR)
     cols = st.columns(4)
     cols[0].metric("Monitor — stale" if monitor and monitor.stale else "Monitor",
                    "caught up" if monitor and monitor.value.get("caught_up") else "catching up" if monitor else "–",
                    help=f"started {ui.when(monitor.value.get('started_at'))}" if monitor else None, border=True)
-    for col, (name, title) in zip(cols[1:], (("binlog", "Binlog"), ("kafka_events", "Kafka events"),
-                                             ("kafka_offsets", "Kafka offsets"))):
+    for col, (name, title) in zip(cols[1:], ((names.BINLOG, "Binlog"), (names.KAFKA_EVENTS, "Kafka events"),
+                                             (names.KAFKA_OFFSETS, "Kafka offsets"))):
         label, value, help_ = collector_tile(comps.get(name), title)
         col.metric(label, value, help=help_, border=True)
 

@@ -11,10 +11,10 @@ from functools import partial
 
 import streamlit as st
 
-from oncewatch.dashboards import reports, ui, views
-from oncewatch.store import queries
 from oncewatch.core import names
 from oncewatch.core.config import ConfigError
+from oncewatch.dashboards import reports, ui, views
+from oncewatch.store import queries
 
 FORMATS = {"csv": "text/csv", "json": "application/json",
            "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"}

@@ -12,8 +12,8 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
-from oncewatch.collectors.kafka_events import EventBatch, KafkaEventCollector
 from devservices import stack
+from oncewatch.collectors.kafka_events import EventBatch, KafkaEventCollector
 from oncewatch.core.config import KafkaConfig, TopicConfig
 from oncewatch.core.records import EmittedEvent, QuarantinedRecord
 from oncewatch.store import Store

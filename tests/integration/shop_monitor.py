@@ -9,8 +9,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from oncewatch import shop
 from devservices.shop_monitor import new_topic, run_until_idle, shop_config, shop_settings
+from oncewatch import shop
 from oncewatch.core.records import Finding
 from oncewatch.shop import GroundTruth
 

@@ -11,8 +11,8 @@ from decimal import Decimal
 import pymysql
 import pytest
 
-from oncewatch.collectors.binlog import BinlogCollector, BinlogPurgedError, bootstrap
 from devservices import stack
+from oncewatch.collectors.binlog import BinlogCollector, BinlogPurgedError, bootstrap
 from oncewatch.core.records import BinlogPosition, RowChange
 
 from .conftest import admin_connection, monitor_config

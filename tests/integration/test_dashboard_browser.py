@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
-from oncewatch.dashboards import launch
 from devservices import scenario
 from devservices.shop_monitor import free_port
+from oncewatch.dashboards import launch
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "dashboard"

@@ -8,8 +8,8 @@ import time
 import pytest
 from kafka import errors as kerrors
 
-from oncewatch.collectors.kafka_events import KafkaEventCollector
 from devservices import stack
+from oncewatch.collectors.kafka_events import KafkaEventCollector
 from oncewatch.store import Store
 from tests.integration.kafka_fixtures import (create_topic, drain, json_topic, jsonb, kafka_admin, kafka_config,
                                               produce, resume_and_check_exactly_once, wait_for)

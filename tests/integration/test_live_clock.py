@@ -13,8 +13,8 @@ import sys
 import threading
 import time
 
-from oncewatch import shop
 from devservices.shop_monitor import SHORT_RULES, shop_settings
+from oncewatch import shop
 from oncewatch.store import Store
 
 from .shop_monitor import prepared

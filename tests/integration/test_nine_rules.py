@@ -20,10 +20,10 @@ import urllib.request
 import openpyxl
 import pytest
 
-from oncewatch import shop
 from devservices.shop_monitor import ROOT, findings, free_port, oncewatch, run_until_idle, shop_settings
-from oncewatch.store import Store
+from oncewatch import shop
 from oncewatch.shop.settings import STYLE_IN_TRANSACTION
+from oncewatch.store import Store
 
 from .shop_monitor import IDLE, prepared
 

@@ -25,8 +25,7 @@ from oncewatch.collectors.binlog import BinlogCollector
 from oncewatch.collectors.kafka_events import KafkaEventCollector
 from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector
 from oncewatch.core.config import load
-from oncewatch.monitor import Monitor, ReaderFailedError
-from oncewatch.monitor import readers
+from oncewatch.monitor import Monitor, ReaderFailedError, readers
 
 from .recorded_run import assert_same, fresh_copy, metric, wait_for
 from .shop_monitor import IDLE

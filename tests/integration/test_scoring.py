@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from oncewatch import shop
 from devservices.shop_monitor import findings, run_until_idle, shop_settings
+from oncewatch import shop
 from oncewatch.shop.settings import STYLE_AFTER_COMMIT, STYLE_IN_TRANSACTION, STYLE_OUTBOX
 
 from .shop_monitor import IDLE, prepared, score

@@ -15,8 +15,8 @@ import urllib.request
 
 import openpyxl
 
-from oncewatch.dashboards import launch
 from devservices.shop_monitor import ROOT, free_port
+from oncewatch.dashboards import launch
 
 from .conftest import admin_connection, monitor_config_toml
 

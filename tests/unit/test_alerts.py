@@ -8,8 +8,8 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from oncewatch.dashboards import metrics
 from devservices import scenario
+from oncewatch.dashboards import metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "dashboards" / "alerts.yml"

@@ -10,9 +10,9 @@ from pathlib import Path
 import openpyxl
 import pytest
 
-from oncewatch.dashboards import reports
 from oncewatch.cli import EXIT_CONFIG, EXIT_OK, main
 from oncewatch.core.config import DEFAULT_MASK_FIELDS, ConfigError, load
+from oncewatch.dashboards import reports
 from tests.unit.test_reports import BINLOG, seed
 
 

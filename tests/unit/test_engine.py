@@ -5,8 +5,8 @@ import logging
 
 import pytest
 
-from oncewatch.checks.engine import Engine, StateMismatchError, merge_delta
 from devservices.samples import Shop, feed, order, payment, push, rules_of, shipment, shop_settings
+from oncewatch.checks.engine import Engine, StateMismatchError, merge_delta
 from oncewatch.core.exact_json import from_json, to_json
 
 T = 1000.0

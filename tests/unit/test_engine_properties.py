@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devservices.samples import Shop, order, payment, shipment, shop_settings
 from oncewatch.checks.clocks import kafka_watermark
 from oncewatch.checks.engine import Engine, merge_delta
-from devservices.samples import Shop, order, payment, shipment, shop_settings
 from oncewatch.core.exact_json import from_json, to_json
 from oncewatch.core.records import Finding, PartitionStatus
 

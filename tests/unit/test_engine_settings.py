@@ -5,8 +5,8 @@ import tomllib
 
 import pytest
 
-from oncewatch.checks.engine import Engine
 from devservices.samples import EXAMPLE_CONFIG, Shop, feed, order, shipment
+from oncewatch.checks.engine import Engine
 from oncewatch.checks.settings import Settings
 from oncewatch.core.config import ConfigError, describe, parse
 

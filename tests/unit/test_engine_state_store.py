@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from oncewatch.checks.engine import Engine
 from devservices.samples import Shop, grant, order, payment, push, shipment, shop_settings
-from oncewatch.store import engine_state
+from oncewatch.checks.engine import Engine
 from oncewatch.core.exact_json import from_json, to_json
-from oncewatch.store import Store
+from oncewatch.store import Store, engine_state
 
 
 def canonical(state):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from oncewatch.core.records import PartitionStatus
 from oncewatch.checks.clocks import kafka_watermark
+from oncewatch.core.records import PartitionStatus
 
 
 def part(partition: int, end: int, end_at: float) -> PartitionStatus:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from oncewatch.dashboards import metrics
 from devservices import scenario
+from oncewatch.dashboards import metrics
 from oncewatch.store import Store
 
 ENTITY_VALUES = {"T1001", "O501", "O502", "O507", "S1", "S2"}

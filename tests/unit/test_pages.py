@@ -9,8 +9,8 @@ import pytest
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
-from oncewatch.dashboards import auth, reports, views
 from oncewatch.core.records import Evidence, Finding
+from oncewatch.dashboards import auth, reports, views
 from oncewatch.store import Store
 from tests.unit.test_metrics import store_path  # noqa: F401 - the scenario store fixture
 

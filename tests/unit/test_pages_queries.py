@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from oncewatch.dashboards import views
-from oncewatch.store import queries
 from oncewatch.core import histogram
 from oncewatch.core.records import Evidence, Finding
-from oncewatch.store import Store
+from oncewatch.dashboards import views
+from oncewatch.store import Store, queries
 from tests.unit.test_metrics import store_path  # noqa: F401 - the scenario store fixture
 
 

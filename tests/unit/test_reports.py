@@ -16,11 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oncewatch.dashboards import reports
-from oncewatch.store import queries
 from oncewatch.core.config import parse
 from oncewatch.core.records import Evidence, Finding
-from oncewatch.store import Store
+from oncewatch.dashboards import reports
+from oncewatch.store import Store, queries
 
 T0 = dt.datetime(2024, 5, 1, 10, 0, tzinfo=dt.timezone.utc).timestamp()
 DAY = 86400.0

@@ -5,9 +5,9 @@ Grace periods are 30 s and the delay threshold 0.5 s (examples/shop.toml).
 
 import dataclasses
 
+from devservices.samples import Shop, feed, order, rules_of, shipment, shop_settings
 from oncewatch.checks.engine import Engine
 from oncewatch.checks.findings import finding_id
-from devservices.samples import Shop, feed, order, rules_of, shipment, shop_settings
 
 T = 1000.0
 

@@ -1,8 +1,8 @@
 """F1 duplicate_effect: more than one effect row per trade_no in an effect table; one finding per trade_no."""
 
+from devservices.samples import Shop, feed, grant, order, payment, rules_of, shipment, shop_settings
 from oncewatch.checks.engine import Engine
 from oncewatch.checks.findings import finding_id
-from devservices.samples import Shop, feed, grant, order, payment, rules_of, shipment, shop_settings
 
 
 def test_two_shipments_for_one_trade_no_is_one_f1_with_both_rows():

@@ -1,9 +1,9 @@
 """F11 offset_drift (announce backlog, consumer-group lag) and F12 partition_skew."""
 
+from devservices.samples import Shop, feed, order, shop_settings
 from oncewatch.checks.engine import Engine
 from oncewatch.checks.findings import finding_id
 from oncewatch.core.records import OffsetsSnapshot
-from devservices.samples import Shop, feed, order, shop_settings
 
 
 def snapshot(at: float, lags: list[int | None], group: str = "shipping-service",

@@ -1,8 +1,8 @@
 """F3 stuck_pending (judged on the binlog clock, resolved when the order moves) and F4 illegal_transition."""
 
+from devservices.samples import Shop, feed, order, rules_of, shop_settings
 from oncewatch.checks.engine import Engine
 from oncewatch.checks.findings import finding_id
-from devservices.samples import Shop, feed, order, rules_of, shop_settings
 
 T = 1000.0  # stuck_pending_seconds = 900 in examples/shop.toml
 

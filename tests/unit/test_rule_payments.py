@@ -1,8 +1,8 @@
 """F2 double_charge, F5 amount_mismatch, F6 invalid_callback_status."""
 
+from devservices.samples import Shop, feed, order, payment, rules_of, shop_settings
 from oncewatch.checks.engine import Engine
 from oncewatch.checks.findings import finding_id
-from devservices.samples import Shop, feed, order, payment, rules_of, shop_settings
 
 
 def paid(shop: Shop, at: float, trade_no: str, order_no: str, **kw):
