@@ -209,9 +209,13 @@ class Reader:
                 return
             raise RuntimeError(f"the {self.name} reader's loop ended on its own")
         except Exception as exc:  # noqa: BLE001 - every failure is reported, none ends the thread silently
-            log.error("reader failed", exc_info=True, extra={"event": "reader_failed", "reader": self.name,
-                                                             "error": f"{type(exc).__name__}: {exc}"})
-            self._put(ReaderFailed(self.name, exc, time.time()), stop)
+            failure = ReaderFailed(self.name, exc, time.time())
+            extra = {"reader": self.name, "error": f"{type(exc).__name__}: {exc}"}
+            if failure.fatal:  # the message says what to do; a traceback would only hide it
+                log.error("source refused the reader", extra={"event": "reader_refused", **extra})
+            else:
+                log.error("reader failed", exc_info=True, extra={"event": "reader_failed", **extra})
+            self._put(failure, stop)
 
     def failed(self, failure: ReaderFailed) -> None:
         """Count a failure and schedule the restart; ReaderFailedError once the budget is spent."""

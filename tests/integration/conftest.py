@@ -119,11 +119,3 @@ reconnect_max_seconds = 2.0
 [store]
 path = "{tmp_path / 'store.db'}"
 """, tmp_path)
-
-
-@pytest.fixture(scope="session")
-def recorded(tmp_path_factory):
-    """The session's recorded shop run (tests/integration/recorded_run.py): (truth, start, baseline, folder)."""
-    from .recorded_run import record
-
-    return record(tmp_path_factory.mktemp("recorded"))

@@ -3,8 +3,8 @@
 The run has every fault on, a column added to a watched table and a burst of malformed records in
 the middle of it. A monitor that reads it undisturbed gives the baseline; a monitor disturbed in
 any way (SIGKILL, server restarts, a failing reader) must end with the baseline's findings: same
-ids, rules, statuses and evidence; none doubled, none lost. The `recorded` fixture (conftest.py)
-records it once per test session.
+ids, rules, statuses and evidence; none doubled, none lost. test_under_fire.py records one per
+module run (`record`).
 """
 
 from __future__ import annotations

@@ -1,24 +1,52 @@
-"""Under fire (issue 7): kill -9, server restarts, a schema change and garbage on the topic.
+"""Under fire: kill -9, server restarts, a schema change, garbage on the topic, a bug in a reader.
 
-The session's recorded shop run (recorded_run.py) is read from the same starting store:
-undisturbed (the baseline, which must match the ground truth exactly), killed with SIGKILL at
-random moments, and with MariaDB and the Kafka broker restarted under it. Every disturbed run
-must end with the baseline's findings.
+One recorded shop run (recorded_run.py) is read from the same starting store: undisturbed (the
+baseline, which must match the ground truth exactly), killed with SIGKILL at random moments,
+with MariaDB and the Kafka broker restarted under it, and with a bug injected into each reader.
+Every disturbed run must end with the baseline's findings. The recording is this module's own:
+tests of other modules write to the same tables, and a monitor started after them would read
+their changes too.
+
+A bug injected into a reader runs the monitor in this process (so a collector method can be made
+to raise an exception no collector error type covers), with its /metrics on a port of its own.
+Once: the failure shows on /metrics within seconds (collector_up 0, the failure counted) and in
+the log with its traceback, the reader restarts from the checkpoint, and the findings equal the
+baseline's. Every time: the monitor gives up after a few restarts, `oncewatch run` exits 1, and
+`--until-idle` does not hang on it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import signal
+import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from devservices import stack
 from devservices.shop_monitor import findings, free_port, run_until_idle
+from oncewatch import cli
+from oncewatch.collectors.binlog import BinlogCollector
+from oncewatch.collectors.kafka_events import KafkaEventCollector
+from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector
+from oncewatch.core.config import load
+from oncewatch.monitor import Monitor, ReaderFailedError, readers
 from oncewatch.store import Store
 
-from .recorded_run import assert_same, fresh_copy, metric, start_monitor, wait_for
+from .recorded_run import assert_same, fresh_copy, metric, record, start_monitor, wait_for
 from .shop_monitor import IDLE, score
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """(truth, start, baseline findings, folder) of this module's recorded run."""
+    return record(tmp_path_factory.mktemp("under_fire"))
 
 def test_baseline_matches_the_ground_truth_and_quarantines_the_garbage(recorded):
     truth, _, baseline, base = recorded
@@ -68,3 +96,103 @@ def test_mariadb_and_kafka_restarted_mid_run(recorded, tmp_path):
         assert monitor.wait(30) == 0
     run_until_idle(config, idle=IDLE)
     assert_same(findings(config), baseline)
+
+
+# collector name -> (class, method, call that fails): late enough that the reader has handed on
+# some of the run, so the restart has to resume mid-stream.
+TARGETS: dict[str, tuple[type, str, int]] = {
+    "binlog": (BinlogCollector, "_transaction", 40),
+    "kafka_events": (KafkaEventCollector, "_handle", 4),
+    "kafka_offsets": (KafkaOffsetsCollector, "snapshot", 2),
+}
+
+
+class InjectedBug(Exception):
+    """Not a collector error type: what a bug in a reader raises."""
+
+
+def inject(monkeypatch: pytest.MonkeyPatch, collector: str, *, every_time: bool = False) -> threading.Event:
+    """Make the collector's method raise on its Nth call (and, with `every_time`, on every call after);
+    returns an event set when it first raised."""
+    cls, name, nth = TARGETS[collector]
+    original: Callable[..., Any] = getattr(cls, name)
+    calls = [0]
+    raised = threading.Event()
+
+    def failing(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == nth or (every_time and calls[0] > nth):
+            raised.set()
+            raise InjectedBug(f"injected into {cls.__name__}.{name}, call {calls[0]}")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, name, failing)
+    return raised
+
+
+def run_in_thread(monitor: Monitor) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            monitor.run(until_idle=IDLE)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, errors
+
+
+@pytest.mark.parametrize("collector", list(TARGETS))
+def test_a_bug_that_strikes_once_is_loud_and_the_reader_resumes_exactly(
+        recorded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        collector: str) -> None:
+    _, start, baseline, _ = recorded
+    port = free_port()
+    config = fresh_copy(start, tmp_path / collector, metrics_port=port)
+    # A longer backoff than the default 1 s, so the outage lasts long enough to be scraped.
+    monkeypatch.setattr(readers, "RESTART_BACKOFF_SECONDS", 6.0)
+    raised = inject(monkeypatch, collector)
+    caplog.set_level(logging.INFO, "oncewatch")
+    monitor = Monitor(load(config))
+    thread, errors = run_in_thread(monitor)
+    labels = f'collector="{collector}"'
+    assert raised.wait(120), "the injected bug was never reached"
+    failed_at = time.monotonic()
+    wait_for("the failure on /metrics", lambda: metric(port, "oncewatch_collector_failures_total", labels) == 1
+             and metric(port, "oncewatch_collector_up", labels) == 0, timeout=5)
+    seen_within = time.monotonic() - failed_at
+    wait_for("the reader back up", lambda: metric(port, "oncewatch_collector_up", labels) == 1, timeout=30)
+    thread.join(300)
+    assert not thread.is_alive(), "--until-idle hung after a reader failure"
+    assert errors == []
+    failures = [r for r in caplog.records if getattr(r, "event", None) == "reader_failed"]
+    assert len(failures) == 1 and failures[0].reader == collector and failures[0].exc_info
+    assert failures[0].exc_info[0] is InjectedBug
+    assert any(getattr(r, "event", None) == "reader_restarted" for r in caplog.records)
+    assert_same(findings(config), baseline)
+    print(f"\n{collector}: failure visible on /metrics {seen_within:.1f} s after it happened")
+
+
+@pytest.mark.parametrize("collector", list(TARGETS))
+def test_a_bug_that_strikes_every_time_ends_the_monitor_with_exit_1(
+        recorded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        collector: str) -> None:
+    _, start, _, _ = recorded
+    config = fresh_copy(start, tmp_path / collector)
+    monkeypatch.setattr(readers, "RESTART_BACKOFF_SECONDS", 0.2)
+    inject(monkeypatch, collector, every_time=True)
+    handlers = logging.getLogger().handlers[:]
+    begun = time.monotonic()
+    try:
+        code = cli.main(["run", "--config", str(config), "--until-idle", str(IDLE)])
+    finally:  # cli.main points the root logger at this test's captured stderr
+        logging.getLogger().handlers[:] = handlers
+    took = time.monotonic() - begun
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert f"the {collector} reader failed {readers.MAX_FAILURES} times" in err and "InjectedBug" in err
+    assert took < 120, f"took {took:.0f} s to give up"
+    with pytest.raises(ReaderFailedError):
+        Monitor(load(config)).run(until_idle=IDLE)
