@@ -98,6 +98,7 @@ class Rules:
     partition_skew_threshold: float = 3.0
     horizon_seconds: float = 86400.0
     horizon_max_entries: int = 1_000_000
+    ack_timeout_seconds: float = 14400.0  # an acknowledgement of a still open finding lapses then: it pages again
 
 
 # ---------------------------------------------------------------- parsing
@@ -226,6 +227,7 @@ def parse_rules(s: Section) -> Rules:
         partition_skew_threshold=s.float("partition_skew_threshold", d.partition_skew_threshold),
         horizon_seconds=s.float("horizon_seconds", d.horizon_seconds, minimum=1.0),
         horizon_max_entries=s.int("horizon_max_entries", d.horizon_max_entries, minimum=1),
+        ack_timeout_seconds=s.float("ack_timeout_seconds", d.ack_timeout_seconds, minimum=1.0),
     )
     s.done()
     if rules.horizon_seconds <= max(rules.stuck_pending_seconds, rules.missing_event_grace_seconds,

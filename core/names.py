@@ -32,8 +32,15 @@ RULES: dict[str, Rule] = {r.id: r for r in (
 )}
 SEVERITIES = ("critical", "warning", "info")
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
-OPEN, RESOLVED = "open", "resolved"
-STATUSES = (OPEN, RESOLVED)
+# A finding's lifecycle (DESIGN §3). The engine knows the facts: OPEN, or RESOLVED when it saw the
+# fact end. A person acknowledges (ACKNOWLEDGED: seen, being handled) or closes (CLOSED: decided,
+# with a reason); both are kept in the store and end when the fact does, when the acknowledgement
+# lapses or the accepted risk expires, or (a close) when the fact is seen again.
+OPEN, ACKNOWLEDGED, CLOSED, RESOLVED = "open", "acknowledged", "closed", "resolved"
+STATUSES = (OPEN, ACKNOWLEDGED, CLOSED, RESOLVED)
+# Why a person closes a finding: fixed, a false positive, a risk accepted until a date, the
+# duplicate of another finding.
+CLOSE_REASONS = ("fixed", "false_positive", "accepted_risk", "duplicate")
 
 # Checkpoints: how far each input was read, written with what it produced.
 BINLOG_CHECKPOINT = "binlog"

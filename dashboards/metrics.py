@@ -152,6 +152,16 @@ def _engine(stats: dict[str, Any]) -> Iterator[Metric]:
     yield dropped
 
 
+def _lifecycle(counts: list[tuple[str, str, str, int]]) -> Metric:
+    """The store's findings by lifecycle status: the paging alerts follow status="open" (neither
+    acknowledged nor closed), so an alert ends when someone acts or the fact ends."""
+    by_status = _gauge("findings_by_status", "Findings in the store by rule, severity and lifecycle status (open: "
+                       "nobody has acknowledged or closed it yet).", ("rule", "severity", "status"))
+    for rule, severity, status, n in counts:
+        by_status.add_metric([rule, severity, status], n)
+    return by_status
+
+
 def _health(health: dict[str, views.Component]) -> Iterator[Metric]:
     updated = _gauge("health_updated_timestamp_seconds", "When the monitor last wrote this component's health "
                      "(unix time); an old value means a stale monitor.", ("component",))
@@ -199,6 +209,7 @@ class StoreCollector(Collector):
             with closing(views.open_store(self.store_path)) as store:
                 health = views.components(store, time.time())
                 stats = views.engine_stats(store)
+                counts = store.finding_counts()
         except (StoreError, sqlite3.Error):  # missing, not yet initialised, or unreadable
             store_up.add_metric([], 0)
             yield store_up
@@ -207,6 +218,7 @@ class StoreCollector(Collector):
         yield store_up
         yield from _health(health)
         yield from _engine(stats)
+        yield _lifecycle(counts)
 
 
 def registry(store_path: str) -> CollectorRegistry:

@@ -13,19 +13,21 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import getpass
 import json
 import logging
 import signal
 import sys
+import time
 from collections.abc import Callable
 from contextlib import closing
 from importlib import resources
 from pathlib import Path
 
 from oncewatch import __version__
-from oncewatch.core import logs
+from oncewatch.core import logs, names
 from oncewatch.core.config import Config, ConfigError, describe, load
-from oncewatch.store import StoreError, open_reader
+from oncewatch.store import Store, StoreError, open_reader, reviews
 
 EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_SOURCE = 0, 1, 2, 3
 
@@ -122,6 +124,38 @@ def _write_out(out: str, data: bytes) -> int:
     return EXIT_OK
 
 
+def cmd_ack(args: argparse.Namespace) -> int:
+    """Acknowledge open findings: their page ends until rules.ack_timeout_seconds passes or the fact ends."""
+    cfg = load(args.config)
+    now = time.time()
+    with closing(_writable(cfg)) as store:
+        reviews.acknowledge(store, args.ids, by=args.by, note=args.note, until=now + cfg.rules.ack_timeout_seconds,
+                            now=now)
+    print(f"oncewatch: acknowledged {len(args.ids)} finding(s) until {_iso(now + cfg.rules.ack_timeout_seconds)}",
+          file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_close(args: argparse.Namespace) -> int:
+    """Close findings with a reason; the same fact seen again reopens them."""
+    cfg = load(args.config)
+    with closing(_writable(cfg)) as store:
+        reviews.close(store, args.ids, by=args.by, reason=args.reason, note=args.note, now=time.time(),
+                      until=args.until.timestamp() if args.until else None, duplicate_of=args.of)
+    print(f"oncewatch: closed {len(args.ids)} finding(s) as {args.reason}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _writable(cfg: Config) -> Store:
+    """The monitor's store for a person's review (one short transaction beside the monitor's)."""
+    open_reader(cfg.store.path).close()
+    return Store(cfg.store.path)
+
+
+def _iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat(timespec="seconds")
+
+
 def cmd_dashboard(args: argparse.Namespace) -> int:
     """Serve the Streamlit dashboard for the monitor's store until Ctrl-C or SIGTERM."""
     from oncewatch.dashboards import launch
@@ -162,7 +196,14 @@ def _timestamp(text: str) -> dt.datetime:
 def _finding_filters(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True)
     p.add_argument("--rule", help="only this rule, by id (F1) as the findings carry it")
-    p.add_argument("--status", choices=("open", "resolved"))
+    p.add_argument("--status", choices=names.STATUSES)
+
+
+def _review_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True)
+    p.add_argument("ids", nargs="+", metavar="ID", help="finding ids, as `oncewatch findings` lists them")
+    p.add_argument("--by", default=getpass.getuser(), help="who (default: the login name)")
+    p.add_argument("--note", required=True, help="what was done or decided, for the history")
 
 
 def _on_signals(stop: Callable[[], None]) -> None:
@@ -201,6 +242,15 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--mask", action="store_true", help="mask the personal fields of [export] mask_fields")
     e.add_argument("--out", required=True, metavar="FILE")
     e.set_defaults(func=cmd_export)
+    a = sub.add_parser("ack", help="acknowledge open findings: their alert ends while someone handles them")
+    _review_args(a)
+    a.set_defaults(func=cmd_ack)
+    c = sub.add_parser("close", help="close findings with a reason (the same fact seen again reopens them)")
+    _review_args(c)
+    c.add_argument("--reason", required=True, choices=names.CLOSE_REASONS)
+    c.add_argument("--until", type=_timestamp, metavar="T", help="when an accepted risk expires (ISO-8601)")
+    c.add_argument("--of", metavar="ID", help="the finding a duplicate duplicates")
+    c.set_defaults(func=cmd_close)
     d = sub.add_parser("dashboard", help="serve the atomicity dashboard (Streamlit) for the monitor's store")
     d.add_argument("--config", required=True)
     d.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1; others need a login)")
@@ -224,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     except StoreError as exc:
         print(f"oncewatch: store error: {exc}; check store.path", file=sys.stderr)
+        return EXIT_CONFIG
+    except reviews.ReviewError as exc:
+        print(f"oncewatch: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except KeyboardInterrupt:
         return EXIT_OK

@@ -9,8 +9,14 @@ from itertools import chain
 from typing import Any
 
 from oncewatch.core.exact_json import to_json
+from oncewatch.core.names import ACKNOWLEDGED, CLOSED, OPEN, RESOLVED
 from oncewatch.core.records import EmittedEvent, Finding, QuarantinedRecord, RowChange
 from oncewatch.store.codec import EVENT_COLUMNS, FINDING_COLUMNS, event_body
+
+# Who changed a status, when it was the monitor that saw the fact change.
+MONITOR = "oncewatch"
+# The fact behind a person's status: what the engine would say.
+FACT = {ACKNOWLEDGED: OPEN, CLOSED: OPEN}
 
 class Batch:
     """Writes inside one store transaction; obtained from `Store.batch()`."""
@@ -75,24 +81,61 @@ class Batch:
                           "ON CONFLICT(name) DO UPDATE SET value=excluded.value", (name, to_json(value)))
 
     def upsert_findings(self, findings: Iterable[Finding]) -> None:
+        """The engine's findings, as facts (open or resolved), kept with a person's review: an
+        acknowledged finding stays acknowledged while its fact stands, a closed one stays closed
+        until the fact is seen again (newer evidence), and each change of status is history."""
+        findings = list(findings)
+        standing = self._standing(findings)
+        history = []
+        for f in findings:
+            if f.id not in standing:
+                continue
+            status, reviewed_at = standing[f.id]
+            if f.status == RESOLVED and status != RESOLVED:
+                history.append((f.id, f.resolved_at or f.last_seen, RESOLVED, MONITOR, None, f.resolution or ""))
+            elif f.status == OPEN and status == RESOLVED:
+                history.append((f.id, f.last_seen, OPEN, MONITOR, None, "seen again after it was resolved"))
+            elif f.status == OPEN and status == CLOSED and reviewed_at is not None and f.last_seen > reviewed_at:
+                history.append((f.id, f.last_seen, OPEN, MONITOR, None, "seen again after it was closed"))
         self.conn.executemany(
             f"INSERT INTO findings ({FINDING_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
-            "ON CONFLICT(id) DO UPDATE SET severity=excluded.severity, status=excluded.status, "
+            "ON CONFLICT(id) DO UPDATE SET severity=excluded.severity, status=CASE "
+            "WHEN excluded.status = 'resolved' THEN 'resolved' "
+            "WHEN findings.status = 'acknowledged' THEN 'acknowledged' "
+            "WHEN findings.status = 'closed' AND excluded.last_seen <= "
+            "COALESCE((SELECT at FROM reviews WHERE finding_id = findings.id), 1e300) THEN 'closed' "
+            "ELSE excluded.status END, "
             "summary=excluded.summary, last_seen=excluded.last_seen, resolved_at=excluded.resolved_at, "
             "resolution=excluded.resolution, evidence=excluded.evidence, keys=excluded.keys",
             [(f.id, f.rule, f.name, f.severity, f.status, to_json(f.keys), f.summary, f.first_seen, f.last_seen,
               f.resolved_at, f.resolution, to_json([e.__dict__ for e in f.evidence])) for f in findings])
+        if history:
+            self.add_history(history)
+            self.conn.executemany("DELETE FROM reviews WHERE finding_id = ? AND (SELECT status FROM findings "
+                                  "WHERE id = ?) NOT IN ('acknowledged', 'closed')", [(h[0], h[0]) for h in history])
+
+    def add_history(self, rows: Iterable[tuple[str, float, str, str, str | None, str]]) -> None:
+        """(finding id, at, new status, by, reason, note) rows of finding_history."""
+        self.conn.executemany("INSERT INTO finding_history (finding_id, at, status, by, reason, note) "
+                              "VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+    def _standing(self, findings: list[Finding]) -> dict[str, tuple[str, float | None]]:
+        """Stored status and review time of those of `findings` the store has."""
+        out: dict[str, tuple[str, float | None]] = {}
+        for i in range(0, len(findings), 500):
+            chunk = [f.id for f in findings[i:i + 500]]
+            out.update((fid, (status, at)) for fid, status, at in self.conn.execute(
+                "SELECT f.id, f.status, r.at FROM findings f LEFT JOIN reviews r ON r.finding_id = f.id "
+                f"WHERE f.id IN ({','.join('?' * len(chunk))})", chunk))
+        return out
 
     def add_series(self, points: Iterable[tuple[str, dict[str, str], float, float]]) -> None:
         self.conn.executemany("INSERT INTO series (name, labels, at, value) VALUES (?, ?, ?, ?)",
                               [(n, to_json(lbl), at, v) for n, lbl, at, v in points])
 
     def status_changes(self, findings: list[Finding]) -> bool:
-        """True when any of `findings` is new to the store or has another status there."""
-        for i in range(0, len(findings), 500):
-            chunk = findings[i:i + 500]
-            known = dict(self.conn.execute(
-                f"SELECT id, status FROM findings WHERE id IN ({','.join('?' * len(chunk))})", [f.id for f in chunk]))
-            if any(known.get(f.id) != f.status for f in chunk):
-                return True
-        return False
+        """True when any of `findings` is new to the store or has another fact status there (a person's
+        acknowledgement or close of an open finding is no change of the fact)."""
+        standing = self._standing(findings)
+        return any(f.id not in standing or FACT.get(standing[f.id][0], standing[f.id][0]) != f.status
+                   for f in findings)

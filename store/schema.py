@@ -82,6 +82,28 @@ CREATE TABLE IF NOT EXISTS findings (
 );
 CREATE INDEX IF NOT EXISTS findings_rule ON findings (rule, status);
 CREATE INDEX IF NOT EXISTS findings_seen ON findings (first_seen);
+-- A person's acknowledgement or close of a finding while it stands (see store.reviews).
+CREATE TABLE IF NOT EXISTS reviews (
+    finding_id TEXT PRIMARY KEY,
+    state TEXT NOT NULL,       -- 'acknowledged' | 'closed'
+    by TEXT NOT NULL,
+    reason TEXT,               -- a close's reason (names.CLOSE_REASONS)
+    duplicate_of TEXT,
+    note TEXT NOT NULL,
+    at REAL NOT NULL,
+    until REAL                 -- an acknowledgement lapses, an accepted risk expires, then
+);
+CREATE INDEX IF NOT EXISTS reviews_until ON reviews (until);
+-- Every change of a finding's status, kept for the auditors.
+CREATE TABLE IF NOT EXISTS finding_history (
+    finding_id TEXT NOT NULL,
+    at REAL NOT NULL,
+    status TEXT NOT NULL,      -- the status it changed to
+    by TEXT NOT NULL,          -- 'oncewatch' for the monitor, else the person
+    reason TEXT,
+    note TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS finding_history_id ON finding_history (finding_id, at);
 CREATE TABLE IF NOT EXISTS health (
     component TEXT PRIMARY KEY,
     value TEXT NOT NULL,

@@ -95,6 +95,11 @@ class Store:
         """The earliest first_seen and the latest last_seen of all findings."""
         return self.conn.execute("SELECT min(first_seen), max(last_seen) FROM findings").fetchone()
 
+    def finding_counts(self) -> list[tuple[str, str, str, int]]:
+        """(rule, severity, status, count) of every finding in the store."""
+        return self.conn.execute("SELECT rule, severity, status, count(*) FROM findings "
+                                 "GROUP BY rule, severity, status ORDER BY rule, severity, status").fetchall()
+
     def finding_ids(self) -> set[str]:
         return {fid for (fid,) in self.conn.execute("SELECT id FROM findings")}
 

@@ -21,7 +21,7 @@ from oncewatch.core.config import Config
 from oncewatch.core.names import BINLOG_CHECKPOINT, ENGINE_STATS, KAFKA_CHECKPOINT, partition_key
 from oncewatch.core.records import BinlogPosition, OffsetsSnapshot, PartitionStatus, RowChange, Transaction
 from oncewatch.monitor.entities import EntityIndex
-from oncewatch.store import Batch, Store, engine_state
+from oncewatch.store import Batch, Store, engine_state, reviews
 
 log = logging.getLogger("oncewatch.monitor.writer")
 
@@ -112,6 +112,7 @@ class Writer:
                     self.engine.on_offsets(item)
                     p.offsets = item
             self._tick(kafka_partitions)
+            reviews.expire(tx, time.time())
             if binlog_at is not None:
                 tx.set_checkpoint(BINLOG_CHECKPOINT, binlog_at.to_dict())
             if kafka_at is not None:

@@ -135,6 +135,17 @@ def test_metrics_of_a_running_monitor(nine):
         for rule in ("F10", "F11", "F12"):
             assert f'oncewatch_findings_found_total{{rule="{rule}"}} 0.0' in body, rule
         assert "trade_no" not in body and "Oo" not in body  # no entity ids in labels
+        # A person acknowledges the F1 finding beside the running monitor: the page's series moves from
+        # status="open" to "acknowledged" and stays there while the monitor writes on.
+        f1, = [f for f in findings(config) if f.rule == "F1"]
+        oncewatch("ack", "--config", str(live), f1.id, "--note", "refunding", "--by", "sre")
+        acked = 'oncewatch_findings_by_status{rule="F1",severity="critical",status="acknowledged"} 1.0'
+        deadline = time.monotonic() + 10
+        while acked not in (body := scrape(port)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert acked in body and 'rule="F1",severity="critical",status="open"' not in body
+        time.sleep(3)
+        assert acked in scrape(port)
     finally:
         monitor.terminate()
         assert monitor.wait(30) == 0
