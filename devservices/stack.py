@@ -1,4 +1,5 @@
-"""The development services: a real MariaDB and a real Kafka broker on loopback.
+"""The development services: a real MariaDB, a real Kafka broker, and the paging path (Debian's
+Prometheus and Alertmanager, devservices.paging), all on loopback.
 
 `python -m devservices.stack up|down|status` installs what is missing (Debian packages, the
 Kafka jars from Maven Central), initialises data dirs once under `.devstack/`, starts each
@@ -42,6 +43,8 @@ DEBIAN_PACKAGES = {
     "mariadbd": ["mariadb-server", "mariadb-client"],
     "chromium": ["chromium"],
     "ss": ["iproute2"],  # the security tests list listening sockets with it
+    "prometheus": ["prometheus"],  # the server and promtool (devservices.paging)
+    "prometheus-alertmanager": ["prometheus-alertmanager"],
 }
 
 
@@ -75,12 +78,11 @@ def ensure_debian_packages() -> None:
     missing = [pkg for binary, pkgs in DEBIAN_PACKAGES.items()
                if shutil.which(binary) is None and not Path(f"/usr/sbin/{binary}").exists()
                for pkg in pkgs]
-    need_promtool = not promtool_path().exists()
-    if not missing and not need_promtool:
+    if not missing:
         return
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    log(f"installing Debian packages: {' '.join(missing) or '(promtool only)'}")
-    # Debian's postinst would start a system-wide MariaDB; we run our own on another port.
+    log(f"installing Debian packages: {' '.join(missing)}")
+    # Debian's postinst would start system-wide services; we run our own on other ports.
     policy = Path("/usr/sbin/policy-rc.d")
     created_policy = not policy.exists()
     if created_policy:
@@ -88,31 +90,11 @@ def ensure_debian_packages() -> None:
         policy.chmod(0o755)
     try:
         subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-        if missing:
-            subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
-                           check=True, env=env)
-        if need_promtool:
-            install_promtool(env)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+                       check=True, env=env)
     finally:
         if created_policy:
             policy.unlink(missing_ok=True)
-
-
-def promtool_path() -> Path:
-    return STATE / "bin" / "promtool"
-
-
-def install_promtool(env: dict[str, str]) -> None:
-    """promtool comes from Debian's prometheus package, unpacked without installing the server."""
-    work = STATE / "prometheus-deb"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    subprocess.run(["apt-get", "download", "-qq", "prometheus"], check=True, cwd=work, env=env)
-    deb = next(work.glob("prometheus_*.deb"))
-    subprocess.run(["dpkg-deb", "-x", str(deb), str(work / "x")], check=True)
-    promtool_path().parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(work / "x" / "usr" / "bin" / "promtool", promtool_path())
-    shutil.rmtree(work, ignore_errors=True)
 
 
 def ensure_kafka_jars() -> Path:
@@ -377,19 +359,27 @@ def kafka_down() -> bool:
 # ---------------------------------------------------------------- commands
 
 def up() -> None:
+    from devservices import paging
+
     ensure_debian_packages()
     mariadb_up()
     kafka_up()
+    paging.up()
 
 
 def down() -> None:
-    for name, fn in (("kafka", kafka_down), ("mariadb", mariadb_down)):
-        log(f"{name} stopped" if fn() else f"{name} was not started by this script")
+    from devservices import paging
+
+    stopped = paging.down() + [("kafka", kafka_down()), ("mariadb", mariadb_down())]
+    for name, was_running in stopped:
+        log(f"{name} stopped" if was_running else f"{name} was not started by this script")
 
 
 def status() -> int:
+    from devservices import paging
+
     rc = 0
-    for svc, port in ((MARIADB, MARIADB_PORT), (KAFKA, KAFKA_PORT)):
+    for svc, port in ((MARIADB, MARIADB_PORT), (KAFKA, KAFKA_PORT), *paging.SERVICES):
         pid = read_pid(svc)
         if pid is None:
             rc = 1

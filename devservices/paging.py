@@ -1,0 +1,102 @@
+"""The paging path for development and tests: Debian's Prometheus server and Alertmanager on loopback.
+
+Both come from Debian's packages (`prometheus`, which also brings promtool, and
+`prometheus-alertmanager`), installed by the stack script with their system services kept
+from starting; these run as plain processes with configs and data under .devstack/. Prometheus scrapes every 1 s the targets that tests list in
+`.devstack/prometheus/targets/*.json` (file service discovery, picked up as the files change),
+evaluates the shipped alert rules (a copy of dashboards/alerts.yml made at each start) and sends
+alerts to the Alertmanager, which groups them for 1 s and posts them, firing and resolved, to a
+webhook at WEBHOOK_PORT on loopback: the test that wants them listens there.
+
+Ports follow the Kafka port, so a second stack beside the first moves them too:
+Prometheus KAFKA_PORT - 2, Alertmanager KAFKA_PORT + 3, the webhook KAFKA_PORT + 4.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.request
+from pathlib import Path
+
+from devservices.stack import (HOST, KAFKA_PORT, ROOT, STATE, Service, already_up, log, spawn, stop,
+                               wait_until)
+
+PROMETHEUS_PORT = KAFKA_PORT - 2
+ALERTMANAGER_PORT = KAFKA_PORT + 3
+WEBHOOK_PORT = KAFKA_PORT + 4
+BIN = Path("/usr/bin")
+PROMETHEUS_DIR = STATE / "prometheus"
+ALERTMANAGER_DIR = STATE / "alertmanager"
+TARGETS = PROMETHEUS_DIR / "targets"
+PROMETHEUS = Service("prometheus", PROMETHEUS_DIR / "prometheus.pid", PROMETHEUS_DIR / "prometheus.log",
+                     str(PROMETHEUS_DIR / "prometheus.yml"))
+ALERTMANAGER = Service("alertmanager", ALERTMANAGER_DIR / "alertmanager.pid", ALERTMANAGER_DIR / "alertmanager.log",
+                       str(ALERTMANAGER_DIR / "alertmanager.yml"))
+
+
+def _ready(port: int) -> bool:
+    with urllib.request.urlopen(f"http://{HOST}:{port}/-/ready", timeout=2) as resp:
+        return resp.status == 200
+
+
+def write_prometheus_config() -> Path:
+    TARGETS.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(ROOT / "dashboards" / "alerts.yml", PROMETHEUS_DIR / "alerts.yml")
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
+        "rule_files": [str(PROMETHEUS_DIR / "alerts.yml")],
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"{HOST}:{ALERTMANAGER_PORT}"]}]}]},
+        "scrape_configs": [{"job_name": "oncewatch",
+                            "file_sd_configs": [{"files": [str(TARGETS / "*.json")], "refresh_interval": "1s"}]}],
+    }
+    path = Path(PROMETHEUS.marker)
+    path.write_text(json.dumps(config, indent=2))  # JSON is YAML
+    return path
+
+
+def write_alertmanager_config() -> Path:
+    ALERTMANAGER_DIR.mkdir(parents=True, exist_ok=True)
+    config = {
+        "route": {"receiver": "webhook", "group_by": ["alertname", "rule", "instance"], "group_wait": "1s",
+                  "group_interval": "1s", "repeat_interval": "1h"},
+        "receivers": [{"name": "webhook", "webhook_configs": [
+            {"url": f"http://{HOST}:{WEBHOOK_PORT}/alerts", "send_resolved": True}]}],
+    }
+    path = Path(ALERTMANAGER.marker)
+    path.write_text(json.dumps(config, indent=2))
+    return path
+
+
+def prometheus_up() -> None:
+    if already_up(PROMETHEUS, PROMETHEUS_PORT):
+        return
+    config = write_prometheus_config()
+    proc = spawn(PROMETHEUS, [str(BIN / "prometheus"), f"--config.file={config}",
+                              f"--storage.tsdb.path={PROMETHEUS_DIR / 'data'}", "--storage.tsdb.retention.time=1d",
+                              f"--web.listen-address={HOST}:{PROMETHEUS_PORT}", "--web.enable-lifecycle"])
+    wait_until("prometheus", lambda: _ready(PROMETHEUS_PORT), proc, PROMETHEUS, 60)
+    log(f"prometheus listening on {HOST}:{PROMETHEUS_PORT} (targets from {TARGETS.relative_to(ROOT)}/*.json)")
+
+
+def alertmanager_up() -> None:
+    if already_up(ALERTMANAGER, ALERTMANAGER_PORT):
+        return
+    config = write_alertmanager_config()
+    proc = spawn(ALERTMANAGER, [str(BIN / "prometheus-alertmanager"), f"--config.file={config}",
+                                f"--storage.path={ALERTMANAGER_DIR / 'data'}",
+                                f"--web.listen-address={HOST}:{ALERTMANAGER_PORT}", "--cluster.listen-address="])
+    wait_until("alertmanager", lambda: _ready(ALERTMANAGER_PORT), proc, ALERTMANAGER, 60)
+    log(f"alertmanager listening on {HOST}:{ALERTMANAGER_PORT} (webhook http://{HOST}:{WEBHOOK_PORT}/alerts)")
+
+
+def up() -> None:
+    alertmanager_up()
+    prometheus_up()
+
+
+def down() -> list[tuple[str, bool]]:
+    return [(svc.name, stop(svc)) for svc in (PROMETHEUS, ALERTMANAGER)]
+
+
+SERVICES = ((PROMETHEUS, PROMETHEUS_PORT), (ALERTMANAGER, ALERTMANAGER_PORT))
