@@ -99,6 +99,7 @@ class Rules:
     horizon_seconds: float = 86400.0
     horizon_max_entries: int = 1_000_000
     ack_timeout_seconds: float = 14400.0  # an acknowledgement of a still open finding lapses then: it pages again
+    caught_up_seconds: float = 5.0  # both streams read to within this: the monitor is caught up (its verdict)
 
 
 # ---------------------------------------------------------------- parsing
@@ -228,6 +229,7 @@ def parse_rules(s: Section) -> Rules:
         horizon_seconds=s.float("horizon_seconds", d.horizon_seconds, minimum=1.0),
         horizon_max_entries=s.int("horizon_max_entries", d.horizon_max_entries, minimum=1),
         ack_timeout_seconds=s.float("ack_timeout_seconds", d.ack_timeout_seconds, minimum=1.0),
+        caught_up_seconds=s.float("caught_up_seconds", d.caught_up_seconds, minimum=0.1),
     )
     s.done()
     if rules.horizon_seconds <= max(rules.stuck_pending_seconds, rules.missing_event_grace_seconds,

@@ -53,6 +53,10 @@ KAFKA_OFFSETS = "kafka_offsets"
 MONITOR = "monitor"
 COLLECTORS = (BINLOG, KAFKA_EVENTS, KAFKA_OFFSETS)
 
+# The monitor's verdict on itself (oncewatch.monitor.verdict).
+HEALTHY, DEGRADED, FAILING = "healthy", "degraded", "failing"
+VERDICTS = (HEALTHY, DEGRADED, FAILING)
+
 # State rows beside the engine's entries.
 ENGINE_STATS = "engine_stats"
 

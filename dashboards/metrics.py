@@ -117,14 +117,22 @@ def _kafka_offsets(value: dict[str, Any]) -> Iterator[Metric]:
 def _monitor(value: dict[str, Any]) -> Iterator[Metric]:
     started = _gauge("monitor_start_time_seconds", "When the monitor process started (unix time).")
     started.add_metric([], value.get("started_at", 0))
-    caught_up = _gauge("monitor_caught_up", "1 when both streams are read to their current ends.")
+    caught_up = _gauge("monitor_caught_up", "1 when both streams are read to within rules.caught_up_seconds.")
     caught_up.add_metric([], 1 if value.get("caught_up") else 0)
+    verdict = _gauge("monitor_verdict", "1 for the monitor's verdict (healthy, degraded, failing), 0 for the others; "
+                     "the reasons are on the dashboard's Overview.", ("verdict",))
+    for name in names.VERDICTS:
+        verdict.add_metric([name], 1 if value.get("verdict") == name else 0)
+    lag = _gauge("stream_lag_seconds", "How far behind the monitor has applied each stream (0: read to its end).",
+                 ("stream",))
+    for stream, seconds in sorted(value.get("lag_seconds", {}).items()):
+        lag.add_metric([stream], seconds)
     stream_time = _gauge("stream_time_seconds", "Commit or record time reached in each stream (unix time).",
                          ("stream",))
     for stream in ("binlog", "kafka"):
         if value.get(f"{stream}_time"):
             stream_time.add_metric([stream], value[f"{stream}_time"])
-    yield from (started, caught_up, stream_time)
+    yield from (started, caught_up, verdict, lag, stream_time)
 
 
 def _engine(stats: dict[str, Any]) -> Iterator[Metric]:

@@ -8,6 +8,7 @@ plus the health rows, engine stats and series a running monitor writes. Key figu
 - kafka_events up (its reader restarted once), 900 records read, 4 unread, quarantined
   shop.events|not_json 3 and |too_large 1;
 - group shipping-service lags 10 and 22 (stddev 6.0) with partition 2 never committed;
+- the monitor degraded: Kafka applied 7 s behind (binlog 2.5 s);
 - backlog shop.orders 7 + shop.shipments 2 = 9; p99 event delay 0.475 s;
 - 7 findings, 5 open, 3 of them critical (F1, F7, F9 conflicting).
 """
@@ -92,7 +93,9 @@ def write_health(store: Store, now: float) -> None:
                 {"topic": TOPIC, "partition": p, "committed": e, "lag": 0, "lag_seconds": 0.0}
                 for p, e in enumerate(ends)]}], "reader": reader(now - 1)})
     store.set_health("monitor", {"started_at": now - 3600, "pid": 4242, "binlog_time": now - 2.5,
-                                 "kafka_time": now - 1.0, "caught_up": False})
+                                 "kafka_time": now - 7.0, "caught_up": False, "verdict": "degraded",
+                                 "reasons": ["kafka read 7.0 s behind (caught up means within 5 s)"],
+                                 "lag_seconds": {"binlog": 2.5, "kafka": 7.0}})
 
 
 ENGINE_STATS = {

@@ -40,6 +40,19 @@ def collector_tile(c: views.Component | None, title: str) -> tuple[str, str, str
     return f"{title} — {state}", figure, f"reported {ui.duration(c.age_seconds)} ago"
 
 
+def verdict_of(monitor: views.Component | None) -> str:
+    """healthy, degraded or failing (the reasons are in the tile's help)."""
+    return monitor.value.get("verdict") or "–" if monitor is not None else "–"
+
+
+def verdict_help(monitor: views.Component | None) -> str | None:
+    if monitor is None:
+        return None
+    reasons = monitor.value.get("reasons") or ["nothing wrong"]
+    lags = ", ".join(f"{s} {ui.duration(v)} behind" for s, v in sorted(monitor.value.get("lag_seconds", {}).items()))
+    return f"{'; '.join(reasons)}. {lags}. Started {ui.when(monitor.value.get('started_at'))}."
+
+
 @st.fragment(run_every=ui.REFRESH_SECONDS)
 def live() -> None:
     now = time.time()
@@ -52,9 +65,8 @@ def live() -> None:
 
     monitor = comps.get(names.MONITOR)
     cols = st.columns(4)
-    cols[0].metric("Monitor — stale" if monitor and monitor.stale else "Monitor",
-                   "caught up" if monitor and monitor.value.get("caught_up") else "catching up" if monitor else "–",
-                   help=f"started {ui.when(monitor.value.get('started_at'))}" if monitor else None, border=True)
+    cols[0].metric("Monitor — stale" if monitor and monitor.stale else "Monitor", verdict_of(monitor),
+                   help=verdict_help(monitor), border=True)
     for col, (name, title) in zip(cols[1:], ((names.BINLOG, "Binlog"), (names.KAFKA_EVENTS, "Kafka events"),
                                              (names.KAFKA_OFFSETS, "Kafka offsets"))):
         label, value, help_ = collector_tile(comps.get(name), title)

@@ -2,8 +2,9 @@
 
 Each collector's row is its status merged with its reader's (`reader`: running, failures, the
 last failure, when the loop last showed life), so a dead reader reads as down and its silence
-as staleness, whatever its collector said last. The monitor's row says whether both streams
-are read to their ends and applied: the absence rules' clocks follow it.
+as staleness, whatever its collector said last. The monitor's row carries the verdict
+(oncewatch.monitor.verdict) and how far behind each stream is; `refresh` judges whether each
+stream is read to its very end and applied, which the absence rules' clocks follow.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from typing import Any
 import pymysql
 
 from oncewatch.collectors.binlog import TRANSPORT_ERRORS
+from oncewatch.core.domain import Rules
 from oncewatch.core.histogram import delay_p99
 from oncewatch.core.names import BINLOG, KAFKA_EVENTS, MONITOR
 from oncewatch.monitor.readers import BinlogSource, KafkaEventsSource, Reader
+from oncewatch.monitor.verdict import judge
 from oncewatch.monitor.writer import Progress
 from oncewatch.store import Store
 
@@ -26,8 +29,9 @@ log = logging.getLogger("oncewatch.monitor.health")
 
 
 class Health:
-    def __init__(self, store: Store, readers: dict[str, Reader], progress: Progress, stats: Any):
+    def __init__(self, store: Store, readers: dict[str, Reader], progress: Progress, stats: Any, rules: Rules):
         self.store = store
+        self.rules = rules
         self.readers = readers
         self.progress = progress
         self.stats = stats  # the engine's stats(), called when series are written
@@ -82,15 +86,28 @@ class Health:
 
     # -------------------------------------------------------------- rows
 
+    def lag_seconds(self, now: float) -> dict[str, float]:
+        """How far behind each stream is applied: 0 when read to its end, else the age of the commit time
+        (binlog) or of the Kafka clock reached."""
+        p = self.progress
+        lags = {"binlog": 0.0 if p.binlog_caught_up else max(0.0, now - p.binlog_time)}
+        if KAFKA_EVENTS in self.readers:
+            lags["kafka"] = 0.0 if p.kafka_caught_up else max(0.0, now - p.kafka_time)
+        return lags
+
     def write(self, with_series: bool) -> None:
         p = self.progress
-        for name, reader in self.readers.items():
-            if reader.source is not None:
-                self.store.set_health(name, {**reader.source.health(), "reader": reader.health()})
+        now = time.time()
+        rows = {name: {**reader.source.health(), "reader": reader.health()}
+                for name, reader in self.readers.items() if reader.source is not None}
+        for name, row in rows.items():
+            self.store.set_health(name, row)
+        v = judge(now, rows, self.lag_seconds(now), p.offsets, caught_up_seconds=self.rules.caught_up_seconds,
+                  drift_threshold=self.rules.offset_drift_threshold)
         self.store.set_health(MONITOR, {"started_at": self.started_at, "pid": os.getpid(),
                                         "binlog_time": p.binlog_time, "kafka_time": p.kafka_time,
-                                        "caught_up": p.binlog_caught_up and p.kafka_caught_up,
-                                        "probe_error": self.probe_error})
+                                        "caught_up": v.caught_up, "verdict": v.verdict, "reasons": list(v.reasons),
+                                        "lag_seconds": v.lag_seconds, "probe_error": self.probe_error})
         if with_series:
             with self.store.batch() as tx:
                 tx.add_series(self._series_points(time.time()))

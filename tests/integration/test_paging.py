@@ -14,6 +14,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -93,6 +95,14 @@ def monitored(tmp_path: Path) -> Iterator[tuple[Path, str, str]]:
         assert monitor.wait(30) == 0
 
 
+def prometheus_value(query: str) -> float | None:
+    """The single value Prometheus gives for an instant query, or None."""
+    url = f"http://{stack.HOST}:{paging.PROMETHEUS_PORT}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        result = json.load(resp)["data"]["result"]
+    return float(result[0]["value"][1]) if len(result) == 1 else None
+
+
 def the(config: Path, rule: str) -> Any:
     found = [f for f in findings(config) if f.rule == rule]
     return found[0] if len(found) == 1 else None
@@ -109,6 +119,10 @@ def test_a_finding_pages_an_ack_ends_the_page_and_a_fact_seen_again_reopens_it(r
         "firing", "OncewatchDuplicateEffect", rule="F1", instance=instance, job="oncewatch"))
     f1 = the(config, "F1")
     assert f1.keys["trade_no"] == duplicated and f1.status == "open"
+    # What Prometheus itself scraped: a monitor that has read the shop's traffic, healthy and caught up.
+    wait_for("a healthy, caught-up verdict in Prometheus", lambda: prometheus_value(
+        f'oncewatch_monitor_verdict{{verdict="healthy", instance="{instance}"}}') == 1
+        and prometheus_value(f'oncewatch_monitor_caught_up{{instance="{instance}"}}') == 1, timeout=30)
 
     oncewatch("ack", "--config", str(config), f1.id, "--note", "stopping the second shipment", "--by", "sre")
     wait_for("F1 resolved at the receiver after the ack",

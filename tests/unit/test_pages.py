@@ -64,7 +64,7 @@ def plotly_count(at: AppTest) -> int:
 def test_overview_tiles_and_charts(env: Path) -> None:
     at = run("overview")
     assert metrics(at) == {
-        "Monitor": "catching up", "Binlog — up": "2.5 s behind", "Kafka events — up": "4 unread",
+        "Monitor": "degraded", "Binlog — up": "2.5 s behind", "Kafka events — up": "4 unread",
         "Kafka offsets — up": "max lag 22", "Open critical findings": "3", "Backlog": "9",
         "p99 event delay": "475 ms"}
     assert plotly_count(at) == 3

@@ -1,0 +1,64 @@
+"""One health verdict for the whole monitor: healthy, degraded or failing, with its reasons.
+
+- failing: a part of the monitor cannot see its stream: a reader is down (failed, restarting) or
+  has shown no life for STALE_SECONDS, or a collector is disconnected. Rules fed by that stream
+  cannot judge, so nothing the monitor says about it is to be trusted until this clears;
+- degraded: it sees everything but late or partly: a stream read more than
+  `rules.caught_up_seconds` behind, an offsets poll that failed, a watched consumer group lagging
+  more than `rules.offset_drift_threshold` records;
+- healthy: none of these.
+
+"Caught up" is the reading of people and alerts: both streams read to within
+`caught_up_seconds`. (The absence rules' own clocks stay exact: oncewatch.monitor.writer.)
+Plain data in, plain data out, so it is tested without servers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from oncewatch.core.names import DEGRADED, FAILING, HEALTHY, KAFKA_OFFSETS
+from oncewatch.core.records import OffsetsSnapshot
+
+# A reader silent this long is stuck (heartbeats come every few seconds, polls every half second).
+STALE_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str
+    reasons: tuple[str, ...]
+    caught_up: bool
+    lag_seconds: dict[str, float]  # stream -> how far behind it is read (0 when read to its end)
+
+
+def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: Mapping[str, float],
+          offsets: OffsetsSnapshot | None, *, caught_up_seconds: float, drift_threshold: int) -> Verdict:
+    """`components`: each collector's health row (its status and its `reader` part); `lag_seconds`:
+    per stream, how far behind it is read."""
+    failing: list[str] = []
+    degraded: list[str] = []
+    for name, value in components.items():
+        reader = value.get("reader", {})
+        alive_at = reader.get("alive_at")
+        if not reader.get("running", True):
+            failing.append(f"{name} reader down ({reader.get('last_failure') or 'not running'})")
+        elif alive_at is not None and now - alive_at > STALE_SECONDS:
+            failing.append(f"{name} reader silent for {now - alive_at:.0f} s")
+        elif name == KAFKA_OFFSETS:
+            if value.get("error"):
+                degraded.append(f"offsets poll failed: {value['error']}")
+        elif not value.get("connected", True):
+            failing.append(f"{name} disconnected ({value.get('last_error') or 'connecting'})")
+    for stream, lag in sorted(lag_seconds.items()):
+        if lag > caught_up_seconds:
+            degraded.append(f"{stream} read {lag:.1f} s behind (caught up means within {caught_up_seconds:g} s)")
+    for group in offsets.groups if offsets else ():
+        lag = sum(p.lag for p in group.partitions if p.lag is not None)
+        if lag > drift_threshold:
+            degraded.append(f"consumer group {group.group} is {lag} records behind (threshold {drift_threshold})")
+    verdict = FAILING if failing else DEGRADED if degraded else HEALTHY
+    caught_up = not failing and all(lag <= caught_up_seconds for lag in lag_seconds.values())
+    return Verdict(verdict, tuple(failing + degraded), caught_up, dict(lag_seconds))

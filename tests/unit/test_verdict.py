@@ -1,0 +1,58 @@
+"""The monitor's verdict on itself: healthy, degraded or failing, with its reasons; caught up within a lag."""
+
+from __future__ import annotations
+
+from oncewatch.core.records import GroupOffsets, GroupPartition, OffsetsSnapshot
+from oncewatch.monitor.verdict import judge
+
+NOW = 10_000.0
+
+
+def reader(running: bool = True, alive_at: float | None = NOW - 1, failure: str | None = None) -> dict:
+    return {"running": running, "alive_at": alive_at, "last_failure": failure, "failures": 0}
+
+
+def rows(**changes: dict) -> dict[str, dict]:
+    base = {"binlog": {"connected": True, "reader": reader()},
+            "kafka_events": {"connected": True, "reader": reader()},
+            "kafka_offsets": {"error": None, "reader": reader()}}
+    return {**base, **changes}
+
+
+def offsets(*lags: int | None) -> OffsetsSnapshot:
+    return OffsetsSnapshot(NOW, None, (), (GroupOffsets("shipping-service", "Stable", tuple(
+        GroupPartition("t", i, None if lag is None else 100, lag, None) for i, lag in enumerate(lags))),))
+
+
+def verdict(components: dict, lags: dict | None = None, snapshot: OffsetsSnapshot | None = None):
+    return judge(NOW, components, lags if lags is not None else {"binlog": 0.3, "kafka": 0.8}, snapshot,
+                 caught_up_seconds=5.0, drift_threshold=5000)
+
+
+def test_everything_read_within_the_lag_is_healthy_and_caught_up() -> None:
+    v = verdict(rows(), snapshot=offsets(10, 20))
+    assert (v.verdict, v.reasons, v.caught_up) == ("healthy", (), True)
+
+
+def test_a_stream_behind_or_a_group_far_behind_is_degraded_not_failing() -> None:
+    v = verdict(rows(), {"binlog": 0.2, "kafka": 12.0})
+    assert v.verdict == "degraded" and not v.caught_up
+    assert v.reasons == ("kafka read 12.0 s behind (caught up means within 5 s)",)
+    stalled = verdict(rows(), snapshot=offsets(4000, 3000, None))
+    assert stalled.verdict == "degraded" and stalled.caught_up  # the shop's group, not the monitor, is behind
+    assert stalled.reasons == ("consumer group shipping-service is 7000 records behind (threshold 5000)",)
+    polled = verdict(rows(kafka_offsets={"error": "offsets: KafkaTimeoutError", "reader": reader()}))
+    assert polled.verdict == "degraded" and polled.reasons == ("offsets poll failed: offsets: KafkaTimeoutError",)
+
+
+def test_a_reader_down_silent_or_disconnected_is_failing_and_never_caught_up() -> None:
+    down = verdict(rows(kafka_events={"connected": True, "reader": reader(False, failure="ValueError: x")}))
+    assert down.verdict == "failing" and not down.caught_up
+    assert down.reasons == ("kafka_events reader down (ValueError: x)",)
+    silent = verdict(rows(binlog={"connected": True, "reader": reader(alive_at=NOW - 90)}))
+    assert silent.reasons == ("binlog reader silent for 90 s",) and silent.verdict == "failing"
+    lost = verdict(rows(binlog={"connected": False, "last_error": "OperationalError: 2013", "reader": reader()}),
+                   {"binlog": 30.0, "kafka": 0.0})
+    assert lost.verdict == "failing"
+    assert lost.reasons == ("binlog disconnected (OperationalError: 2013)",
+                            "binlog read 30.0 s behind (caught up means within 5 s)")
