@@ -22,6 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from oncewatch import __version__
 from oncewatch.core import histogram, names
 from oncewatch.core.records import OffsetsSnapshot
 from oncewatch.dashboards import views
@@ -132,7 +133,12 @@ def _monitor(value: dict[str, Any]) -> Iterator[Metric]:
     for stream in ("binlog", "kafka"):
         if value.get(f"{stream}_time"):
             stream_time.add_metric([stream], value[f"{stream}_time"])
-    yield from (started, caught_up, verdict, lag, stream_time)
+    threshold = _gauge("rule_threshold", "The monitor's [rules] thresholds, which the alert rules compare with.",
+                       ("rule", "threshold"))
+    for rule, values in sorted(value.get("thresholds", {}).items()):
+        for name, v in sorted(values.items()):
+            threshold.add_metric([rule, name], v)
+    yield from (started, caught_up, verdict, lag, stream_time, threshold)
 
 
 def _engine(stats: dict[str, Any]) -> Iterator[Metric]:
@@ -224,6 +230,9 @@ class StoreCollector(Collector):
             return
         store_up.add_metric([], 1)
         yield store_up
+        build = _gauge("build_info", "Always 1; the version of the oncewatch that serves these metrics.", ("version",))
+        build.add_metric([__version__], 1)
+        yield build
         yield from _health(health)
         yield from _engine(stats)
         yield _lifecycle(counts)

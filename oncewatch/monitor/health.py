@@ -28,6 +28,16 @@ from oncewatch.store import Store
 log = logging.getLogger("oncewatch.monitor.health")
 
 
+def thresholds(rules: Rules) -> dict[str, dict[str, float]]:
+    """The [rules] thresholds by rule, published on /metrics so the alert rules compare with them."""
+    return {"F3": {"stuck_pending_seconds": rules.stuck_pending_seconds},
+            "F7": {"missing_event_grace_seconds": rules.missing_event_grace_seconds},
+            "F8": {"orphan_event_grace_seconds": rules.orphan_event_grace_seconds},
+            "F10": {"event_delay_seconds": rules.event_delay_seconds},
+            "F11": {"offset_drift_threshold": float(rules.offset_drift_threshold)},
+            "F12": {"partition_skew_threshold": rules.partition_skew_threshold}}
+
+
 class Health:
     def __init__(self, store: Store, readers: dict[str, Reader], progress: Progress, stats: Any, rules: Rules):
         self.store = store
@@ -107,7 +117,8 @@ class Health:
         self.store.set_health(MONITOR, {"started_at": self.started_at, "pid": os.getpid(),
                                         "binlog_time": p.binlog_time, "kafka_time": p.kafka_time,
                                         "caught_up": v.caught_up, "verdict": v.verdict, "reasons": list(v.reasons),
-                                        "lag_seconds": v.lag_seconds, "probe_error": self.probe_error})
+                                        "lag_seconds": v.lag_seconds, "probe_error": self.probe_error,
+                                        "thresholds": thresholds(self.rules)})
         if with_series:
             with self.store.batch() as tx:
                 tx.add_series(self._series_points(time.time()))

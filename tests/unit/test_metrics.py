@@ -87,6 +87,8 @@ def test_verdict_and_stream_lag(served) -> None:
     assert value(fams, "oncewatch_monitor_caught_up") == 0
     assert value(fams, "oncewatch_stream_lag_seconds", stream="kafka") == 7.0
     assert value(fams, "oncewatch_stream_lag_seconds", stream="binlog") == 2.5
+    assert value(fams, "oncewatch_rule_threshold", rule="F12", threshold="partition_skew_threshold") == 3.0
+    assert list(fams["oncewatch_build_info"][1].values()) == [1]
 
 
 def test_alignment_and_lag(served) -> None:
