@@ -3,8 +3,10 @@
 F11 has two sources: the backlog of committed changes per table not yet announced on Kafka
 (from oncewatch.checks.announcements), and the total lag of each watched consumer group. F12 is the
 population standard deviation of the per-partition lag of one group on one topic (the
-second seed article's `stddev(partition_lag) > 3.0`). Each finding holds the latest reading
-as its evidence and resolves when the reading drops back to the threshold or below.
+second seed article's `stddev(partition_lag) > 3.0`) when it is also more than
+`partition_skew_relative` of the mean lag: a group stalled on every partition lags unevenly in
+records only because its partitions receive unevenly, and that is F11's stall, not skew. Each
+finding holds the latest reading as its evidence and resolves when the reading drops back.
 Partitions a group has never committed (lag None) are left out, not read as 0.
 """
 
@@ -21,6 +23,7 @@ class OffsetChecks:
     def __init__(self, rules: Rules, findings: Findings):
         self.drift = rules.offset_drift_threshold
         self.skew = rules.partition_skew_threshold
+        self.relative = rules.partition_skew_relative
         self.findings = findings
 
     def _reading(self, rule: str, identity: tuple[str, ...], above: bool, keys: dict[str, Any], summary: str,
@@ -49,9 +52,11 @@ class OffsetChecks:
             self._reading("F11", ("lag", name), lag > self.drift, {"group": name, "lag": lag},
                           f"consumer group {name} is {lag} records behind (threshold {self.drift})", at, evidence,
                           f"lag down to {lag}")
-            for topic, sd in sorted(group.skew_by_topic().items()):
-                self._reading("F12", (name, topic), sd > self.skew,
-                              {"group": name, "topic": topic, "stddev": round(sd, 3)},
-                              f"lag of {name} on {topic} is uneven across partitions: stddev {sd:.2f} "
-                              f"(threshold {self.skew:g})", at,
-                              [e for e, p in zip(evidence, parts) if p.topic == topic], f"stddev down to {sd:.2f}")
+            for topic, skew in sorted(group.skew_by_topic().items()):
+                self._reading("F12", (name, topic), skew.stddev > self.skew and skew.relative > self.relative,
+                              {"group": name, "topic": topic, "stddev": round(skew.stddev, 3),
+                               "relative": round(skew.relative, 3)},
+                              f"lag of {name} on {topic} is uneven across partitions: stddev {skew.stddev:.2f}, "
+                              f"{skew.relative:.2f} of the mean (thresholds {self.skew:g} and {self.relative:g})", at,
+                              [e for e, p in zip(evidence, parts) if p.topic == topic],
+                              f"stddev down to {skew.stddev:.2f}, {skew.relative:.2f} of the mean")

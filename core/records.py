@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from statistics import pstdev
-from typing import Any
+from typing import Any, NamedTuple
 
 from oncewatch.core.names import partition_key
 
@@ -245,10 +245,25 @@ class GroupOffsets:
                 out.setdefault(p.topic, []).append(p.lag)
         return out
 
-    def skew_by_topic(self) -> dict[str, float]:
-        """F12's reading: the population standard deviation of partition lag per topic, for topics
-        with at least two partitions whose lag is known (one partition cannot be uneven)."""
-        return {topic: pstdev(lags) for topic, lags in self.lags_by_topic().items() if len(lags) >= 2}
+    def skew_by_topic(self) -> dict[str, Skew]:
+        """F12's reading per topic, for topics with at least two partitions whose lag is known (one
+        partition cannot be uneven)."""
+        return {topic: Skew.of(lags) for topic, lags in self.lags_by_topic().items() if len(lags) >= 2}
+
+
+class Skew(NamedTuple):
+    """How uneven one group's lag is across a topic's partitions: the population standard deviation
+    (the seed article's measure, in records) and that deviation over the mean lag (relative: about
+    0 when every partition lags alike, as in a stall of the whole group; about 1.4 for one of
+    three partitions stuck while the others keep up)."""
+
+    stddev: float
+    relative: float
+
+    @classmethod
+    def of(cls, lags: list[int]) -> Skew:
+        sd, mean = pstdev(lags), sum(lags) / len(lags)
+        return cls(sd, sd / mean if mean else 0.0)
 
 
 @dataclass(frozen=True)

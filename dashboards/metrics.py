@@ -110,9 +110,13 @@ def _kafka_offsets(value: dict[str, Any]) -> Iterator[Metric]:
         uncommitted.add_metric([group, topic], n)
     stddev = _gauge("consumer_group_lag_stddev", "Population standard deviation of partition lag (F12).",
                     ("group", "topic"))
+    relative = _gauge("consumer_group_lag_relative_stddev", "That standard deviation over the mean partition lag "
+                      "(F12: near 0 when every partition lags alike, as in a stall of the whole group).",
+                      ("group", "topic"))
     for s in views.lag_skew(snapshot):
         stddev.add_metric([s["group"], s["topic"]], s["stddev"])
-    yield from (committed, lag, lag_seconds, uncommitted, stddev)
+        relative.add_metric([s["group"], s["topic"]], s["relative"])
+    yield from (committed, lag, lag_seconds, uncommitted, stddev, relative)
 
 
 def _monitor(value: dict[str, Any]) -> Iterator[Metric]:

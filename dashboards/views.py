@@ -130,8 +130,8 @@ def lag_skew(offsets: OffsetsSnapshot) -> list[dict[str, Any]]:
     out = []
     for g in offsets.groups:
         lags = g.lags_by_topic()
-        out += [{"group": g.group, "topic": t, "stddev": sd, "partitions": len(lags[t]), "max_lag": max(lags[t])}
-                for t, sd in g.skew_by_topic().items()]
+        out += [{"group": g.group, "topic": t, "stddev": s.stddev, "relative": s.relative, "partitions": len(lags[t]),
+                 "max_lag": max(lags[t])} for t, s in g.skew_by_topic().items()]
     return sorted(out, key=lambda s: (s["group"], s["topic"]))
 
 

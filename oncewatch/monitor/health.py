@@ -35,7 +35,8 @@ def thresholds(rules: Rules) -> dict[str, dict[str, float]]:
             "F8": {"orphan_event_grace_seconds": rules.orphan_event_grace_seconds},
             "F10": {"event_delay_seconds": rules.event_delay_seconds},
             "F11": {"offset_drift_threshold": float(rules.offset_drift_threshold)},
-            "F12": {"partition_skew_threshold": rules.partition_skew_threshold}}
+            "F12": {"partition_skew_threshold": rules.partition_skew_threshold,
+                    "partition_skew_relative": rules.partition_skew_relative}}
 
 
 class Health:

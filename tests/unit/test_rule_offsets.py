@@ -67,3 +67,15 @@ def test_near_miss_even_lag_or_a_single_partition():
     engine.on_offsets(snapshot(10, [100, 102, 101]))
     engine.on_offsets(snapshot(11, [500], group="other"))
     assert engine.drain() == []
+
+
+def test_a_uniform_stall_of_the_whole_group_is_f11_not_f12():
+    # Every partition stopped at once: the lags differ by hundreds of records (the partitions receive
+    # unevenly) but by a tenth of their mean. That is a stall (F11), not a skewed group.
+    engine = Engine(shop_settings(partition_skew_threshold=3.0, partition_skew_relative=0.5,
+                                  offset_drift_threshold=5000))
+    engine.on_offsets(snapshot(10, [2100, 1900, 2300]))
+    assert [(f.rule, f.keys["lag"]) for f in engine.drain()] == [("F11", 6300)]
+    # The same stddev with one partition stuck while the others keep up is skew.
+    engine.on_offsets(snapshot(20, [0, 0, 400]))
+    assert {f.rule: f.status for f in engine.drain()} == {"F11": "resolved", "F12": "open"}
