@@ -5,8 +5,10 @@ F11 has two sources: the backlog of committed changes per table not yet announce
 population standard deviation of the per-partition lag of one group on one topic (the
 second seed article's `stddev(partition_lag) > 3.0`) when it is also more than
 `partition_skew_relative` of the mean lag: a group stalled on every partition lags unevenly in
-records only because its partitions receive unevenly, and that is F11's stall, not skew. Each
-finding holds the latest reading as its evidence and resolves when the reading drops back.
+records only because its partitions receive unevenly, and that is F11's stall, not skew; and
+when it has held for `partition_skew_seconds`: at the start of a stall the lags are a handful of
+records and briefly look uneven. Each finding holds the latest reading as its evidence and
+resolves when the reading drops back.
 Partitions a group has never committed (lag None) are left out, not read as 0.
 """
 
@@ -24,7 +26,11 @@ class OffsetChecks:
         self.drift = rules.offset_drift_threshold
         self.skew = rules.partition_skew_threshold
         self.relative = rules.partition_skew_relative
+        self.hold = rules.partition_skew_seconds
         self.findings = findings
+        # (group, topic) -> when its lag was first seen skewed, in this process: a restart only makes
+        # F12 wait its hold again (offsets are live readings, not a stream to replay).
+        self.skewed_since: dict[tuple[str, str], float] = {}
 
     def _reading(self, rule: str, identity: tuple[str, ...], above: bool, keys: dict[str, Any], summary: str,
                  time: float, evidence: list[EvidenceItem], why: str) -> None:
@@ -53,7 +59,12 @@ class OffsetChecks:
                           f"consumer group {name} is {lag} records behind (threshold {self.drift})", at, evidence,
                           f"lag down to {lag}")
             for topic, skew in sorted(group.skew_by_topic().items()):
-                self._reading("F12", (name, topic), skew.stddev > self.skew and skew.relative > self.relative,
+                if skew.stddev > self.skew and skew.relative > self.relative:
+                    held = at - self.skewed_since.setdefault((name, topic), at) >= self.hold
+                else:
+                    self.skewed_since.pop((name, topic), None)
+                    held = False
+                self._reading("F12", (name, topic), held,
                               {"group": name, "topic": topic, "stddev": round(skew.stddev, 3),
                                "relative": round(skew.relative, 3)},
                               f"lag of {name} on {topic} is uneven across partitions: stddev {skew.stddev:.2f}, "

@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "shop.toml"
 
 # Thresholds for runs of a minute or two: the shop settles its clean orders within seconds.
-SHORT_RULES = {"stuck_pending_seconds": 10, "missing_event_grace_seconds": 4, "orphan_event_grace_seconds": 4}
+SHORT_RULES = {"stuck_pending_seconds": 10, "missing_event_grace_seconds": 4, "orphan_event_grace_seconds": 4,
+               "partition_skew_seconds": 2}
 # These runs use the test schema and topics of their own, and leave the demo's `shop` schema alone.
 SCHEMA = "owtest"
 TOPIC = "owtest.events"

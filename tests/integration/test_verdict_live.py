@@ -1,0 +1,78 @@
+"""The verdict over a steady shop run: healthy and caught up while the lag is small, degraded once a
+downstream consumer group stalls, and the stall of the whole group is F11, not F12.
+
+The shop sells at a steady rate for a minute with its shipping-service group stalling on every
+partition early in the run; a monitor watches it with a low drift threshold (and F12's default
+hold of 60 s, where the other shop tests shorten it), and the test samples its /metrics and its
+health row every half second.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from devservices.shop_monitor import ROOT, SHORT_RULES, findings, free_port, shop_config, shop_settings
+from oncewatch import shop
+from oncewatch.dashboards import views
+from oncewatch.store import open_reader
+
+from .shop_monitor import prepared
+
+DRIFT = 150  # records: a stalled group passes it within seconds at this rate
+
+
+def sample(port: int, store_path: str) -> tuple[str | None, float | None, list[str]]:
+    """(verdict, caught_up, reasons) as /metrics and the health row say them now."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        lines = resp.read().decode().splitlines()
+    verdict = next((line.split('"')[1] for line in lines
+                    if line.startswith("oncewatch_monitor_verdict{") and line.endswith(" 1.0")), None)
+    caught_up = next((float(line.split()[1]) for line in lines if line.startswith("oncewatch_monitor_caught_up ")), None)
+    store = open_reader(store_path)
+    try:
+        monitor = views.components(store).get("monitor")
+    finally:
+        store.close()
+    return verdict, caught_up, list(monitor.value.get("reasons", [])) if monitor else []
+
+
+def test_healthy_while_the_lag_is_small_then_degraded_by_a_stalled_group_and_no_f12(tmp_path: Path) -> None:
+    _, topic = prepared(tmp_path)
+    port = free_port()
+    config = shop_config(tmp_path, metrics_port=port, topic=topic,
+                         rules={**SHORT_RULES, "offset_drift_threshold": DRIFT, "partition_skew_seconds": 60})
+    store_path = str(tmp_path / "store.db")
+    with open(tmp_path / "monitor.log", "ab") as log:
+        monitor = subprocess.Popen([sys.executable, "-m", "oncewatch.cli", "run", "--config", str(config)], cwd=ROOT,
+                                   stdout=log, stderr=subprocess.STDOUT)
+    samples: list[tuple[str | None, float | None, list[str]]] = []
+    try:
+        selling = threading.Thread(target=shop.run, args=(shop_settings(topic, seed=5, duration=60, rate=10,
+                                                                        faults="consumer_stall"),))
+        time.sleep(3)  # the monitor's first health rows
+        selling.start()
+        while selling.is_alive():
+            try:
+                samples.append(sample(port, store_path))
+            except OSError:
+                pass
+            time.sleep(0.5)
+    finally:
+        monitor.terminate()
+        assert monitor.wait(30) == 0
+    healthy = [s for s in samples if s[0] == "healthy"]
+    assert healthy and all(caught_up == 1 and reasons == [] for _, caught_up, reasons in healthy)
+    stalled = [s for s in samples if s[0] == "degraded"
+               and any(r.startswith("consumer group shipping-service is") for r in s[2])]
+    assert stalled, sorted({(v, tuple(r)) for v, _, r in samples})
+    first_healthy = samples.index(healthy[0])
+    assert first_healthy < samples.index(stalled[0])  # healthy first, degraded once the stall bit
+    assert not [s for s in samples if s[0] == "failing"]
+    found = findings(config)
+    assert any(f.rule == "F11" and f.keys.get("group") == "shipping-service" for f in found)
+    assert not [f for f in found if f.rule == "F12"], [f.keys for f in found if f.rule == "F12"]
