@@ -8,8 +8,10 @@ change (its transaction id and row index); F8, F9 and F10 are about the announce
 type + key), so the orphans and duplicates of one key stay one finding whichever of them was
 judged first.
 
-- A change waits in `waiting` (counted as backlog of its table). It is *missing* (F7) once
-  Kafka has been read past `commit + missing_event_grace_seconds` without its event.
+- A change waits in `waiting`. It is *missing* (F7) once Kafka has been read past
+  `commit + missing_event_grace_seconds` without its event. The backlog of its table (F11's
+  input) counts the changes still within that grace: in flight, not yet judged; a change
+  judged missing is an F7 finding and leaves the backlog, even while it waits for a late event.
 - An event that finds no change waiting waits in `unmatched`, even when its key was announced
   before: its own change may not have been read yet. Once the binlog has been read past
   `event + orphan_event_grace_seconds` without one, it is a *duplicate* (F9) if an earlier
@@ -76,17 +78,17 @@ class Announcements:
         self.findings = findings
 
     def recount(self) -> None:
-        """Backlog per table, rebuilt from the waiting changes (after a restore)."""
+        """Backlog per table, rebuilt from the changes still within their grace (after a restore)."""
         self.backlog = dict.fromkeys(self.by_table, 0)
-        for space in (self.waiting.fresh, self.waiting.overdue):
-            for items in space.values():
-                for item in items:
-                    self.backlog[item["table"]] += 1
+        for items in self.waiting.fresh.values():
+            for item in items:
+                self.backlog[item["table"]] += 1
 
     def forget(self, changes: Iterable[dict[str, Any]]) -> None:
-        """Waiting changes that fell off the horizon no longer count as backlog."""
+        """Waiting changes that fell off the horizon leave the backlog (those judged missing left it then)."""
         for item in changes:
-            self.backlog[item["table"]] -= 1
+            if not item.get("missing"):
+                self.backlog[item["table"]] -= 1
 
     # ------------------------------------------------------------ input
 
@@ -133,7 +135,8 @@ class Announcements:
         if taken is None:
             self.unmatched.add(mk, item)
         else:
-            self.backlog[a.table] -= 1
+            if not taken[1]:  # judged missing already: it left the backlog then
+                self.backlog[a.table] -= 1
             self._pair(a, str(key), *taken, item, False)
 
     # ------------------------------------------------------------ verdicts
@@ -200,6 +203,8 @@ class Announcements:
         r = self.rules
         for mk, item in self.waiting.due(kafka_time):
             a, key = self._split(mk)
+            item["missing"] = True
+            self.backlog[a.table] -= 1
             self.findings.raise_("F7", (item["tx"], item["row"]), keys={"event_type": a.event_type, "key": key,
                                                                        "table": a.table},
                                  summary=self._missing(a, key), time=item["t"] + r.missing_event_grace_seconds,

@@ -146,7 +146,8 @@ def _monitor(value: dict[str, Any]) -> Iterator[Metric]:
 
 
 def _engine(stats: dict[str, Any]) -> Iterator[Metric]:
-    backlog = _gauge("backlog_changes", "Committed changes still waiting for their Kafka event.", ("table",))
+    backlog = _gauge("backlog_changes", "Committed changes still within their grace, waiting for their Kafka event "
+                     "(those past it are F7 findings).", ("table",))
     for table, n in sorted(stats.get("backlog_by_table", {}).items()):
         backlog.add_metric([table], n)
     yield backlog

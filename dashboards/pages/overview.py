@@ -74,8 +74,8 @@ def live() -> None:
 
     cols = st.columns(3)
     cols[0].metric("Open critical findings", f"{views.open_critical(stats):,}", border=True)
-    cols[1].metric("Backlog", f"{views.backlog_total(stats):,}", help="Committed changes still waiting for their "
-                   "Kafka event, all tables", border=True)
+    cols[1].metric("Backlog", f"{views.backlog_total(stats):,}", help="Committed changes still within their grace, "
+                   "waiting for their Kafka event, all tables (those past it are F7 findings)", border=True)
     cols[2].metric("p99 event delay", ui.duration(p99), help="Kafka time minus commit time", border=True)
 
     for col, (name, title, color) in zip(st.columns(3), CHARTS):
