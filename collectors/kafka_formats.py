@@ -38,15 +38,11 @@ import msgspec
 
 from oncewatch.core.config import TopicConfig
 from oncewatch.core.exact_json import parse_exact_json, to_json
+from oncewatch.core.names import (MISSING_PATH, NOT_JSON, NOT_UTF8, NULL_VALUE, QUARANTINE_REASONS, TOO_LARGE,
+                                  WRONG_TYPE)
 from oncewatch.core.records import OP_DELETE, OP_INSERT, OP_UPDATE, EmittedEvent, QuarantinedRecord
 
-NOT_UTF8 = "not_utf8"
-NOT_JSON = "not_json"
-NULL_VALUE = "null_value"
-MISSING_PATH = "missing_path"
-WRONG_TYPE = "wrong_type"
-TOO_LARGE = "too_large"
-REASONS = (NOT_UTF8, NOT_JSON, NULL_VALUE, MISSING_PATH, WRONG_TYPE, TOO_LARGE)
+REASONS = QUARANTINE_REASONS
 
 OP_READ = "read"
 OP_TRUNCATE = "truncate"

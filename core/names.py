@@ -57,6 +57,11 @@ COLLECTORS = (BINLOG, KAFKA_EVENTS, KAFKA_OFFSETS)
 HEALTHY, DEGRADED, FAILING = "healthy", "degraded", "failing"
 VERDICTS = (HEALTHY, DEGRADED, FAILING)
 
+# Why a Kafka record was quarantined (oncewatch.collectors.kafka_formats), each counted on /metrics.
+NOT_UTF8, NOT_JSON, NULL_VALUE = "not_utf8", "not_json", "null_value"
+MISSING_PATH, WRONG_TYPE, TOO_LARGE = "missing_path", "wrong_type", "too_large"
+QUARANTINE_REASONS = (NOT_UTF8, NOT_JSON, NULL_VALUE, MISSING_PATH, WRONG_TYPE, TOO_LARGE)
+
 # State rows beside the engine's entries.
 ENGINE_STATS = "engine_stats"
 

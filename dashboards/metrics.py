@@ -68,9 +68,12 @@ def _binlog(value: dict[str, Any]) -> Iterator[Metric]:
 def _kafka_events(value: dict[str, Any]) -> Iterator[Metric]:
     quarantined = _counter("kafka_quarantined_records", "Kafka records that could not be parsed, kept aside.",
                            ("topic", "reason"))
-    for key, n in sorted(value.get("quarantined", {}).items()):
-        topic, _, reason = key.partition("|")
-        quarantined.add_metric([topic, reason], n)
+    counts = {tuple(key.partition("|")[::2]): n for key, n in value.get("quarantined", {}).items()}
+    # Every reason of every watched topic from the first scrape on, so increase() sees the first one.
+    topics = {p["topic"] for p in value.get("partitions", [])} | {topic for topic, _ in counts}
+    for topic in sorted(topics):
+        for reason in dict.fromkeys([*names.QUARANTINE_REASONS, *sorted(r for t, r in counts if t == topic)]):
+            quarantined.add_metric([topic, reason], counts.get((topic, reason), 0))
     yield quarantined
     read_offset = _gauge("kafka_read_offset", "Next offset the monitor will read, per watched partition.",
                          ("topic", "partition"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,7 +30,12 @@ GENERIC = ("checks", "collectors", "dashboards", "store", "core", "shop", "devse
 def installed(tmp_path_factory) -> Path:
     """The bin folder of a fresh venv with the built wheel installed (not editable)."""
     work = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(work / "dist"), str(ROOT)],
+    # From a copy of the tree (symlinks kept): setuptools builds through build/ in the source folder,
+    # and a build/ left there by an earlier run would ship files the tree no longer has.
+    source = work / "src"
+    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".devstack", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis"))
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(work / "dist"), str(source)],
                    check=True, capture_output=True, timeout=600)
     wheel, = (work / "dist").glob("oncewatch-*.whl")
     venv = work / "venv"
