@@ -16,11 +16,13 @@ RULES = ROOT / "dashboards" / "alerts.yml"
 RULE_TESTS = ROOT / "dashboards" / "alerts_test.yml"
 
 
-def test_every_alert_has_a_firing_case() -> None:
+def test_every_alert_has_a_firing_case_and_a_case_where_it_has_ended() -> None:
     alerts = set(re.findall(r"^\s*- alert: (\w+)", RULES.read_text(), re.M))
     fired = set(re.findall(r"alertname: (\w+)\n\s*exp_alerts:\n\s*- exp_labels", RULE_TESTS.read_text()))
-    assert len(alerts) >= 21
+    quiet = set(re.findall(r"alertname: (\w+)\n\s*exp_alerts: \[\]", RULE_TESTS.read_text()))
+    assert len(alerts) >= 24
     assert alerts - fired == set()
+    assert alerts - quiet == set()
 
 
 def exported_metric_names(tmp_path: Path) -> set[str]:
