@@ -145,7 +145,13 @@ def _monitor(value: dict[str, Any]) -> Iterator[Metric]:
     for rule, values in sorted(value.get("thresholds", {}).items()):
         for name, v in sorted(values.items()):
             threshold.add_metric([rule, name], v)
-    yield from (started, caught_up, verdict, lag, stream_time, threshold)
+    judging = _gauge("rule_can_judge", "1 when the rule sees every stream it reads; 0: it is blind (unknown), its "
+                     "silence means nothing.", ("rule",))
+    blind = set(value.get("blind_rules", []))
+    if "verdict" in value:
+        for rule in names.RULES:
+            judging.add_metric([rule], 0 if rule in blind else 1)
+    yield from (started, caught_up, verdict, lag, stream_time, threshold, judging)
 
 
 def _engine(stats: dict[str, Any]) -> Iterator[Metric]:

@@ -95,7 +95,7 @@ def write_health(store: Store, now: float) -> None:
     store.set_health("monitor", {"started_at": now - 3600, "pid": 4242, "binlog_time": now - 2.5,
                                  "kafka_time": now - 7.0, "caught_up": False, "verdict": "degraded",
                                  "reasons": ["kafka read 7.0 s behind (caught up means within 5 s)"],
-                                 "lag_seconds": {"binlog": 2.5, "kafka": 7.0},
+                                 "lag_seconds": {"binlog": 2.5, "kafka": 7.0}, "blind_rules": [],
                                  "thresholds": {"F10": {"event_delay_seconds": 0.5},
                                                 "F11": {"offset_drift_threshold": 5000.0},
                                                 "F12": {"partition_skew_threshold": 3.0}}})

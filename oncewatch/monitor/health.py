@@ -118,7 +118,8 @@ class Health:
         self.store.set_health(MONITOR, {"started_at": self.started_at, "pid": os.getpid(),
                                         "binlog_time": p.binlog_time, "kafka_time": p.kafka_time,
                                         "caught_up": v.caught_up, "verdict": v.verdict, "reasons": list(v.reasons),
-                                        "lag_seconds": v.lag_seconds, "probe_error": self.probe_error,
+                                        "lag_seconds": v.lag_seconds, "blind_rules": list(v.blind),
+                                        "probe_error": self.probe_error,
                                         "thresholds": thresholds(self.rules)})
         if with_series:
             with self.store.batch() as tx:

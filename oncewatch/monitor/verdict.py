@@ -8,6 +8,9 @@
   more than `rules.offset_drift_threshold` records;
 - healthy: none of these.
 
+A rule that reads a stream its monitor cannot see (a failing reader or collector, or a failed
+offsets poll) cannot judge: it is *blind* (unknown on /metrics), never green.
+
 "Caught up" is the reading of people and alerts: both streams read to within
 `caught_up_seconds`. (The absence rules' own clocks stay exact: oncewatch.monitor.writer.)
 Plain data in, plain data out, so it is tested without servers.
@@ -19,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from oncewatch.core.names import DEGRADED, FAILING, HEALTHY, KAFKA_OFFSETS
+from oncewatch.core.names import BINLOG, DEGRADED, FAILING, HEALTHY, KAFKA_EVENTS, KAFKA_OFFSETS
 from oncewatch.core.records import OffsetsSnapshot
 
 # A reader silent this long is stuck (heartbeats come every few seconds, polls every half second).
@@ -32,6 +35,15 @@ class Verdict:
     reasons: tuple[str, ...]
     caught_up: bool
     lag_seconds: dict[str, float]  # stream -> how far behind it is read (0 when read to its end)
+    blind: tuple[str, ...] = ()  # the rules that cannot judge now: a stream they need is not seen
+
+
+# What each rule reads: a rule whose collector is failing cannot judge (it is unknown, never green).
+RULE_INPUTS: dict[str, tuple[str, ...]] = {
+    **{rule: (BINLOG,) for rule in ("F1", "F2", "F3", "F4", "F5", "F6")},
+    **{rule: (BINLOG, KAFKA_EVENTS) for rule in ("F7", "F8", "F9", "F10")},
+    "F11": (BINLOG, KAFKA_EVENTS, KAFKA_OFFSETS), "F12": (KAFKA_OFFSETS,),
+}
 
 
 def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: Mapping[str, float],
@@ -40,6 +52,7 @@ def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: 
     per stream, how far behind it is read."""
     failing: list[str] = []
     degraded: list[str] = []
+    down: set[str] = set()
     for name, value in components.items():
         reader = value.get("reader", {})
         alive_at = reader.get("alive_at")
@@ -50,8 +63,13 @@ def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: 
         elif name == KAFKA_OFFSETS:
             if value.get("error"):
                 degraded.append(f"offsets poll failed: {value['error']}")
+                down.add(name)
+            continue
         elif not value.get("connected", True):
             failing.append(f"{name} disconnected ({value.get('last_error') or 'connecting'})")
+        else:
+            continue
+        down.add(name)
     for stream, lag in sorted(lag_seconds.items()):
         if lag > caught_up_seconds:
             degraded.append(f"{stream} read {lag:.1f} s behind (caught up means within {caught_up_seconds:g} s)")
@@ -61,4 +79,5 @@ def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: 
             degraded.append(f"consumer group {group.group} is {lag} records behind (threshold {drift_threshold})")
     verdict = FAILING if failing else DEGRADED if degraded else HEALTHY
     caught_up = not failing and all(lag <= caught_up_seconds for lag in lag_seconds.values())
-    return Verdict(verdict, tuple(failing + degraded), caught_up, dict(lag_seconds))
+    blind = tuple(rule for rule, inputs in RULE_INPUTS.items() if down & {i for i in inputs if i in components})
+    return Verdict(verdict, tuple(failing + degraded), caught_up, dict(lag_seconds), blind)

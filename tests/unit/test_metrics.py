@@ -89,6 +89,8 @@ def test_verdict_and_stream_lag(served) -> None:
     assert value(fams, "oncewatch_stream_lag_seconds", stream="binlog") == 2.5
     assert value(fams, "oncewatch_rule_threshold", rule="F12", threshold="partition_skew_threshold") == 3.0
     assert list(fams["oncewatch_build_info"][1].values()) == [1]
+    assert {dict(k)["rule"]: v for k, v in fams["oncewatch_rule_can_judge"][1].items()} == {
+        f"F{i}": 1 for i in range(1, 13)}
 
 
 def test_alignment_and_lag(served) -> None:

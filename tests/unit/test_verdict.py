@@ -56,3 +56,13 @@ def test_a_reader_down_silent_or_disconnected_is_failing_and_never_caught_up() -
     assert lost.verdict == "failing"
     assert lost.reasons == ("binlog disconnected (OperationalError: 2013)",
                             "binlog read 30.0 s behind (caught up means within 5 s)")
+
+
+def test_rules_that_read_a_stream_the_monitor_cannot_see_are_blind() -> None:
+    assert verdict(rows()).blind == ()
+    kafka_down = verdict(rows(kafka_events={"connected": False, "reader": reader()}))
+    assert kafka_down.blind == ("F7", "F8", "F9", "F10", "F11")
+    binlog_dead = verdict(rows(binlog={"connected": True, "reader": reader(False)}))
+    assert set(binlog_dead.blind) == {f"F{i}" for i in range(1, 12)}
+    no_offsets = verdict(rows(kafka_offsets={"error": "offsets: timeout", "reader": reader()}))
+    assert no_offsets.blind == ("F11", "F12") and no_offsets.verdict == "degraded"
