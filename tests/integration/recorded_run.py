@@ -22,7 +22,7 @@ import pytest
 from kafka import KafkaProducer
 
 from devservices import stack
-from devservices.shop_monitor import ROOT, SCHEMA, findings, run_until_idle, shop_config, shop_settings
+from devservices.shop_monitor import ROOT, SCHEMA, SHORT_RULES, findings, run_until_idle, shop_config, shop_settings
 from oncewatch import shop
 from oncewatch.store import Store
 
@@ -76,12 +76,17 @@ def record(base: Path):
     return truth, start, findings(baseline), base
 
 
+# The run is short: its stalled consumer group lags a few thousand records, so F11 (which finds
+# that stall; a stall of the whole group is not F12) is given a threshold the stall passes.
+RULES = {**SHORT_RULES, "offset_drift_threshold": 2000}
+
+
 def fresh_copy(start: tuple[Path, str], folder: Path, metrics_port: int = 0) -> Path:
     """A config and a copy of the store as they were before the recorded run."""
     start_store, topic = start
     folder.mkdir()
     shutil.copy(start_store, folder / "store.db")
-    return shop_config(folder, metrics_port=metrics_port, topic=topic)
+    return shop_config(folder, metrics_port=metrics_port, topic=topic, rules=RULES)
 
 
 def comparable(found) -> dict[str, tuple]:
