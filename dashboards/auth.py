@@ -88,6 +88,13 @@ def _loopback_only() -> bool:
     return True
 
 
+def who() -> str:
+    """Who acts on a finding from the dashboard: the OIDC login's e-mail, else 'dashboard'."""
+    if oidc_configured() and st.user.is_logged_in:
+        return str(st.user.get("email") or st.user.get("name") or "dashboard")
+    return "dashboard"
+
+
 def guard() -> bool:
     """True when this visitor may see the pages; otherwise the login (or why not) is drawn."""
     if oidc_configured():

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from typing import Any
 
 import streamlit as st
 
 from oncewatch.core import names
 from oncewatch.core.config import ConfigError
+from oncewatch.core.domain import Rules
 from oncewatch.core.exact_json import plain
-from oncewatch.dashboards import views
-from oncewatch.store import Store, StoreError
+from oncewatch.dashboards import auth, views
+from oncewatch.store import Store, StoreError, reviews
 
 # How often the Overview's live panel reruns; st.fragment(run_every=...) takes seconds.
 REFRESH_SECONDS = float(os.environ.get("ONCEWATCH_REFRESH_SECONDS", "5"))
@@ -82,3 +84,18 @@ def stale_banner(components: dict[str, views.Component]) -> None:
     elif monitor.stale:
         st.error(f"The monitor is stale: its last health report is {duration(monitor.age_seconds)} old "
                  f"(at {when(monitor.value['updated_at'])}). Figures below are as of then.")
+
+
+def review(ids: list[str], action: str, *, reason: str, note: str, until_day: dt.date | None,
+           duplicate_of: str | None) -> None:
+    """Acknowledge or close findings from the dashboard, in the store the pages read (one short write)."""
+    cfg = views.config()
+    now = time.time()
+    ack_for = cfg.rules.ack_timeout_seconds if cfg else Rules().ack_timeout_seconds
+    with closing(Store(views.store_path())) as store:
+        if action == "Acknowledge":
+            reviews.acknowledge(store, ids, by=auth.who(), note=note, until=now + ack_for, now=now)
+        else:
+            until = epoch(day_start(until_day, plus_days=1)) if reason == "accepted_risk" and until_day else None
+            reviews.close(store, ids, by=auth.who(), reason=reason, note=note, now=now, until=until,
+                          duplicate_of=duplicate_of if reason == "duplicate" else None)

@@ -14,7 +14,7 @@ import streamlit as st
 from oncewatch.core import names
 from oncewatch.dashboards import ui, views
 from oncewatch.dashboards.app import page
-from oncewatch.store import queries
+from oncewatch.store import StoreError, queries, reviews
 
 PAGE_SIZE = 100
 DRILLDOWN = str(page("drilldown"))
@@ -61,3 +61,23 @@ chosen = selection.selection.rows[0] if selection.selection.rows else 0
 entity = table["entity"].iloc[chosen]
 if entity:
     st.page_link(DRILLDOWN, label=f"Drill-down for {entity}", icon=":material/timeline:", query_params={"q": entity})
+
+# A person's part of the lifecycle, as `oncewatch ack` and `close` do it (behind the login, like every page).
+actionable = [r["id"] for r in rows if r["status"] in (names.OPEN, names.ACKNOWLEDGED)]
+if actionable:
+    with st.expander("Acknowledge or close"):
+        picked = rows[chosen]["id"]
+        ids = st.multiselect("Findings", actionable, default=[picked] if picked in actionable else [])
+        action = st.radio("Action", ("Acknowledge", "Close"), horizontal=True)
+        reason = st.selectbox("Reason", names.CLOSE_REASONS, disabled=action != "Close")
+        until_day = st.date_input("Accepted until (UTC)", value=None, disabled=reason != "accepted_risk")
+        duplicate_of = st.text_input("Duplicate of (finding id)", disabled=reason != "duplicate")
+        note = st.text_input("Note (what was done or decided)")
+        if st.button("Apply", type="primary", disabled=not (ids and note.strip())):
+            try:
+                ui.review(ids, action, reason=reason, note=note.strip(), until_day=until_day,
+                          duplicate_of=duplicate_of.strip() or None)
+            except (reviews.ReviewError, StoreError) as exc:
+                st.error(str(exc))
+            else:
+                st.success(f"{'Acknowledged' if action == 'Acknowledge' else 'Closed'} {len(ids)} finding(s).")

@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from oncewatch.core.records import Evidence, Finding
 from oncewatch.dashboards import auth, reports, views
-from oncewatch.store import Store
+from oncewatch.store import Store, reviews
 from tests.unit.test_metrics import store_path  # noqa: F401 - the scenario store fixture
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
@@ -250,3 +250,34 @@ def test_no_login_and_not_on_loopback_shows_nothing(env: Path) -> None:
     at = AppTest.from_file(APP, default_timeout=30).run()
     assert not at.metric
     assert "No login is configured and the server listens on 0.0.0.0" in at.error[0].value
+
+
+def test_findings_acknowledged_and_closed_from_the_page(env: Path, store_path: str) -> None:
+    at = run("findings")
+    form = next(e for e in at.expander if e.label == "Acknowledge or close")
+    ids = form.multiselect[0]
+    assert ids.value == ["f9-o507"] and "f1-t1001" in ids.options  # the selected row (the newest) by default
+    ids.set_value(["f1-t1001"]).run()
+    form = next(e for e in at.expander if e.label == "Acknowledge or close")
+    apply = next(b for b in form.button if b.label == "Apply")
+    assert apply.disabled  # no note yet
+    form.text_input[1].set_value("second shipment stopped").run()
+    form = next(e for e in at.expander if e.label == "Acknowledge or close")
+    next(b for b in form.button if b.label == "Apply").click().run()
+    assert not at.exception and at.success[0].value == "Acknowledged 1 finding(s)."
+    store = Store(store_path, readonly=True)
+    try:
+        assert store.findings_by_id(["f1-t1001"])[0].status == "acknowledged"
+        (entry,) = reviews.history(store, ["f1-t1001"])["f1-t1001"]
+        assert (entry.status, entry.by, entry.note) == ("acknowledged", "dashboard", "second shipment stopped")
+    finally:
+        store.close()
+    form = next(e for e in at.expander if e.label == "Acknowledge or close")
+    form.multiselect[0].set_value(["f1-t1001"]).run()
+    form = next(e for e in at.expander if e.label == "Acknowledge or close")
+    form.radio[0].set_value("Close").run()
+    form = next(e for e in at.expander if e.label == "Acknowledge or close")
+    form.selectbox[0].set_value("duplicate").run()
+    form = next(e for e in at.expander if e.label == "Acknowledge or close")
+    next(b for b in form.button if b.label == "Apply").click().run()  # a duplicate without --of
+    assert at.error[0].value == "a duplicate names the finding it duplicates (--of ID), and only a duplicate does"
