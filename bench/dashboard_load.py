@@ -161,7 +161,7 @@ def render_ms(page: str, query: dict[str, str]) -> float:
     """One AppTest render of a page in a fresh session, as a new visitor gets it."""
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
     if page != "overview":
-        at.switch_page(f"dashboards/pages/{page}.py")
+        at.switch_page(f"dashboards/screens/{page}.py")
     for k, v in query.items():
         at.query_params[k] = v
     t0 = time.perf_counter()

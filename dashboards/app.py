@@ -11,7 +11,9 @@ import streamlit as st
 
 from oncewatch.dashboards import auth
 
-PAGES = Path(__file__).resolve().parent / "pages"
+# Not "pages/": Streamlit would find a pages/ folder beside its main script and serve each file in it
+# at its own URL on its own, before this script's navigation (and its login guard) ever ran.
+PAGES = Path(__file__).resolve().parent / "screens"
 
 
 def page(name: str) -> Path:

@@ -19,7 +19,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from devservices import scenario
 from devservices.shop_monitor import free_port
-from oncewatch.dashboards import launch
+from oncewatch.dashboards import auth, launch
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "dashboard"
@@ -140,3 +140,23 @@ def test_page_renders_its_key_figures(dashboard: str, browser: DevTools, name: s
     shot = browser.call("Page.captureScreenshot", format="png")
     (ARTIFACTS / f"{name}.png").write_bytes(base64.b64decode(shot["data"]))
     assert (ARTIFACTS / f"{name}.png").stat().st_size > 10_000
+
+
+def test_a_page_opened_first_by_its_url_still_asks_for_the_login(tmp_path: Path, browser: DevTools) -> None:
+    """A fresh server whose first visitor goes straight to /findings: the login guard and the
+    dashboard's own navigation run, never a page script on its own (Streamlit serves every file of a
+    pages/ folder beside its main script by itself, which the packaged layout must not have)."""
+    store = tmp_path / "scenario.db"
+    scenario.seed(str(store)).close()
+    config = tmp_path / "oncewatch.toml"
+    config.write_text(f'[mysql]\nuser = "oncewatch"\ntables = ["shop.orders"]\n\n[store]\npath = "{store}"\n')
+    port = free_port()
+    proc = launch.launch(config=str(config), port=port, env={auth.PASSWORD_ENV: "s3cret-for-the-test"},
+                         log=tmp_path / "streamlit.log")
+    try:
+        launch.wait_ready(proc, launch.url(port=port))
+        browser.call("Page.navigate", url=f"{launch.url(port=port)}/findings")
+        text = wait_for(browser, ["Password", "Log in"], 0)
+        assert "findings match" not in text and "Drill-down" not in text
+    finally:
+        launch.stop(proc)

@@ -15,7 +15,7 @@ from oncewatch.store import Store, reviews
 from tests.unit.test_metrics import store_path  # noqa: F401 - the scenario store fixture
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
-PAGES = "dashboards/pages/{}.py"
+PAGES = "dashboards/screens/{}.py"
 
 
 @pytest.fixture
