@@ -54,7 +54,7 @@ class OffsetChecks:
             evidence = [offsets_evidence(f"{name}:{p.topic}/{p.partition}", at, {
                 "committed": p.committed, "end": ends.get((p.topic, p.partition)), "lag": p.lag,
                 "lag_seconds": p.lag_seconds, "group_state": group.state}) for p in parts]
-            lag = sum(p.lag for p in parts if p.lag is not None)
+            lag = group.total_lag
             self._reading("F11", ("lag", name), lag > self.drift, {"group": name, "lag": lag},
                           f"consumer group {name} is {lag} records behind (threshold {self.drift})", at, evidence,
                           f"lag down to {lag}")

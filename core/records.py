@@ -237,6 +237,11 @@ class GroupOffsets:
     state: str | None
     partitions: tuple[GroupPartition, ...]
 
+    @property
+    def total_lag(self) -> int:
+        """Records behind over all its partitions whose lag is known (F11's reading of the group)."""
+        return sum(p.lag for p in self.partitions if p.lag is not None)
+
     def lags_by_topic(self) -> dict[str, list[int]]:
         """The known lags of each topic, in partition order (partitions without a commit left out)."""
         out: dict[str, list[int]] = {}

@@ -16,7 +16,7 @@ from oncewatch.core.config import ConfigError
 from oncewatch.core.domain import Rules
 from oncewatch.core.exact_json import plain
 from oncewatch.dashboards import auth, views
-from oncewatch.store import Store, StoreError, reviews
+from oncewatch.store import Store, StoreError, open_writer, reviews
 
 # How often the Overview's live panel reruns; st.fragment(run_every=...) takes seconds.
 REFRESH_SECONDS = float(os.environ.get("ONCEWATCH_REFRESH_SECONDS", "5"))
@@ -92,7 +92,7 @@ def review(ids: list[str], action: str, *, reason: str, note: str, until_day: dt
     cfg = views.config()
     now = time.time()
     ack_for = cfg.rules.ack_timeout_seconds if cfg else Rules().ack_timeout_seconds
-    with closing(Store(views.store_path())) as store:
+    with closing(open_writer(views.store_path())) as store:
         if action == "Acknowledge":
             reviews.acknowledge(store, ids, by=auth.who(), note=note, until=now + ack_for, now=now)
         else:

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from oncewatch import __version__
 from oncewatch.core import logs, names
-from oncewatch.core.config import Config, ConfigError, describe, load
-from oncewatch.store import Store, StoreError, open_reader, reviews
+from oncewatch.core.config import ConfigError, describe, load
+from oncewatch.store import StoreError, open_reader, open_writer, reviews
 
 EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_SOURCE = 0, 1, 2, 3
 
@@ -128,7 +128,7 @@ def cmd_ack(args: argparse.Namespace) -> int:
     """Acknowledge open findings: their page ends until rules.ack_timeout_seconds passes or the fact ends."""
     cfg = load(args.config)
     now = time.time()
-    with closing(_writable(cfg)) as store:
+    with closing(open_writer(cfg.store.path)) as store:
         reviews.acknowledge(store, args.ids, by=args.by, note=args.note, until=now + cfg.rules.ack_timeout_seconds,
                             now=now)
     print(f"oncewatch: acknowledged {len(args.ids)} finding(s) until {_iso(now + cfg.rules.ack_timeout_seconds)}",
@@ -139,17 +139,12 @@ def cmd_ack(args: argparse.Namespace) -> int:
 def cmd_close(args: argparse.Namespace) -> int:
     """Close findings with a reason; the same fact seen again reopens them."""
     cfg = load(args.config)
-    with closing(_writable(cfg)) as store:
+    with closing(open_writer(cfg.store.path)) as store:
         reviews.close(store, args.ids, by=args.by, reason=args.reason, note=args.note, now=time.time(),
                       until=args.until.timestamp() if args.until else None, duplicate_of=args.of)
     print(f"oncewatch: closed {len(args.ids)} finding(s) as {args.reason}", file=sys.stderr)
     return EXIT_OK
 
-
-def _writable(cfg: Config) -> Store:
-    """The monitor's store for a person's review (one short transaction beside the monitor's)."""
-    open_reader(cfg.store.path).close()
-    return Store(cfg.store.path)
 
 
 def _iso(t: float) -> str:

@@ -7,6 +7,6 @@ checkpoints included), the engine's open state (store.engine_state) and every re
 
 from oncewatch.store.batch import Batch
 from oncewatch.store.schema import StoreError
-from oncewatch.store.store import Store, open_reader
+from oncewatch.store.store import Store, open_reader, open_writer
 
-__all__ = ["Batch", "Store", "StoreError", "open_reader"]
+__all__ = ["Batch", "Store", "StoreError", "open_reader", "open_writer"]

@@ -5,7 +5,6 @@ or plain data; a page load costs a few indexed SQLite reads whatever the size of
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any

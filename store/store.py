@@ -137,6 +137,13 @@ class Store:
             self.conn.execute("COMMIT")
 
 
+def open_writer(path: str) -> Store:
+    """The store at `path` for a short write beside the monitor (a person's review); StoreError when
+    there is none yet, rather than a new empty store."""
+    open_reader(path).close()
+    return Store(path)
+
+
 def open_reader(path: str) -> Store:
     """The store at `path`, read-only; StoreError (saying what to do) when there is none yet."""
     if path == ":memory:" or not Path(path).is_file():

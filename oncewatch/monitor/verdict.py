@@ -74,9 +74,9 @@ def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: 
         if lag > caught_up_seconds:
             degraded.append(f"{stream} read {lag:.1f} s behind (caught up means within {caught_up_seconds:g} s)")
     for group in offsets.groups if offsets else ():
-        lag = sum(p.lag for p in group.partitions if p.lag is not None)
-        if lag > drift_threshold:
-            degraded.append(f"consumer group {group.group} is {lag} records behind (threshold {drift_threshold})")
+        if group.total_lag > drift_threshold:
+            degraded.append(f"consumer group {group.group} is {group.total_lag} records behind "
+                            f"(threshold {drift_threshold})")
     verdict = FAILING if failing else DEGRADED if degraded else HEALTHY
     caught_up = not failing and all(lag <= caught_up_seconds for lag in lag_seconds.values())
     blind = tuple(rule for rule, inputs in RULE_INPUTS.items() if down & {i for i in inputs if i in components})

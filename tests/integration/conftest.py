@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pymysql
@@ -119,3 +119,13 @@ reconnect_max_seconds = 2.0
 [store]
 path = "{tmp_path / 'store.db'}"
 """, tmp_path)
+
+
+def wait_for(what: str, cond: Callable[[], bool], timeout: float = 90.0) -> None:
+    """Poll `cond` every half second until it holds; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.5)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")

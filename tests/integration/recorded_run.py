@@ -18,7 +18,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
 from kafka import KafkaProducer
 
 from devservices import stack
@@ -117,12 +116,3 @@ def metric(port: int, name: str, labels: str = "") -> float | None:
         if line.startswith(name + (("{" + labels) if labels else "")) and not line.startswith("#"):
             return float(line.rsplit(" ", 1)[1])
     return None
-
-
-def wait_for(what: str, cond, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.5)
-    pytest.fail(f"timed out waiting for {what}")

@@ -13,11 +13,10 @@ import json
 import subprocess
 import sys
 import threading
-import time
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from devservices.shop_monitor import ROOT, SCHEMA, findings, free_port, oncewatc
 from oncewatch import shop
 from oncewatch.store import Store, reviews
 
-from .conftest import admin_connection
+from .conftest import admin_connection, wait_for
 from .shop_monitor import prepared
 
 
@@ -56,15 +55,6 @@ class Receiver:
     def saw(self, status: str, alertname: str, **labels: str) -> bool:
         return any(s == status and name == alertname and all(got.get(k) == v for k, v in labels.items())
                    for s, name, got in self.alerts)
-
-
-def wait_for(what: str, cond: Callable[[], bool], timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.5)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 @pytest.fixture

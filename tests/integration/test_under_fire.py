@@ -39,7 +39,8 @@ from oncewatch.core.config import load
 from oncewatch.monitor import Monitor, ReaderFailedError, readers
 from oncewatch.store import Store
 
-from .recorded_run import assert_same, fresh_copy, metric, record, start_monitor, wait_for
+from .conftest import wait_for
+from .recorded_run import assert_same, fresh_copy, metric, record, start_monitor
 from .shop_monitor import IDLE, score
 
 
