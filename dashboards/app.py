@@ -27,6 +27,7 @@ def main() -> None:
         st.navigation([
             st.Page(page("overview"), title="Overview", icon=":material/monitor_heart:", default=True),
             st.Page(page("findings"), title="Findings", icon=":material/report:"),
+            st.Page(page("incidents"), title="Incidents", icon=":material/emergency:"),
             st.Page(page("drilldown"), title="Drill-down", icon=":material/timeline:"),
             st.Page(page("drift"), title="Drift", icon=":material/stacked_line_chart:"),
             st.Page(page("reports"), title="Reports", icon=":material/download:"),

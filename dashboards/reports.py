@@ -2,12 +2,14 @@
 
 `export()` makes one report; `oncewatch export` and the dashboard's Reports page both call it.
 `oncewatch findings` prints the same finding dicts (`findings_json`) or a table (`findings_table`).
+A finding carries its history: every change of its status after it opened, by the monitor (the
+fact that ended it, a lapse) or by a person (an acknowledgement, a close with its reason).
 `verify()` checks a report file against the hash it carries.
 
 A report is a header and a data section.
 
 Header (CSV: the leading lines `# field: value`; JSON: "header"; XLSX: sheet "Report"):
-  report            format version of the report, "oncewatch-report/1"
+  report            format version of the report, "oncewatch-report/2" (2 added the history)
   generated_at      when the report was made
   since, until      the requested time range, empty = unbounded; a finding is in it when it was
                     seen during [since, until): last_seen >= since and first_seen < until
@@ -28,7 +30,10 @@ Data section: one row per evidence item (a finding without evidence gives one ro
 evidence columns empty); findings ordered by first_seen then id, evidence in the order the rule
 gave it; columns COLUMNS:
   finding_id, rule, name, severity, status, first_seen, last_seen, resolved_at, resolution,
-  keys, summary, evidence_kind, coordinates, evidence_time, values
+  keys, summary, history, evidence_kind, coordinates, evidence_time, values
+history is a JSON list, oldest first, of {"at", "status" (the status it changed to), "by"
+("oncewatch" or the person), "reason" (a close's reason, else null), "note"}; XLSX also lays it
+out on a sheet "History", one row per change (not hashed: it repeats the data section).
 Times are ISO-8601 UTC with microseconds ("2024-05-01T12:00:00.123456Z"). keys and values are
 JSON with sorted keys, no spaces and non-ASCII characters as they are; exact decimals are
 strings ("12.50"). Empty cells are empty strings. Control characters other than tab and line
@@ -56,7 +61,7 @@ import io
 import json
 import re
 import zipfile
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -68,20 +73,21 @@ from openpyxl.cell.cell import ERROR_CODES
 from oncewatch.core.config import Config
 from oncewatch.core.exact_json import from_json, plain
 from oncewatch.core.names import BINLOG_CHECKPOINT, KAFKA_CHECKPOINT, split_partition_key
-from oncewatch.core.records import Finding
 from oncewatch.store import Store, open_reader
-from oncewatch.store.queries import FindingFilter, finding_rows, select_findings
+from oncewatch.store.codec import HistoryEntry
+from oncewatch.store.queries import FindingFilter, findings_with_history
 
 if TYPE_CHECKING:
     from openpyxl.worksheet._write_only import WriteOnlyWorksheet
 
-REPORT_VERSION = "oncewatch-report/1"
+REPORT_VERSION = "oncewatch-report/2"
 FORMATS = ("csv", "json", "xlsx")
 
 FINDING_FIELDS = ("id", "rule", "name", "severity", "status", "first_seen", "last_seen", "resolved_at",
-                  "resolution", "keys", "summary")
+                  "resolution", "keys", "summary", "history")
 EVIDENCE_FIELDS = ("kind", "coordinates", "time", "values")
 COLUMNS = ("finding_id", *FINDING_FIELDS[1:], "evidence_kind", "coordinates", "evidence_time", "values")
+HISTORY_COLUMNS = ("finding_id", "at", "status", "by", "reason", "note")  # XLSX sheet "History"
 # What XML 1.0 cannot hold or does not keep (CR becomes LF when read back).
 NOT_IN_XML = re.compile(r"[\x00-\x08\x0b-\x1f\ufffe\uffff]")
 # The CSV of the data section is hashed (and, for a CSV report, kept) in pieces of about this many characters.
@@ -185,34 +191,35 @@ def _filter(rule: str | None, status: str | None, since: dt.datetime | None,
                          since=_epoch(since) if since else None, until=_epoch(until) if until else None)
 
 
-def select(store: Store, *, rule: str | None = None, status: str | None = None,
-           since: dt.datetime | None = None, until: dt.datetime | None = None) -> list[Finding]:
-    """Findings by rule and status, seen during [since, until), ordered by first_seen then id."""
-    return select_findings(store, _filter(rule, status, since, until))
+def _history(entries: list[HistoryEntry]) -> list[dict[str, Any]]:
+    return [{"at": iso(h.at), "status": h.status, "by": h.by, "reason": h.reason, "note": h.note} for h in entries]
 
 
-def _finding_dict(row: tuple, plain_of: Callable[[Any], Any], hide: Callable[[Any], Any]) -> dict[str, Any]:
-    """`finding_dict` of a store row (FINDING_COLUMNS) whose keys and evidence `plain_of` makes plain."""
+def _finding_dict(row: tuple, history: list[HistoryEntry], plain_of: Callable[[Any], Any],
+                  hide: Callable[[Any], Any]) -> dict[str, Any]:
+    """A finding as plain JSON data for people, from its store row (FINDING_COLUMNS) and history:
+    ISO times, exact decimals as strings (`plain_of` makes keys and evidence plain), masked by `hide`."""
     fid, rule, name, severity, status, keys, summary, first_seen, last_seen, resolved_at, resolution, evidence = row
     return {
         "id": fid, "rule": rule, "name": name, "severity": severity, "status": status,
         "first_seen": iso(first_seen), "last_seen": iso(last_seen), "resolved_at": iso(resolved_at),
-        "resolution": resolution, "keys": hide(plain_of(keys)), "summary": summary,
+        "resolution": resolution, "keys": hide(plain_of(keys)), "summary": summary, "history": _history(history),
         "evidence": [{"kind": e["kind"], "coordinates": e["coordinates"], "time": iso(e["time"]),
                       "values": hide(e["values"])} for e in plain_of(evidence)],
     }
 
 
-def finding_dict(f: Finding, mask: Mask | None = None) -> dict[str, Any]:
-    """A finding as plain JSON data for people: ISO times, exact decimals as strings, masked if asked."""
-    row = (f.id, f.rule, f.name, f.severity, f.status, f.keys, f.summary, f.first_seen, f.last_seen, f.resolved_at,
-           f.resolution, [e.__dict__ for e in f.evidence])
-    return _finding_dict(row, plain, mask.apply if mask else _unchanged)
+def _findings(store: Store, flt: FindingFilter, hide: Callable[[Any], Any]) -> Iterator[dict[str, Any]]:
+    for row, history in findings_with_history(store, flt):
+        yield _finding_dict(row, history, _plain_json, hide)
 
 
-def findings_json(findings: list[Finding], mask: Mask | None = None) -> list[dict[str, Any]]:
-    """What `oncewatch findings --format json` prints, and the "findings" of a JSON report."""
-    return [finding_dict(f, mask) for f in findings]
+def findings_json(store: Store, *, rule: str | None = None, status: str | None = None,
+                  since: dt.datetime | None = None, until: dt.datetime | None = None) -> list[dict[str, Any]]:
+    """What `oncewatch findings --format json` prints, and the "findings" of a JSON report: findings
+    by rule and status, seen during [since, until), ordered by first_seen then id, with their history."""
+    with store.snapshot():
+        return list(_findings(store, _filter(rule, status, since, until), _unchanged))
 
 
 def findings_table(findings: list[dict[str, Any]]) -> str:
@@ -355,16 +362,18 @@ def _as_text(ws: WriteOnlyWorksheet, line: Iterable[Any]) -> list[Any]:
 
 
 class _XlsxWriter:
-    """Sheets Report, Findings and Evidence, streamed to openpyxl's temporary files (write-only
+    """Sheets Report, Findings, Evidence and History, streamed to openpyxl's temporary files (write-only
     mode); the Report sheet, first in the book, is filled last, when the hash is known."""
 
     keeps_section = False
 
     def __init__(self) -> None:
         self.book = Workbook(write_only=True)
-        self.report, self.findings, self.evidence = map(self._sheet, ("Report", "Findings", "Evidence"))
+        self.report, self.findings, self.evidence, self.history = map(
+            self._sheet, ("Report", "Findings", "Evidence", "History"))
         self._append(self.findings, [*COLUMNS[:len(FINDING_FIELDS)], "evidence_items"])
         self._append(self.evidence, COLUMNS)
+        self._append(self.history, HISTORY_COLUMNS)
 
     def _sheet(self, title: str) -> WriteOnlyWorksheet:
         ws = self.book.create_sheet(title)
@@ -379,6 +388,8 @@ class _XlsxWriter:
         self._append(self.findings, [*cells, len(finding["evidence"])])
         for line in lines:
             self._append(self.evidence, line)
+        for h in finding["history"]:
+            self._append(self.history, [finding["id"], *_cells(h[name] for name in HISTORY_COLUMNS[1:])])
 
     def finish(self, header: dict[str, Any], section: _Section) -> bytes:
         for line in [("field", "value"), *_header_items(header)]:
@@ -418,8 +429,7 @@ def export(store: Store, fmt: str, *, rule: str | None = None, status: str | Non
     with store.snapshot():
         binlog = store.checkpoint(BINLOG_CHECKPOINT)
         kafka = store.checkpoint(KAFKA_CHECKPOINT) or {}
-        for row in finding_rows(store, _filter(rule, status, since, until)):
-            finding = _finding_dict(row, _plain_json, hide)
+        for finding in _findings(store, _filter(rule, status, since, until), hide):
             cells, lines = _finding_rows(finding)
             section.add(lines)
             writer.add(finding, cells, lines)

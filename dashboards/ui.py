@@ -12,7 +12,7 @@ from typing import Any
 import streamlit as st
 
 from oncewatch.core import names
-from oncewatch.core.config import ConfigError
+from oncewatch.core.config import Config, ConfigError
 from oncewatch.core.domain import Rules
 from oncewatch.core.exact_json import plain
 from oncewatch.dashboards import auth, views
@@ -38,6 +38,15 @@ def store() -> Iterator[Store]:
         yield opened
     finally:
         opened.close()
+
+
+def config() -> Config | None:
+    """The config ONCEWATCH_CONFIG names, if any; one that cannot be used stops the page saying why."""
+    try:
+        return views.config()
+    except ConfigError as exc:
+        st.error(f"The config in {views.ENV_CONFIG} cannot be used: {exc}")
+        st.stop()
 
 
 def when(t: float | None) -> str:

@@ -90,11 +90,11 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
 
 def cmd_findings(args: argparse.Namespace) -> int:
     """Print the findings with their evidence, as a table or as the JSON that exports carry."""
-    from oncewatch.dashboards.reports import findings_json, findings_table, select
+    from oncewatch.dashboards.reports import findings_json, findings_table
 
     cfg = load(args.config)
     with closing(open_reader(cfg.store.path)) as store:
-        found = findings_json(select(store, rule=args.rule, status=args.status))
+        found = findings_json(store, rule=args.rule, status=args.status)
     print(json.dumps(found, indent=2, ensure_ascii=False) if args.format == "json" else findings_table(found))
     return EXIT_OK
 

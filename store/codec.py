@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from typing import NamedTuple
 
 from oncewatch.core.exact_json import JSON_DECODER, from_json, parse_exact_json, to_json
 from oncewatch.core.records import EmittedEvent, Evidence, Finding, RowChange
@@ -48,6 +49,20 @@ def event_from_row(topic: str, partition: int, offset: int, timestamp_ms: int, t
 
 FINDING_COLUMNS = ("id, rule, name, severity, status, keys, summary, first_seen, last_seen, resolved_at, "
                    "resolution, evidence")
+
+
+class HistoryEntry(NamedTuple):
+    """One row of finding_history: a finding's status changed to `status`, by the monitor or a person."""
+
+    finding_id: str
+    at: float
+    status: str
+    by: str
+    reason: str | None
+    note: str
+
+
+HISTORY_COLUMNS = "finding_id, at, status, by, reason, note"
 
 
 ROW_CHANGE_COLUMNS = ("schema_name, table_name, op, pk, before_row, after_row, txid, row_index, binlog_file, end_pos, "

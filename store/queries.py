@@ -5,14 +5,14 @@ or plain data; a page load costs a few indexed SQLite reads whatever the size of
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from oncewatch.core.exact_json import from_json
 from oncewatch.core.names import ENTITY_KINDS, split_partition_key
 from oncewatch.core.records import EmittedEvent, Finding, RowChange
-from oncewatch.store.codec import FINDING_COLUMNS, finding_from_row
+from oncewatch.store.codec import FINDING_COLUMNS, HISTORY_COLUMNS, HistoryEntry, finding_from_row
 from oncewatch.store.store import Store
 
 # A drill-down shows at most this many rows and events of one entity, newest kept.
@@ -93,8 +93,52 @@ def finding_rows(store: Store, flt: FindingFilter) -> Iterator[tuple]:
     yield from store.conn.execute(f"SELECT {FINDING_COLUMNS} FROM findings{where} ORDER BY first_seen, id", params)
 
 
-def select_findings(store: Store, flt: FindingFilter) -> list[Finding]:
-    return [finding_from_row(r) for r in finding_rows(store, flt)]
+def recent_findings(store: Store, flt: FindingFilter, limit: int) -> list[Finding]:
+    """The newest `limit` findings `flt` selects, newest first, with their evidence."""
+    where, params = flt.where()
+    return [finding_from_row(r) for r in store.conn.execute(
+        f"SELECT {FINDING_COLUMNS} FROM findings{where} ORDER BY first_seen DESC, rowid DESC LIMIT ?",
+        [*params, limit])]
+
+
+def findings_with_history(store: Store, flt: FindingFilter) -> Iterator[tuple[tuple, list[HistoryEntry]]]:
+    """`finding_rows`, each with its history, oldest first. The history is read by a second cursor
+    in the same order as the findings, so neither is held whole; call it inside `store.snapshot()`
+    for the two to see the same store."""
+    where, params = flt.where()
+    columns = ", ".join(f"h.{c.strip()}" for c in HISTORY_COLUMNS.split(","))
+    trail = store.conn.execute(
+        f"SELECT {columns} FROM (SELECT id, first_seen FROM findings{where}) f "
+        "JOIN finding_history h ON h.finding_id = f.id ORDER BY f.first_seen, f.id, h.at, h.rowid", params)
+    pending = next(trail, None)
+    for row in finding_rows(store, flt):
+        entries = []
+        while pending is not None and pending[0] == row[0]:
+            entries.append(HistoryEntry(*pending))
+            pending = next(trail, None)
+        yield row, entries
+
+
+def orders_of_trades(store: Store, trade_nos: Iterable[str], *, table: str, trade_no_column: str,
+                     order_column: str) -> dict[str, str]:
+    """trade_no -> the order it pays, read from the stored rows of the payments `table`
+    ('schema.table') that carry it. A trade_no with no such row is not in the answer."""
+    schema_name, _, table_name = table.partition(".")
+    trade_nos = sorted(set(trade_nos))
+    out: dict[str, str] = {}
+    for i in range(0, len(trade_nos), 500):
+        chunk = [f"trade_no:{t}" for t in trade_nos[i:i + 500]]
+        seqs = [int(ref) for (ref,) in store.conn.execute(
+            f"SELECT ref FROM entity_index WHERE kind = 'row_change' AND entity IN ({','.join('?' * len(chunk))})",
+            chunk)]
+        for j in range(0, len(seqs), 500):
+            part = seqs[j:j + 500]
+            for row in store.row_changes(f"schema_name = ? AND table_name = ? AND seq IN ({','.join('?' * len(part))})",
+                                         (schema_name, table_name, *part)):
+                image = row.row
+                if image.get(trade_no_column) is not None and image.get(order_column) is not None:
+                    out[str(image[trade_no_column])] = str(image[order_column])
+    return out
 
 
 @dataclass(frozen=True)

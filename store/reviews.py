@@ -14,24 +14,14 @@ transaction, serialised with the monitor's by SQLite.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
-
 from oncewatch.core.names import ACKNOWLEDGED, CLOSE_REASONS, CLOSED, OPEN
 from oncewatch.store.batch import MONITOR, Batch
+from oncewatch.store.codec import HISTORY_COLUMNS, HistoryEntry
 from oncewatch.store.store import Store
 
 
 class ReviewError(ValueError):
     """A review that cannot be made; the message names the finding and what to do."""
-
-
-class HistoryEntry(NamedTuple):
-    finding_id: str
-    at: float
-    status: str
-    by: str
-    reason: str | None
-    note: str
 
 
 def acknowledge(store: Store, ids: Sequence[str], *, by: str, note: str, until: float, now: float) -> None:
@@ -82,7 +72,7 @@ def history(store: Store, ids: Iterable[str]) -> dict[str, list[HistoryEntry]]:
     for i in range(0, len(ids), 500):
         chunk = ids[i:i + 500]
         for row in store.conn.execute(
-                "SELECT finding_id, at, status, by, reason, note FROM finding_history "
+                f"SELECT {HISTORY_COLUMNS} FROM finding_history "
                 f"WHERE finding_id IN ({','.join('?' * len(chunk))}) ORDER BY at, rowid", chunk):
             out[row[0]].append(HistoryEntry(*row))
     return out

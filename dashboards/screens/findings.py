@@ -62,6 +62,13 @@ entity = table["entity"].iloc[chosen]
 if entity:
     st.page_link(DRILLDOWN, label=f"Drill-down for {entity}", icon=":material/timeline:", query_params={"q": entity})
 
+with ui.store() as store:
+    changes = reviews.history(store, [rows[chosen]["id"]])[rows[chosen]["id"]]
+with st.expander(f"History of {rows[chosen]['id']} ({len(changes)} changes since it opened)"):
+    st.dataframe(pd.DataFrame([{"at": ui.when(h.at), "status": h.status, "by": h.by, "reason": h.reason or "",
+                                "note": h.note} for h in changes], columns=["at", "status", "by", "reason", "note"]),
+                 hide_index=True)
+
 # A person's part of the lifecycle, as `oncewatch ack` and `close` do it (behind the login, like every page).
 actionable = [r["id"] for r in rows if r["status"] in (names.OPEN, names.ACKNOWLEDGED)]
 if actionable:

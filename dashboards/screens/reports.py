@@ -12,7 +12,6 @@ from functools import partial
 import streamlit as st
 
 from oncewatch.core import names
-from oncewatch.core.config import ConfigError
 from oncewatch.dashboards import reports, ui, views
 from oncewatch.store import queries
 
@@ -20,11 +19,7 @@ FORMATS = {"csv": "text/csv", "json": "application/json",
            "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"}
 
 st.title("Reports")
-try:
-    cfg = views.config()
-except ConfigError as exc:
-    st.error(f"The config in {views.ENV_CONFIG} cannot be used: {exc}")
-    st.stop()
+cfg = ui.config()
 if cfg is None:
     st.info(f"Reports carry the hash of the monitor's config and mask the personal fields it names: start the "
             f"dashboard with {views.ENV_CONFIG}=/path/to/config.toml (not only {views.ENV_STORE}) to export.")

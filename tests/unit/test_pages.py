@@ -281,3 +281,40 @@ def test_findings_acknowledged_and_closed_from_the_page(env: Path, store_path: s
     form = next(e for e in at.expander if e.label == "Acknowledge or close")
     next(b for b in form.button if b.label == "Apply").click().run()  # a duplicate without --of
     assert at.error[0].value == "a duplicate names the finding it duplicates (--of ID), and only a duplicate does"
+
+
+# ---------------------------------------------------------------- Incidents
+
+def test_incidents_group_the_findings_of_one_order_and_show_their_history(
+        tmp_path: Path, env: Path, store_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the example shop's config: the scenario's F1 on trade_no T1001 and an F9 on its order's
+    order.paid event (the callback handled more than once) are one incident of order O501."""
+    shop = (Path(__file__).resolve().parents[2] / "examples" / "shop.toml").read_text()
+    config = tmp_path / "shop.toml"
+    config.write_text(shop.replace('path = "../.devstack/oncewatch-shop.db"', f'path = "{store_path}"'))
+    monkeypatch.setenv(views.ENV_CONFIG, str(config))
+    store = Store(store_path)
+    with store.batch() as tx:
+        tx.upsert_findings([Finding(id="f9-o501", rule="F9", name="duplicate_event", severity="critical",
+                                    keys={"event_type": "order.paid", "key": "O501", "table": "shop.orders"},
+                                    summary="order.paid for O501 announced twice with different payloads",
+                                    first_seen=2e9, last_seen=2e9 + 1, evidence=())])
+    reviews.acknowledge(store, ["f1-t1001"], by="ana", note="stopping the second shipment", until=2e9 + 3600,
+                        now=2e9 + 2)
+    store.close()
+    at = run("incidents")
+    table = at.dataframe[0].value
+    assert table.iloc[0]["incident"] == "order O501"
+    assert (table.iloc[0]["rules"], table.iloc[0]["findings"], table.iloc[0]["status"]) == ("F1 + F9", 2, "open")
+    assert "trade_no T1001" not in set(table["incident"])
+    assert at.subheader[0].value == "order O501: F1 + F9, open"
+    history = at.dataframe[1].value  # the acknowledged F1's changes
+    assert history.to_dict("records") == [{"at": "2033-05-18 03:33:22.000Z", "status": "acknowledged", "by": "ana",
+                                           "reason": "", "note": "stopping the second shipment"}]
+
+
+def test_incidents_without_the_payments_table_keep_a_trade_no_apart(env: Path) -> None:
+    at = run("incidents")
+    table = at.dataframe[0].value
+    assert "trade_no T1001" in set(table["incident"]) and len(table) == 5
+    assert "the config has no [domain.payments]" in at.caption[0].value

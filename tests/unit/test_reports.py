@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime as dt
 import hashlib
 import io
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 from oncewatch.core.config import parse
 from oncewatch.core.records import Evidence, Finding
 from oncewatch.dashboards import reports
-from oncewatch.store import Store, queries
+from oncewatch.store import Store, queries, reviews
 
 T0 = dt.datetime(2024, 5, 1, 10, 0, tzinfo=dt.timezone.utc).timestamp()
 DAY = 86400.0
@@ -108,7 +109,7 @@ def test_three_formats_hold_the_same_rows_and_findings(store):
     sheets = xlsx_sheets(out["xlsx"])
     doc = json.loads(out["json"])
 
-    assert doc["findings"] == reports.findings_json(reports.select(store))
+    assert doc["findings"] == reports.findings_json(store)
     assert csv_table == sheets["Evidence"] == [list(reports.COLUMNS), *reports.rows(doc["findings"])]
     # One row per evidence item; the finding without evidence still has its row.
     assert [r[0] for r in csv_table[1:]] == ["f-dup"] * 3 + ["f-amount", "f-drift"]
@@ -245,13 +246,13 @@ def test_no_secret_of_the_config_reaches_a_report(store, monkeypatch):
 
 def test_xlsx_keeps_text_as_text(store):
     wb = openpyxl.load_workbook(io.BytesIO(make(store, "xlsx")))
-    assert wb.sheetnames == ["Report", "Findings", "Evidence"]
+    assert wb.sheetnames == ["Report", "Findings", "Evidence", "History"]
     memo = wb["Evidence"].cell(5, reports.COLUMNS.index("values") + 1)
     assert memo.data_type == "s" and "=HYPERLINK" in memo.value
 
 
 def test_findings_table_has_one_line_per_finding(store):
-    table = reports.findings_table(reports.findings_json(reports.select(store))).splitlines()
+    table = reports.findings_table(reports.findings_json(store)).splitlines()
     assert len(table) == 4 and table[0].split()[:3] == ["id", "rule", "severity"]
     assert "trade_no=T1" in table[1] and table[3].startswith("f-drift")
     assert reports.findings_table([]) == "no findings"
@@ -313,4 +314,41 @@ def test_xlsx_keeps_formula_and_error_lookalikes_as_text(tmp_path):
     for sheet in ("Findings", "Evidence"):
         cells = [c for c in next(wb[sheet].iter_rows(min_row=2)) if isinstance(c.value, str) and c.value]
         assert cells and all(c.data_type == "s" for c in cells), sheet
-    assert wb["Evidence"]["A2"].value == "=1+1" and wb["Evidence"]["M2"].value == "#DIV/0!"
+    coordinates = openpyxl.utils.get_column_letter(reports.COLUMNS.index("coordinates") + 1)
+    assert wb["Evidence"]["A2"].value == "=1+1" and wb["Evidence"][f"{coordinates}2"].value == "#DIV/0!"
+
+
+def test_every_format_carries_each_findings_history(store):
+    """Who acknowledged or closed what, why and when, and what the monitor did after: in the
+    hashed data of every format, and laid out one change per row on the XLSX History sheet."""
+    reviews.acknowledge(store, ["f-dup"], by="ana@shop.example", note="refunding the 2nd shipment", until=T0 + DAY,
+                        now=T0 + 10)
+    reviews.close(store, ["f-drift"], by="bo", reason="accepted_risk", note="relay upgrade tonight",
+                  until=T0 + 3 * DAY, now=T0 + 2 * DAY + 40)
+    with store.batch() as tx:  # the same fact seen again after the close: reopened, same id
+        tx.upsert_findings([dataclasses.replace(FINDINGS[2], last_seen=T0 + 2 * DAY + 90)])
+    expected = {
+        "f-dup": [{"at": "2024-05-01T10:00:10.000000Z", "status": "acknowledged", "by": "ana@shop.example",
+                   "reason": None, "note": "refunding the 2nd shipment"}],
+        "f-amount": [],
+        "f-drift": [{"at": "2024-05-03T10:00:40.000000Z", "status": "closed", "by": "bo", "reason": "accepted_risk",
+                     "note": "relay upgrade tonight"},
+                    {"at": "2024-05-03T10:01:30.000000Z", "status": "open", "by": "oncewatch", "reason": None,
+                     "note": "seen again after it was closed"}],
+    }
+    out = all_formats(store)
+    doc = json.loads(out["json"])
+    assert doc["header"]["report"] == "oncewatch-report/2"
+    assert {f["id"]: f["history"] for f in doc["findings"]} == expected
+    assert {f["id"]: f["history"] for f in reports.findings_json(store)} == expected
+    _, table = csv_parts(out["csv"])
+    by_id = {r[0]: json.loads(r[table[0].index("history")]) for r in table[1:]}
+    assert by_id == expected
+    sheets = xlsx_sheets(out["xlsx"])
+    assert sheets["History"][0] == list(reports.HISTORY_COLUMNS)
+    assert [tuple(r[:4]) for r in sheets["History"][1:]] == [
+        ("f-dup", "2024-05-01T10:00:10.000000Z", "acknowledged", "ana@shop.example"),
+        ("f-drift", "2024-05-03T10:00:40.000000Z", "closed", "bo"),
+        ("f-drift", "2024-05-03T10:01:30.000000Z", "open", "oncewatch")]
+    for fmt, data in out.items():
+        assert reports.verify(data, fmt), fmt
