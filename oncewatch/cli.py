@@ -16,6 +16,7 @@ import datetime as dt
 import getpass
 import json
 import logging
+import re
 import signal
 import sys
 import time
@@ -167,11 +168,16 @@ def _interrupt(*_: object) -> None:
 
 # What ships in the package for Prometheus and Grafana, by command.
 SHIPPED = {"alerts": "alerts.yml", "alert-tests": "alerts_test.yml", "grafana": "grafana.json"}
+# Every alert's runbook_url is this (pyproject's Documentation URL) + "#<anchor>" of the README's Runbook;
+# `--runbook-base` puts a shop's own copy of the docs in its place, in the rules and in their tests alike.
+RUNBOOK_BASE = "https://github.com/oncewatch/oncewatch/blob/main/README.md"
 
 
 def cmd_shipped(args: argparse.Namespace) -> int:
     """Print (or write with --out) the alert rules, their promtool tests or the Grafana board."""
     data = (resources.files("oncewatch.dashboards") / SHIPPED[args.command]).read_bytes()
+    if getattr(args, "runbook_base", None):
+        data = data.replace(f"{RUNBOOK_BASE}#".encode(), f"{args.runbook_base}#".encode())
     if args.out is None:
         sys.stdout.buffer.write(data)
         return EXIT_OK
@@ -186,6 +192,14 @@ def _timestamp(text: str) -> dt.datetime:
         raise argparse.ArgumentTypeError(
             f"not an ISO-8601 date or datetime: {text!r} (e.g. 2024-05-01 or 2024-05-01T12:00:00+08:00)") from None
     return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+
+
+def _runbook_base(text: str) -> str:
+    """--runbook-base: an http(s) URL that goes before "#<anchor>" inside the rules' quoted strings."""
+    if not re.fullmatch(r"https?://[^\s\"'\\#{}]+", text):
+        raise argparse.ArgumentTypeError(
+            f"not an http(s) URL without spaces, quotes, braces or '#': {text!r} (e.g. https://wiki.example/oncewatch)")
+    return text
 
 
 def _finding_filters(p: argparse.ArgumentParser) -> None:
@@ -255,6 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
                        ("grafana", "the Grafana dashboard (import it, pick the Prometheus datasource)")):
         s = sub.add_parser(name, help=f"print {what}, or write them with --out")
         s.add_argument("--out", metavar="FILE")
+        if name in ("alerts", "alert-tests"):
+            s.add_argument("--runbook-base", type=_runbook_base, metavar="URL",
+                           help=f"put URL in place of {RUNBOOK_BASE} in every runbook_url (your own copy of the "
+                                "docs, with the same #anchors)")
         s.set_defaults(func=cmd_shipped)
     return p
 
