@@ -22,8 +22,10 @@ import pytest
 
 from devservices.shop_monitor import ROOT, findings, free_port, oncewatch, run_until_idle, shop_settings
 from oncewatch import shop
+from oncewatch.core.config import load
+from oncewatch.dashboards import incidents
 from oncewatch.shop.settings import STYLE_IN_TRANSACTION
-from oncewatch.store import Store
+from oncewatch.store import Store, queries
 
 from .shop_monitor import IDLE, prepared
 
@@ -93,6 +95,26 @@ def test_exports_agree_with_findings_json(nine, tmp_path):
     assert sorted((r["finding_id"], r["coordinates"]) for r in xrows) == evidence
     assert as_json["header"]["binlog_position"]["gtid"]
     assert as_json["header"]["kafka_positions"]
+
+
+def test_each_faults_finding_is_an_incident_of_its_order(nine):
+    """The Incidents page's grouping on a real run: every finding lands in the incident of the
+    faulty order it is about, joined to it through the stored payment rows where its keys name
+    only a trade_no (F1) or an announced shipment (F7-F9)."""
+    truth, config, base = nine
+    cfg = load(config)
+    fields, payments = incidents.Fields.of(cfg), cfg.domain.payments
+    store = Store(str(base / "store.db"), readonly=True)
+    try:
+        found = store.findings()
+        order_of = queries.orders_of_trades(store, incidents.trade_nos(found, fields), table=payments.table,
+                                            trade_no_column=payments.trade_no_column,
+                                            order_column=payments.order_column)
+    finally:
+        store.close()
+    grouped = {(i.kind, i.value): sorted(f.rule for f in i.findings) for i in incidents.group(found, order_of, fields)}
+    expected = {("order", fault.keys["order_no"]): [ONE_OF_EACH[fault.mode]] for fault in truth.faults}
+    assert grouped == expected
 
 
 def scrape(port: int) -> str:

@@ -33,16 +33,19 @@ from .shop_monitor import prepared
 
 
 class Receiver:
-    """Alertmanager's webhook: every alert it posts, in order, as (status, alertname, labels)."""
+    """Alertmanager's webhook: every alert it posts, in order, as (status, alertname, labels), and
+    the annotations each alertname last came with."""
 
     def __init__(self) -> None:
         self.alerts: list[tuple[str, str, dict[str, str]]] = []
-        received = self.alerts
+        self.annotations: dict[str, dict[str, str]] = {}
+        received, annotations = self.alerts, self.annotations
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 received.extend((a["status"], a["labels"]["alertname"], a["labels"]) for a in body["alerts"])
+                annotations.update((a["labels"]["alertname"], a["annotations"]) for a in body["alerts"])
                 self.send_response(200)
                 self.end_headers()
 
@@ -109,6 +112,9 @@ def test_a_finding_pages_an_ack_ends_the_page_and_a_fact_seen_again_reopens_it(r
         "firing", "OncewatchDuplicateEffect", rule="F1", instance=instance, job="oncewatch"))
     f1 = the(config, "F1")
     assert f1.keys["trade_no"] == duplicated and f1.status == "open"
+    page = receiver.annotations["OncewatchDuplicateEffect"]
+    assert set(page) == {"summary", "description", "runbook_url"}
+    assert page["runbook_url"].endswith("README.md#f1-duplicate_effect") and "idempotent" in page["description"]
     # What Prometheus itself scraped: a monitor that has read the shop's traffic, healthy and caught up.
     wait_for("a healthy, caught-up verdict in Prometheus", lambda: prometheus_value(
         f'oncewatch_monitor_verdict{{verdict="healthy", instance="{instance}"}}') == 1
@@ -143,5 +149,11 @@ def test_a_finding_pages_an_ack_ends_the_page_and_a_fact_seen_again_reopens_it(r
     finally:
         store.close()
     assert trail == [("acknowledged", "sre"), ("closed", "sre"), ("open", "oncewatch")]
+    report = config.parent / "report.json"
+    oncewatch("export", "--config", str(config), "--format", "json", "--out", str(report))
+    exported = {f["id"]: f["history"] for f in json.loads(report.read_text())["findings"]}
+    assert [(h["status"], h["by"], h["reason"]) for h in exported[f1.id]] == [
+        ("acknowledged", "sre", None), ("closed", "sre", "fixed"), ("open", "oncewatch", None)]
+    assert [(h["status"], h["by"]) for h in exported[the(config, "F3").id]] == [("resolved", "oncewatch")]
     wait_for("F1 firing again at the receiver", lambda: sum(
         1 for s, name, _ in receiver.alerts if s == "firing" and name == "OncewatchDuplicateEffect") > fired_before)
