@@ -2,9 +2,10 @@
 
 A callback handled three times is one incident with its F1 part (the extra shipments) and its F9
 part (the event announced twice): the SRE works the incident, the auditor still sees each finding.
-Findings belong together when they name the same trade_no or order, in their keys or in the rows
-and events of their evidence, directly or through the payment that links a trade_no to its order.
-Pure: the page reads the findings and the trade_no -> order links from the store and passes them in.
+Findings belong together when they name the same trade_no or order: in their keys, in the rows
+and events of their evidence, through the stored row an announced key names (a shipment's row
+holds its trade_no), and through the stored payment row that links a trade_no to its order.
+Pure: the page reads the findings and the rows `wanted` names from the store and passes them in.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 
 from oncewatch.core import names
 from oncewatch.core.config import Config
-from oncewatch.core.records import Finding
+from oncewatch.core.records import Finding, RowChange
 
 # The names oncewatch itself gives these values: in finding keys (F2-F6 write order, F2 trade_nos)
 # and in the keys it reads from events (order_key, trade_no).
@@ -28,27 +29,35 @@ STATUS_ORDER = (names.OPEN, names.ACKNOWLEDGED, names.CLOSED, names.RESOLVED)
 
 @dataclass(frozen=True)
 class Fields:
-    """Which value names mean a trade_no or an order: oncewatch's own, plus the shop's column names
-    (rows in evidence carry the columns the rule looked at); and which announced tables are keyed
-    by an order or a trade_no (F7-F10 keep the announced `key` and its `table`)."""
+    """Where a shop keeps trade_nos and orders. Value names: oncewatch's own (finding keys, the keys
+    it reads from events) plus the shop's columns (rows in evidence carry the columns the rule
+    looked at). Per table: which column of a stored row holds its trade_no or its order. And which
+    tables F7-F10 announce by an order, by a trade_no, or by a key of their own (an effect's id: its
+    stored row, found by primary key, holds the trade_no)."""
 
     trade_no: frozenset[str] = TRADE_NO_FIELDS
     order: frozenset[str] = ORDER_FIELDS
-    announced: Mapping[str, str] = field(default_factory=dict)  # table -> "trade_no" | "order"
+    trade_no_columns: Mapping[str, str] = field(default_factory=dict)  # table -> column
+    order_columns: Mapping[str, str] = field(default_factory=dict)
+    announced: Mapping[str, str] = field(default_factory=dict)  # table -> "trade_no" | "order" | "row"
 
     @classmethod
     def of(cls, cfg: Config | None) -> Fields:
         if cfg is None:
             return cls()
         d = cfg.domain
-        trade = {(e.table, e.trade_no_column) for e in d.effects}
-        order = {(d.orders.table, d.orders.key_column)} if d.orders else set()
+        trade = {e.table: e.trade_no_column for e in d.effects}
+        order = {d.orders.table: d.orders.key_column} if d.orders else {}
         if d.payments:
-            trade.add((d.payments.table, d.payments.trade_no_column))
-            order.add((d.payments.table, d.payments.order_column))
-        announced = {a.table: kind for a in cfg.announce for kind, columns in (("trade_no", trade), ("order", order))
-                     if (a.table, a.key_column) in columns}
-        return cls(TRADE_NO_FIELDS | {c for _, c in trade}, ORDER_FIELDS | {c for _, c in order}, announced)
+            trade[d.payments.table] = d.payments.trade_no_column
+            order[d.payments.table] = d.payments.order_column
+        announced = {a.table: "trade_no" if trade.get(a.table) == a.key_column
+                     else "order" if order.get(a.table) == a.key_column else "row" for a in cfg.announce}
+        return cls(TRADE_NO_FIELDS | set(trade.values()), ORDER_FIELDS | set(order.values()), trade, order, announced)
+
+
+# Stored rows by entity key ('trade_no:T1', 'pk:shop.shipments:7'), as store.queries.rows_by_entity reads them.
+Rows = Mapping[str, Sequence[RowChange]]
 
 
 @dataclass(frozen=True)
@@ -96,26 +105,56 @@ def _values(data: Mapping[str, object], fields: frozenset[str]) -> Iterable[str]
             yield str(value)
 
 
-def entities(f: Finding, fields: Fields = Fields()) -> tuple[set[str], set[str]]:
-    """The trade_nos and the orders a finding names, in its keys or its evidence."""
+def _announced_row(f: Finding, fields: Fields) -> str | None:
+    """The entity key of the stored row an F7-F10 finding's announced key names, if it is a row's own key."""
+    table, key = f.keys.get("table"), f.keys.get("key")
+    return f"pk:{table}:{key}" if key is not None and fields.announced.get(str(table)) == "row" else None
+
+
+def _named(f: Finding, fields: Fields, rows: Rows) -> tuple[set[str], set[str]]:
+    """The trade_nos and orders a finding names: in its keys, its evidence, its announced key, and
+    the stored row that key names."""
     trades, orders = set(_values(f.keys, fields.trade_no | {"trade_nos"})), set(_values(f.keys, fields.order))
-    announced = fields.announced.get(str(f.keys.get("table")))
-    if announced and f.keys.get("key") is not None:
-        (trades if announced == "trade_no" else orders).add(str(f.keys["key"]))
     for e in f.evidence:
         trades.update(_values(e.values, fields.trade_no))
         orders.update(_values(e.values, fields.order))
+    kind = fields.announced.get(str(f.keys.get("table")))
+    if kind in ("trade_no", "order") and f.keys.get("key") is not None:
+        (trades if kind == "trade_no" else orders).add(str(f.keys["key"]))
+    row_key = _announced_row(f, fields)
+    for row in rows.get(row_key, ()) if row_key else ():
+        column = fields.trade_no_columns.get(row.qualified_table)
+        if column and row.row.get(column) is not None:
+            trades.add(str(row.row[column]))
     return trades, orders
 
 
-def trade_nos(findings: Iterable[Finding], fields: Fields = Fields()) -> set[str]:
-    """Every trade_no the findings name: what the page asks the store to link to orders."""
-    return {t for f in findings for t in entities(f, fields)[0]}
+def _orders_of(trade_no: str, fields: Fields, rows: Rows) -> set[str]:
+    """The orders named by the stored rows of a trade_no in a table that holds both (the payments)."""
+    out = set()
+    for row in rows.get(f"trade_no:{trade_no}", ()):
+        column = fields.order_columns.get(row.qualified_table)
+        if column and row.qualified_table in fields.trade_no_columns and row.row.get(column) is not None:
+            out.add(str(row.row[column]))
+    return out
 
 
-def group(findings: Sequence[Finding], order_of: Mapping[str, str], fields: Fields = Fields()) -> list[Incident]:
+def wanted(findings: Iterable[Finding], rows: Rows, fields: Fields = Fields()) -> set[str]:
+    """The entity keys whose stored rows would join more of these findings (the announced rows
+    named by key, the payments of each trade_no), less those already in `rows`. The page asks the
+    store twice: the second time for the trade_nos the first rows revealed."""
+    keys = set()
+    for f in findings:
+        row_key = _announced_row(f, fields)
+        if row_key:
+            keys.add(row_key)
+        keys.update(f"trade_no:{t}" for t in _named(f, fields, rows)[0])
+    return keys - set(rows)
+
+
+def group(findings: Sequence[Finding], rows: Rows, fields: Fields = Fields()) -> list[Incident]:
     """The findings as incidents, most urgent first (open before acknowledged before ended, then
-    the most recently seen); `order_of` maps a trade_no to its order (store.queries.orders_of_trades)."""
+    the most recently seen); `rows` are the stored rows `wanted` asked for."""
     parent: dict[str, str] = {}
 
     def root(x: str) -> str:
@@ -130,9 +169,10 @@ def group(findings: Sequence[Finding], order_of: Mapping[str, str], fields: Fiel
 
     named: dict[str, list[str]] = {}
     for f in findings:
-        trades, orders = entities(f, fields)
-        nodes = [f"trade_no:{t}" for t in trades] + [f"order:{o}" for o in orders]
-        nodes += [f"order:{order_of[t]}" for t in trades if t in order_of]
+        trades, orders = _named(f, fields, rows)
+        for t in trades:
+            orders |= _orders_of(t, fields, rows)
+        nodes = [f"trade_no:{t}" for t in sorted(trades)] + [f"order:{o}" for o in sorted(orders)]
         named[f.id] = nodes or [f"finding:{f.id}"]
         for node in named[f.id][1:]:
             join(node, named[f.id][0])

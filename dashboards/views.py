@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from oncewatch.core import names
 from oncewatch.core.config import Config, load
-from oncewatch.core.records import OffsetsSnapshot, RowChange
-from oncewatch.store import Store, open_reader
+from oncewatch.core.records import Finding, OffsetsSnapshot, RowChange
+from oncewatch.dashboards import incidents
+from oncewatch.store import Store, open_reader, queries
 
 ENV_STORE = "ONCEWATCH_STORE"
 ENV_CONFIG = "ONCEWATCH_CONFIG"
@@ -141,6 +142,15 @@ def entity_of(keys: dict[str, Any]) -> str:
     """The value the drill-down should open for a finding ('' for findings about no one entity,
     e.g. F12 on a consumer group)."""
     return next((str(keys[k]) for k in FINDING_ENTITY_KEYS if keys.get(k) is not None), "")
+
+
+def incidents_of(store: Store, found: Sequence[Finding], fields: incidents.Fields) -> list[incidents.Incident]:
+    """`incidents.group` of the findings, with the stored rows it wants: asked for twice, since an
+    announced row reveals its trade_no, whose payment row names the order."""
+    rows: dict[str, list[RowChange]] = {}
+    for _ in range(2):
+        rows.update(queries.rows_by_entity(store, incidents.wanted(found, rows, fields)))
+    return incidents.group(found, rows, fields)
 
 
 # ---------------------------------------------------------------- drill-down

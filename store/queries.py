@@ -12,7 +12,8 @@ from typing import Any
 from oncewatch.core.exact_json import from_json
 from oncewatch.core.names import ENTITY_KINDS, split_partition_key
 from oncewatch.core.records import EmittedEvent, Finding, RowChange
-from oncewatch.store.codec import FINDING_COLUMNS, HISTORY_COLUMNS, HistoryEntry, finding_from_row
+from oncewatch.store.codec import (FINDING_COLUMNS, HISTORY_COLUMNS, ROW_CHANGE_COLUMNS, HistoryEntry,
+                                   finding_from_row, row_change_from_row)
 from oncewatch.store.store import Store
 
 # A drill-down shows at most this many rows and events of one entity, newest kept.
@@ -119,26 +120,24 @@ def findings_with_history(store: Store, flt: FindingFilter) -> Iterator[tuple[tu
         yield row, entries
 
 
-def orders_of_trades(store: Store, trade_nos: Iterable[str], *, table: str, trade_no_column: str,
-                     order_column: str) -> dict[str, str]:
-    """trade_no -> the order it pays, read from the stored rows of the payments `table`
-    ('schema.table') that carry it. A trade_no with no such row is not in the answer."""
-    schema_name, _, table_name = table.partition(".")
-    trade_nos = sorted(set(trade_nos))
-    out: dict[str, str] = {}
-    for i in range(0, len(trade_nos), 500):
-        chunk = [f"trade_no:{t}" for t in trade_nos[i:i + 500]]
-        seqs = [int(ref) for (ref,) in store.conn.execute(
-            f"SELECT ref FROM entity_index WHERE kind = 'row_change' AND entity IN ({','.join('?' * len(chunk))})",
-            chunk)]
-        for j in range(0, len(seqs), 500):
-            part = seqs[j:j + 500]
-            for row in store.row_changes(f"schema_name = ? AND table_name = ? AND seq IN ({','.join('?' * len(part))})",
-                                         (schema_name, table_name, *part)):
-                image = row.row
-                if image.get(trade_no_column) is not None and image.get(order_column) is not None:
-                    out[str(image[trade_no_column])] = str(image[order_column])
-    return out
+def rows_by_entity(store: Store, entities: Iterable[str], per_entity: int = 50) -> dict[str, list[RowChange]]:
+    """The stored row changes of each entity key ('trade_no:T1', 'pk:shop.shipments:7'), at most
+    `per_entity` (the newest) each; an entity with none is not in the answer."""
+    entities = sorted(set(entities))
+    seqs_of: dict[str, list[int]] = {}
+    for i in range(0, len(entities), 500):
+        chunk = entities[i:i + 500]
+        for entity, ref in store.conn.execute(
+                f"SELECT entity, ref FROM entity_index WHERE kind = 'row_change' AND entity IN "
+                f"({','.join('?' * len(chunk))})", chunk):
+            seqs_of.setdefault(entity, []).append(int(ref))
+    wanted = sorted({seq for seqs in seqs_of.values() for seq in sorted(seqs)[-per_entity:]})
+    by_seq: dict[int, RowChange] = {}
+    for i in range(0, len(wanted), 500):
+        part = wanted[i:i + 500]
+        by_seq.update((r[0], row_change_from_row(r[1:])) for r in store.conn.execute(
+            f"SELECT seq, {ROW_CHANGE_COLUMNS} FROM row_changes WHERE seq IN ({','.join('?' * len(part))})", part))
+    return {entity: [by_seq[s] for s in sorted(seqs)[-per_entity:] if s in by_seq] for entity, seqs in seqs_of.items()}
 
 
 @dataclass(frozen=True)

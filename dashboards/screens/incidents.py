@@ -30,10 +30,7 @@ payments = cfg.domain.payments if cfg is not None else None
 flt = queries.FindingFilter(statuses=tuple(statuses), since=ui.epoch(ui.day_start(since)), search=search)
 with ui.store() as store:
     found = queries.recent_findings(store, flt, READ_LIMIT)
-    order_of = queries.orders_of_trades(store, incidents.trade_nos(found, fields), table=payments.table,
-                                        trade_no_column=payments.trade_no_column,
-                                        order_column=payments.order_column) if payments else {}
-    listed = incidents.group(found, order_of, fields)
+    listed = views.incidents_of(store, found, fields)
 
 st.caption(f"{len(listed):,} incidents from {len(found):,} findings"
            + (f" (the newest {READ_LIMIT:,}: narrow the filters for older ones)" if len(found) == READ_LIMIT else "")

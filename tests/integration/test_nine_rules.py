@@ -23,9 +23,9 @@ import pytest
 from devservices.shop_monitor import ROOT, findings, free_port, oncewatch, run_until_idle, shop_settings
 from oncewatch import shop
 from oncewatch.core.config import load
-from oncewatch.dashboards import incidents
+from oncewatch.dashboards import incidents, views
 from oncewatch.shop.settings import STYLE_IN_TRANSACTION
-from oncewatch.store import Store, queries
+from oncewatch.store import Store
 
 from .shop_monitor import IDLE, prepared
 
@@ -99,20 +99,16 @@ def test_exports_agree_with_findings_json(nine, tmp_path):
 
 def test_each_faults_finding_is_an_incident_of_its_order(nine):
     """The Incidents page's grouping on a real run: every finding lands in the incident of the
-    faulty order it is about, joined to it through the stored payment rows where its keys name
-    only a trade_no (F1) or an announced shipment (F7-F9)."""
+    faulty order it is about, joined to it through the stored rows where its keys name only a
+    trade_no (F1: the payment row) or an announced shipment (F7-F9: the shipment's row, then the payment's)."""
     truth, config, base = nine
     cfg = load(config)
-    fields, payments = incidents.Fields.of(cfg), cfg.domain.payments
     store = Store(str(base / "store.db"), readonly=True)
     try:
-        found = store.findings()
-        order_of = queries.orders_of_trades(store, incidents.trade_nos(found, fields), table=payments.table,
-                                            trade_no_column=payments.trade_no_column,
-                                            order_column=payments.order_column)
+        grouped = {(i.kind, i.value): sorted(f.rule for f in i.findings)
+                   for i in views.incidents_of(store, store.findings(), incidents.Fields.of(cfg))}
     finally:
         store.close()
-    grouped = {(i.kind, i.value): sorted(f.rule for f in i.findings) for i in incidents.group(found, order_of, fields)}
     expected = {("order", fault.keys["order_no"]): [ONE_OF_EACH[fault.mode]] for fault in truth.faults}
     assert grouped == expected
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from oncewatch.core.config import parse
+from oncewatch.core.config import load, parse
 from oncewatch.core.records import Evidence, Finding, RowChange
 from oncewatch.dashboards import incidents
 from oncewatch.store import Store, queries
@@ -39,8 +39,27 @@ def by_name(found: list[incidents.Incident]) -> dict[str, tuple[str, ...]]:
     return {f"{i.kind} {i.value}": tuple(f.id for f in i.findings) for i in found}
 
 
+SHOP = load(Path(__file__).resolve().parents[2] / "examples" / "shop.toml")
+FIELDS = incidents.Fields.of(SHOP)
+
+
+def row(table: str, seq: int, image: dict) -> RowChange:
+    schema, name = table.split(".")
+    return RowChange(schema=schema, table=name, op="insert", pk=(seq,), before=None, after=image, txid=f"0-1-{seq}",
+                     row_index=0, binlog_file="binlog.000001", end_pos=100 * seq, commit_time=T0 + seq,
+                     commit_clock="binlog")
+
+
+def paid(links: dict[str, str]) -> dict[str, list[RowChange]]:
+    """The stored payment rows of each trade_no, as store.queries.rows_by_entity gives them."""
+    return {f"trade_no:{t}": [row("shop.payments", i, {"id": i, "trade_no": t, "order_no": o})]
+            for i, (t, o) in enumerate(links.items())}
+
+
 def test_a_callback_handled_three_times_is_one_incident_with_its_f1_and_f9_parts() -> None:
-    found = incidents.group(ALL, {"T1": "O1", "T3": "O3", "T4": "O3"})
+    rows = paid({"T1": "O1", "T3": "O3", "T4": "O3"})
+    assert incidents.wanted(ALL, {}, FIELDS) >= {"trade_no:T1", "trade_no:T3", "trade_no:T4"}
+    found = incidents.group(ALL, rows, FIELDS)
     assert by_name(found) == {"order O1": ("F1-a", "F9-a"), "order O3": ("F2-c", "F5-c"), "order O2": ("F3-b",),
                               "finding F11-d": ("F11-d",)}
     o1 = found[[i.value for i in found].index("O1")]
@@ -51,14 +70,25 @@ def test_a_callback_handled_three_times_is_one_incident_with_its_f1_and_f9_parts
     assert found[0].value == "F11-d" and found[0].entity == ""
 
 
-def test_without_the_payment_link_a_trade_no_is_its_own_incident() -> None:
-    found = incidents.group(ALL, {})
+def test_without_the_payment_rows_a_trade_no_is_its_own_incident() -> None:
+    found = incidents.group(ALL, {}, FIELDS)
     assert by_name(found)["trade_no T1"] == ("F1-a",) and by_name(found)["order O1"] == ("F9-a",)
     # F2 and F5 still meet on their own keys: both name O3.
     assert by_name(found)["order O3"] == ("F2-c", "F5-c")
 
 
-def test_a_shops_own_column_names_in_the_evidence_link_findings(tmp_path: Path) -> None:
+def test_a_lost_shipment_event_joins_its_order_through_the_shipment_and_payment_rows() -> None:
+    """F7 on shipment.created names only the shipment id; its stored row holds the trade_no, whose
+    payment row names the order: two lookups, as the page makes them."""
+    lost = finding("F7-s", "F7", {"event_type": "shipment.created", "key": "77", "table": "shop.shipments"})
+    assert incidents.wanted([lost, SHIPMENTS], {}, FIELDS) == {"pk:shop.shipments:77", "trade_no:T1"}
+    rows = {"pk:shop.shipments:77": [row("shop.shipments", 9, {"shipment_id": 77, "trade_no": "T1"})]}
+    assert incidents.wanted([lost], rows, FIELDS) == {"trade_no:T1"}
+    rows |= paid({"T1": "O1"})
+    assert by_name(incidents.group([lost, SHIPMENTS], rows, FIELDS)) == {"order O1": ("F1-a", "F7-s")}
+
+
+def test_a_shops_own_column_names_link_findings(tmp_path: Path) -> None:
     cfg = parse({"mysql": {"user": "m", "tables": ["shop.orders", "shop.payments", "shop.shipments"]},
                  "store": {"path": str(tmp_path / "s.db")},
                  "domain": {"payments": {"table": "shop.payments", "trade_no_column": "out_trade_no",
@@ -71,27 +101,23 @@ def test_a_shops_own_column_names_in_the_evidence_link_findings(tmp_path: Path) 
     missing = finding("F7-x", "F7", {"event_type": "shipment.created", "key": "S5", "table": "shop.shipments"},
                       evidence=(Evidence("row_change", "binlog.000001:9#0-1-9/0", T0,
                                          {"table": "shop.shipments", "op": "insert", "pay_ref": "P9"}),))
-    assert incidents.trade_nos([missing], fields) == {"P9"}
-    assert by_name(incidents.group([shipped, missing], {"P9": "B1"}, fields)) == {"order B1": ("F1-x", "F7-x")}
+    rows = {"trade_no:P9": [row("shop.payments", 1, {"out_trade_no": "P9", "biz_order_id": "B1"})]}
+    assert incidents.wanted([missing], {}, fields) == {"trade_no:P9"}
+    assert by_name(incidents.group([shipped, missing], rows, fields)) == {"order B1": ("F1-x", "F7-x")}
     assert len(incidents.group([shipped, missing], {}, incidents.Fields())) == 2  # the shop's column unknown
 
 
-def payment(seq: int, trade_no: str, order: str) -> RowChange:
-    return RowChange(schema="shop", table="payments", op="insert", pk=(seq,), before=None,
-                     after={"id": seq, "trade_no": trade_no, "order_no": order}, txid=f"0-1-{seq}", row_index=0,
-                     binlog_file="binlog.000001", end_pos=100 * seq, commit_time=T0 + seq, commit_clock="binlog")
-
-
-def test_the_store_links_trade_nos_to_orders_through_stored_payment_rows(tmp_path: Path) -> None:
+def test_the_store_gives_the_rows_of_each_entity(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "s.db"))
-    shipment = RowChange(schema="shop", table="shipments", op="insert", pk=(1,), before=None,
-                         after={"id": 1, "trade_no": "T1", "order_no": "NOT-THIS"}, txid="0-1-9", row_index=0,
-                         binlog_file="binlog.000001", end_pos=900, commit_time=T0 + 9, commit_clock="binlog")
-    rows = [payment(1, "T1", "O1"), payment(2, "T2", "O1"), payment(3, "T3", "O3"), shipment]
+    stored = [row("shop.payments", 1, {"trade_no": "T1", "order_no": "O1"}),
+              row("shop.shipments", 2, {"shipment_id": 7, "trade_no": "T1"}),
+              row("shop.payments", 3, {"trade_no": "T2", "order_no": "O2"})]
     with store.batch() as tx:
-        tx.add_row_changes(rows, [(0, "trade_no:T1"), (0, "order_key:O1"), (1, "trade_no:T2"), (1, "order_key:O1"),
-                                  (2, "trade_no:T3"), (3, "trade_no:T1")])
-    links = queries.orders_of_trades(store, ["T1", "T2", "T9"], table="shop.payments", trade_no_column="trade_no",
-                                     order_column="order_no")
+        tx.add_row_changes(stored, [(0, "trade_no:T1"), (0, "order_key:O1"), (1, "pk:shop.shipments:7"),
+                                    (1, "trade_no:T1"), (2, "trade_no:T2")])
+    got = queries.rows_by_entity(store, ["trade_no:T1", "pk:shop.shipments:7", "trade_no:T9"])
+    newest = queries.rows_by_entity(store, ["trade_no:T1"], per_entity=1)
     store.close()
-    assert links == {"T1": "O1", "T2": "O1"}  # T9 has no row; the shipment's order_no is not the payment's
+    assert {k: [r.after for r in v] for k, v in got.items()} == {
+        "trade_no:T1": [stored[0].after, stored[1].after], "pk:shop.shipments:7": [stored[1].after]}
+    assert [r.after for r in newest["trade_no:T1"]] == [stored[1].after]
