@@ -60,7 +60,10 @@ VERDICTS = (HEALTHY, DEGRADED, FAILING)
 # Why a Kafka record was quarantined (oncewatch.collectors.kafka_formats), each counted on /metrics.
 NOT_UTF8, NOT_JSON, NULL_VALUE = "not_utf8", "not_json", "null_value"
 MISSING_PATH, WRONG_TYPE, TOO_LARGE = "missing_path", "wrong_type", "too_large"
-QUARANTINE_REASONS = (NOT_UTF8, NOT_JSON, NULL_VALUE, MISSING_PATH, WRONG_TYPE, TOO_LARGE)
+# The parser itself failed on the record (a case its checks missed: a bug to report) or kafka-python
+# could not decode the record batch it is in (a header key that is not UTF-8).
+UNPARSEABLE = "unparseable"
+QUARANTINE_REASONS = (NOT_UTF8, NOT_JSON, NULL_VALUE, MISSING_PATH, WRONG_TYPE, TOO_LARGE, UNPARSEABLE)
 
 # State rows beside the engine's entries.
 ENGINE_STATS = "engine_stats"

@@ -349,3 +349,74 @@ def test_canal_bad_messages_are_quarantined(msg, reason, detail):
 
 def test_canal_tombstone_is_quarantined():
     assert quarantined(parser("canal"), Rec(None)).reason == "null_value"
+
+
+# ---------------------------------------------------------------- poison records: quarantined, never raised
+
+def decimal_schema(**column: Any) -> dict[str, Any]:
+    return wrapped(envelope("u", BEFORE, AFTER), {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
+                                                  **column})
+
+
+@pytest.mark.parametrize("doc, detail", [
+    (decimal_schema(parameters={"scale": "two"}), "before.amount has decimal scale 'two', not an integer"),
+    (decimal_schema(parameters=["2"]), "before.amount has decimal scale None"),
+    ({"schema": {"type": "struct", "fields": ["x"]}, "payload": envelope("u", BEFORE, AFTER)},
+     "schema.fields must be a list of objects"),
+    ({"schema": {"type": "struct", "fields": [{"field": "after", "fields": 3}]}, "payload": envelope("c", None, AFTER)},
+     "after.fields must be a list of objects"),
+    ({"schema": {"type": "struct", "fields": [{"field": "after", "fields": [
+        {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal"}]}]}, "payload": envelope("c", None, AFTER)},
+     "a decimal of after has no 'field' name"),
+])
+def test_debezium_schemas_found_by_experiment_are_quarantined(doc, detail):
+    q = quarantined(parser("debezium", CDC_PATHS), Rec(raw(doc)))
+    assert (q.reason, q.offset) == ("wrong_type", 7) and detail in q.detail, q.detail
+
+
+def test_canal_pk_names_that_are_not_names_are_quarantined():
+    q = quarantined(parser("canal", CDC_PATHS), Rec(raw(flat("INSERT", [ROW1], pkNames=[{}]))))
+    assert q.reason == "wrong_type" and "'pkNames' must be a list of column names" in q.detail
+
+
+def test_a_parser_failure_nobody_foresaw_is_quarantined_and_logged(monkeypatch, caplog):
+    p = parser("json", PATHS)
+    monkeypatch.setattr(p, "_parse_value", lambda rec: {}["boom"])
+    q = quarantined(p, Rec(raw({"type": "x"}), offset=41))
+    assert (q.reason, q.offset, q.partition) == ("unparseable", 41, 1)
+    assert q.detail == "the json parser failed: KeyError: 'boom'"
+    failed = [r for r in caplog.records if getattr(r, "event", None) == "kafka_parser_failed"]
+    assert failed and failed[0].exc_info and failed[0].offset == 41
+
+
+JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5) | st.floats(allow_nan=False),
+                       lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                                     max_size=4), max_leaves=12)
+ROWISH = st.dictionaries(st.sampled_from(["id", "trade_no", "order_no", "amount"]), JSONISH, max_size=4) | JSONISH
+DECIMAL_COLUMN = st.fixed_dictionaries(
+    {"name": st.sampled_from(["org.apache.kafka.connect.data.Decimal", "io.debezium.data.VariableScaleDecimal"])},
+    optional={"field": st.sampled_from(["amount", "id"]) | JSONISH,
+              "parameters": st.fixed_dictionaries({"scale": st.sampled_from(["2", 2]) | JSONISH}) | JSONISH})
+SCHEMA = st.fixed_dictionaries({"fields": st.lists(st.fixed_dictionaries(
+    {"field": st.sampled_from(["before", "after"]), "fields": st.lists(DECIMAL_COLUMN | JSONISH, max_size=2) | JSONISH})
+    | JSONISH, max_size=3) | JSONISH}) | JSONISH
+DEBEZIUM = st.fixed_dictionaries({"schema": SCHEMA, "payload": st.fixed_dictionaries(
+    {"op": st.sampled_from(["c", "u", "d", "r"]) | JSONISH, "source": st.just(SOURCE) | JSONISH,
+     "before": ROWISH, "after": ROWISH})}) | JSONISH
+CANAL = st.fixed_dictionaries(
+    {"isDdl": st.just(False) | JSONISH, "type": st.sampled_from(["INSERT", "UPDATE", "DELETE"]) | JSONISH,
+     "database": st.just("shop") | JSONISH, "table": st.just("payments") | JSONISH,
+     "data": st.lists(ROWISH, max_size=2) | JSONISH, "old": st.lists(ROWISH, max_size=2) | JSONISH,
+     "pkNames": st.lists(st.just("id") | JSONISH, max_size=2) | JSONISH}) | JSONISH
+SHAPES = {"json": JSONISH, "debezium": DEBEZIUM, "canal": CANAL}
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data(), fmt=st.sampled_from(sorted(SHAPES)))
+def test_no_shape_of_record_makes_a_parser_raise_or_fail(data, fmt):
+    """Any JSON document in the envelope's own field names is an event or a quarantined record with
+    a reason of the checks themselves: none reaches the catch-all (which would mean a gap in them)."""
+    doc = data.draw(SHAPES[fmt])
+    out = parser(fmt, CDC_PATHS if fmt != "json" else PATHS).parse(Rec(raw(doc)))
+    if isinstance(out, QuarantinedRecord):
+        assert out.reason != "unparseable", out.detail
