@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -127,7 +126,6 @@ class KafkaEventsStatus:
     reconnects: int
     records_read: int
     events_read: int
-    quarantined: dict[str, int]  # "topic|reason" -> count
     waiting_for: tuple[str, ...]
     partitions: tuple[PartitionStatus, ...]
     gaps: tuple[Gap, ...]
@@ -149,7 +147,7 @@ class KafkaEventsStatus:
         return {"connected": self.connected, "state": self.state, "last_error": self.last_error,
                 "disconnected_since": self.disconnected_since, "reconnects": self.reconnects,
                 "records_read": self.records_read, "events_read": self.events_read,
-                "quarantined": dict(self.quarantined), "waiting_for": list(self.waiting_for),
+                "waiting_for": list(self.waiting_for),
                 "partitions": [p.__dict__.copy() for p in self.partitions],
                 "gaps": [g.__dict__.copy() for g in self.gaps], "caught_up": self.caught_up}
 
@@ -168,7 +166,6 @@ class _State:
     reconnects: int = 0
     records_read: int = 0
     events_read: int = 0
-    quarantined: Counter[str] = field(default_factory=Counter)
     gaps: list[Gap] = field(default_factory=list)
 
 
@@ -227,7 +224,7 @@ class KafkaEventCollector:
             return KafkaEventsStatus(
                 connected=s.connected, last_error=s.last_error, disconnected_since=s.disconnected_since,
                 reconnects=s.reconnects, records_read=s.records_read, events_read=s.events_read,
-                quarantined=dict(s.quarantined), waiting_for=s.waiting_for, partitions=parts,
+                waiting_for=s.waiting_for, partitions=parts,
                 gaps=tuple(s.gaps))
 
     def positions(self) -> dict[str, int]:
@@ -290,7 +287,6 @@ class KafkaEventCollector:
             s.ends.update((tp, (h, seen_at)) for tp, h in highwater.items() if h is not None)
             s.records_read += len(events) + len(quarantined)
             s.events_read += len(events)
-            s.quarantined.update(f"{q.topic}|{q.reason}" for q in quarantined)
         for q in quarantined:
             log.warning("kafka record quarantined", extra={
                 "event": "kafka_record_quarantined", "topic": q.topic, "partition": q.partition,

@@ -343,7 +343,8 @@ class TopicParser:
         value = rec.value
         return QuarantinedRecord(topic=rec.topic, partition=rec.partition, offset=rec.offset,
                                  timestamp_ms=rec.timestamp, reason=reason, detail=detail,
-                                 size=len(value) if value is not None else 0, preview=preview(value))
+                                 size=len(value) if value is not None else 0, preview=preview(value), key=rec.key,
+                                 value=None if reason == TOO_LARGE else value, headers=tuple(rec.headers or ()))
 
     # ------------------------------------------------------------ json
 

@@ -150,7 +150,7 @@ class EmittedEvent:
 
 @dataclass(frozen=True)
 class QuarantinedRecord:
-    """A Kafka record that could not be parsed: kept with its reason, never dropped."""
+    """A Kafka record that could not be parsed: kept with its reason and its bytes, never dropped."""
 
     topic: str
     partition: int
@@ -160,6 +160,11 @@ class QuarantinedRecord:
     detail: str
     size: int
     preview: str
+    # The record as it came, so nothing is lost (a too_large one's value is left on the broker: its
+    # coordinates find it there).
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ def main() -> None:
             st.Page(page("incidents"), title="Incidents", icon=":material/emergency:"),
             st.Page(page("drilldown"), title="Drill-down", icon=":material/timeline:"),
             st.Page(page("drift"), title="Drift", icon=":material/stacked_line_chart:"),
+            st.Page(page("quarantine"), title="Quarantine", icon=":material/block:"),
             st.Page(page("reports"), title="Reports", icon=":material/download:"),
         ]).run()
 

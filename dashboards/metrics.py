@@ -65,16 +65,19 @@ def _binlog(value: dict[str, Any]) -> Iterator[Metric]:
     yield transactions
 
 
-def _kafka_events(value: dict[str, Any]) -> Iterator[Metric]:
-    quarantined = _counter("kafka_quarantined_records", "Kafka records that could not be parsed, kept aside.",
-                           ("topic", "reason"))
-    counts = {tuple(key.partition("|")[::2]): n for key, n in value.get("quarantined", {}).items()}
-    # Every reason of every watched topic from the first scrape on, so increase() sees the first one.
-    topics = {p["topic"] for p in value.get("partitions", [])} | {topic for topic, _ in counts}
+def _quarantine(counts: dict[tuple[str, str], int], events: dict[str, Any]) -> Metric:
+    """The store's quarantine by topic and reason (so it survives a restart); every reason of every
+    watched topic from the first scrape on, so increase() sees the first one."""
+    quarantined = _counter("kafka_quarantined_records", "Kafka records that could not be parsed, kept aside in "
+                           "the store (`oncewatch quarantine` lists them).", ("topic", "reason"))
+    topics = {p["topic"] for p in events.get("partitions", [])} | {topic for topic, _ in counts}
     for topic in sorted(topics):
         for reason in dict.fromkeys([*names.QUARANTINE_REASONS, *sorted(r for t, r in counts if t == topic)]):
             quarantined.add_metric([topic, reason], counts.get((topic, reason), 0))
-    yield quarantined
+    return quarantined
+
+
+def _kafka_events(value: dict[str, Any]) -> Iterator[Metric]:
     read_offset = _gauge("kafka_read_offset", "Next offset the monitor will read, per watched partition.",
                          ("topic", "partition"))
     for p in value.get("partitions", []):
@@ -238,6 +241,7 @@ class StoreCollector(Collector):
                 health = views.components(store, time.time())
                 stats = views.engine_stats(store)
                 counts = store.finding_counts()
+                quarantine = store.quarantine_counts()
         except (StoreError, sqlite3.Error):  # missing, not yet initialised, or unreadable
             store_up.add_metric([], 0)
             yield store_up
@@ -248,6 +252,7 @@ class StoreCollector(Collector):
         build.add_metric([__version__], 1)
         yield build
         yield from _health(health)
+        yield _quarantine(quarantine, health[names.KAFKA_EVENTS].value if names.KAFKA_EVENTS in health else {})
         yield from _engine(stats)
         yield _lifecycle(counts)
 

@@ -5,6 +5,8 @@ nothing here talks to MySQL or Kafka.
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -13,7 +15,7 @@ from typing import Any
 
 from oncewatch.core import names
 from oncewatch.core.config import Config, load
-from oncewatch.core.records import Finding, OffsetsSnapshot, RowChange
+from oncewatch.core.records import Finding, OffsetsSnapshot, QuarantinedRecord, RowChange
 from oncewatch.dashboards import incidents
 from oncewatch.store import Store, open_reader, queries
 
@@ -98,6 +100,21 @@ def backlog_total(stats: dict[str, Any]) -> int:
 def unread_records(kafka_events: dict[str, Any]) -> int:
     """Records on the watched partitions the monitor has not read yet."""
     return sum(max(0, p["end"] - p["position"]) for p in kafka_events.get("partitions", []))
+
+
+# ---------------------------------------------------------------- quarantine
+
+def quarantine_row(q: QuarantinedRecord) -> dict[str, Any]:
+    """A quarantined record for people and JSON: its coordinates, why, and its bytes (the value in
+    base64, as it came; a too_large one's value is left on the broker)."""
+    return {"coordinates": f"{names.partition_key(q.topic, q.partition)}@{q.offset}", "topic": q.topic,
+            "partition": q.partition, "offset": q.offset,
+            "timestamp": dt.datetime.fromtimestamp(q.timestamp_ms / 1000, dt.timezone.utc).isoformat(
+                timespec="milliseconds").replace("+00:00", "Z") if q.timestamp_ms >= 0 else None,
+            "reason": q.reason, "detail": q.detail, "size": q.size, "preview": q.preview,
+            "key": None if q.key is None else q.key.decode("utf-8", "backslashreplace"),
+            "value_base64": None if q.value is None else base64.b64encode(q.value).decode(),
+            "headers": [[k, None if v is None else v.decode("utf-8", "backslashreplace")] for k, v in q.headers]}
 
 
 # ---------------------------------------------------------------- drift

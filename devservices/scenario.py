@@ -75,7 +75,6 @@ def write_health(store: Store, now: float) -> None:
         "rows_read": 1200, "transactions_read": 400, "reader": reader(now - 0.5)})
     store.set_health("kafka_events", {
         "connected": True, "last_error": None, "reconnects": 2, "records_read": 900,
-        "quarantined": {f"{TOPIC}|not_json": 3, f"{TOPIC}|too_large": 1},
         "partitions": [{"topic": TOPIC, "partition": 0, "position": 300, "end": 300},
                        {"topic": TOPIC, "partition": 1, "position": 300, "end": 302},
                        {"topic": TOPIC, "partition": 2, "position": 298, "end": 300}],

@@ -100,6 +100,23 @@ def cmd_findings(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_quarantine(args: argparse.Namespace) -> int:
+    """List the Kafka records kept aside because they could not be parsed, with their coordinates."""
+    from oncewatch.dashboards.views import quarantine_row
+
+    cfg = load(args.config)
+    with closing(open_reader(cfg.store.path)) as store:
+        rows = [quarantine_row(q) for q in store.quarantined(limit=args.limit)]
+    if args.format == "json":
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+    elif not rows:
+        print("no quarantined records")
+    else:
+        for r in rows:
+            print(f"{r['coordinates']}  {r['timestamp']}  {r['reason']}  {r['size']} bytes  {r['detail']}")
+    return EXIT_OK
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     """Write an auditor's report (dashboards.reports describes its header and hash)."""
     from oncewatch.dashboards.reports import export
@@ -242,6 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
     _finding_filters(f)
     f.add_argument("--format", choices=("table", "json"), default="table")
     f.set_defaults(func=cmd_findings)
+    q = sub.add_parser("quarantine", help="list the Kafka records that could not be parsed, kept in the store")
+    q.add_argument("--config", required=True)
+    q.add_argument("--format", choices=("table", "json"), default="table")
+    q.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N, by topic/partition/offset")
+    q.set_defaults(func=cmd_quarantine)
     e = sub.add_parser("export", help="write an auditor's report of the findings with a header and a SHA-256")
     _finding_filters(e)
     e.add_argument("--format", choices=("csv", "json", "xlsx"), required=True)

@@ -11,7 +11,7 @@ from typing import Any
 from oncewatch.core.exact_json import to_json
 from oncewatch.core.names import ACKNOWLEDGED, CLOSED, OPEN, RESOLVED
 from oncewatch.core.records import EmittedEvent, Finding, QuarantinedRecord, RowChange
-from oncewatch.store.codec import EVENT_COLUMNS, FINDING_COLUMNS, event_body
+from oncewatch.store.codec import EVENT_COLUMNS, FINDING_COLUMNS, event_body, headers_json
 
 # Who changed a status, when it was the monitor that saw the fact change.
 MONITOR = "oncewatch"
@@ -70,11 +70,15 @@ class Batch:
 
     def add_quarantined(self, records: Iterable[QuarantinedRecord]) -> None:
         now = time.time()
+        records = list(records)
         self.conn.executemany(
             'INSERT INTO quarantine (topic, partition, "offset", timestamp_ms, reason, detail, size, preview,'
             " quarantined_at) VALUES (?,?,?,?,?,?,?,?,?)",
             [(q.topic, q.partition, q.offset, q.timestamp_ms, q.reason, q.detail, q.size, q.preview, now)
              for q in records])
+        self.conn.executemany(
+            'INSERT INTO quarantine_raw (topic, partition, "offset", record_key, value, headers) VALUES (?,?,?,?,?,?)',
+            [(q.topic, q.partition, q.offset, q.key, q.value, headers_json(q.headers)) for q in records])
 
     def set_state(self, name: str, value: Any) -> None:
         self.conn.execute("INSERT INTO state (name, value) VALUES (?, ?) "

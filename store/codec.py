@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import sqlite3
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from oncewatch.core.exact_json import JSON_DECODER, from_json, parse_exact_json, to_json
@@ -74,3 +77,12 @@ def row_change_from_row(row: tuple) -> RowChange:
     return RowChange(schema=s, table=t, op=op, pk=tuple(from_json(pk)), before=None if b is None else from_json(b),
                      after=None if a is None else from_json(a), txid=tx, row_index=ri, binlog_file=f, end_pos=p,
                      commit_time=ct, commit_clock=cc, snapshot=bool(sn))
+
+
+def headers_json(headers: Sequence[tuple[str, bytes | None]]) -> str:
+    """A record's headers as JSON: [[key, value in base64 or null], ...] (values are any bytes)."""
+    return json.dumps([[k, None if v is None else base64.b64encode(v).decode()] for k, v in headers])
+
+
+def headers_from_json(text: str) -> tuple[tuple[str, bytes | None], ...]:
+    return tuple((k, None if v is None else base64.b64decode(v)) for k, v in json.loads(text))

@@ -62,6 +62,17 @@ CREATE TABLE IF NOT EXISTS quarantine (
     quarantined_at REAL NOT NULL,
     PRIMARY KEY (topic, partition, "offset")
 );
+CREATE INDEX IF NOT EXISTS quarantine_reason ON quarantine (topic, reason);
+-- A quarantined record's own bytes (a too_large value excepted): headers as JSON [[key, base64 or null]].
+CREATE TABLE IF NOT EXISTS quarantine_raw (
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    "offset" INTEGER NOT NULL,
+    record_key BLOB,
+    value BLOB,
+    headers TEXT NOT NULL,
+    PRIMARY KEY (topic, partition, "offset")
+);
 CREATE TABLE IF NOT EXISTS state (
     name TEXT PRIMARY KEY,
     value TEXT NOT NULL

@@ -21,7 +21,7 @@ from oncewatch.core.exact_json import from_json, to_json
 from oncewatch.core.records import EmittedEvent, Finding, QuarantinedRecord, RowChange
 from oncewatch.store.batch import Batch
 from oncewatch.store.codec import (EVENT_COLUMNS, FINDING_COLUMNS, ROW_CHANGE_COLUMNS, event_from_row, finding_from_row,
-                                   row_change_from_row)
+                                   headers_from_json, row_change_from_row)
 from oncewatch.store.schema import SCHEMA, StoreError, connect
 
 COUNTED = ("row_changes", "events", "quarantine", "findings", "entity_index", "series")
@@ -80,10 +80,20 @@ class Store:
                + 'ORDER BY topic, partition, "offset"' + (f" LIMIT {int(limit)}" if limit else ""))
         return [event_from_row(*r) for r in self.conn.execute(sql, params)]
 
-    def quarantined(self) -> list[QuarantinedRecord]:
-        return [QuarantinedRecord(*r) for r in self.conn.execute(
-            'SELECT topic, partition, "offset", timestamp_ms, reason, detail, size, preview FROM quarantine '
-            'ORDER BY topic, partition, "offset"')]
+    def quarantined(self, limit: int | None = None) -> list[QuarantinedRecord]:
+        """Quarantined Kafka records with their bytes, by topic, partition and offset (the first `limit`)."""
+        return [QuarantinedRecord(*r[:8], key=r[8], value=r[9], headers=headers_from_json(r[10]) if r[10] else ())
+                for r in self.conn.execute(
+                    'SELECT q.topic, q.partition, q."offset", q.timestamp_ms, q.reason, q.detail, q.size, q.preview, '
+                    "r.record_key, r.value, r.headers FROM quarantine q LEFT JOIN quarantine_raw r "
+                    'USING (topic, partition, "offset") ORDER BY q.topic, q.partition, q."offset"'
+                    + (f" LIMIT {int(limit)}" if limit else ""))]
+
+    def quarantine_counts(self) -> dict[tuple[str, str], int]:
+        """(topic, reason) -> how many records the store keeps in quarantine: what /metrics counts, so
+        the count survives a restart."""
+        return {(t, r): n for t, r, n in self.conn.execute(
+            "SELECT topic, reason, count(*) FROM quarantine GROUP BY topic, reason")}
 
     def count(self, table: str) -> int:
         """Rows in one of the store's record tables (benchmarks, tests)."""

@@ -27,6 +27,7 @@ st.title("Drift")
 with ui.store() as store:
     comps = views.components(store, time.time())
     stats = views.engine_stats(store)
+    quarantined = store.quarantine_counts()
 ui.stale_banner(comps)
 offsets = views.offsets_of(comps)
 events = comps[names.KAFKA_EVENTS].value if names.KAFKA_EVENTS in comps else {}
@@ -77,11 +78,10 @@ with cols[0]:
     else:
         st.dataframe(read.assign(unread=read["end"] - read["position"])[["topic", "partition", "position", "end",
                                                                            "unread"]], hide_index=True)
-    quarantined = [{"topic": k.partition("|")[0], "reason": k.partition("|")[2], "records": n}
-                   for k, n in sorted(events.get("quarantined", {}).items())]
     if quarantined:
-        st.caption("Quarantined records (kept in the store with their offsets)")
-        st.dataframe(pd.DataFrame(quarantined), hide_index=True)
+        st.caption("Quarantined records (kept in the store with their offsets; the Quarantine page lists them)")
+        st.dataframe(pd.DataFrame([{"topic": t, "reason": r, "records": n} for (t, r), n in sorted(quarantined.items())]),
+                     hide_index=True)
 with cols[1]:
     backlog = pd.DataFrame(sorted(stats.get("backlog_by_table", {}).items()), columns=["table", "waiting"])
     if backlog.empty:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
@@ -12,7 +13,9 @@ import pytest
 
 from oncewatch.cli import EXIT_CONFIG, EXIT_OK, main
 from oncewatch.core.config import DEFAULT_MASK_FIELDS, ConfigError, load
+from oncewatch.core.records import QuarantinedRecord
 from oncewatch.dashboards import reports
+from oncewatch.store import Store
 from tests.unit.test_reports import BINLOG, seed
 
 
@@ -151,3 +154,26 @@ def test_export_config_section(tmp_path, monkeypatch):
     monkeypatch.setenv("OW_TEST_EMPTY_KEY", "")
     with pytest.raises(ConfigError, match="export.mask_key: the key is empty"):
         load(write_config(tmp_path, '\n[export]\nmask_key_env = "OW_TEST_EMPTY_KEY"\n')).export.key()
+
+
+def test_quarantine_lists_records_with_coordinates_reason_and_bytes(capsys, config, tmp_path):
+    store = Store(str(tmp_path / "oncewatch.db"))
+    with store.batch() as tx:
+        tx.add_quarantined([
+            QuarantinedRecord("shop.events", 2, 17, 1_714_557_600_000, "unparseable",
+                              "the debezium parser failed: KeyError: 'field'", 9, "{\"x\": 1}", key=b"\xffk",
+                              value=b"{\"x\": 1}", headers=(("trace", b"abc"), ("\xe9", None))),
+            QuarantinedRecord("shop.events", 0, 3, 1_714_557_600_500, "too_large", "2000000 bytes", 2_000_000,
+                              "{\"type\": ", value=None)])
+    store.close()
+    code, out, _ = run(capsys, "quarantine", "--config", str(config), "--format", "json")
+    rows = json.loads(out)
+    assert code == EXIT_OK and [r["coordinates"] for r in rows] == ["shop.events/0@3", "shop.events/2@17"]
+    assert rows[1] | {"detail": None} == {
+        "coordinates": "shop.events/2@17", "topic": "shop.events", "partition": 2, "offset": 17,
+        "timestamp": "2024-05-01T10:00:00.000Z", "reason": "unparseable", "detail": None, "size": 9,
+        "preview": "{\"x\": 1}", "key": "\\xffk", "value_base64": base64.b64encode(b"{\"x\": 1}").decode(),
+        "headers": [["trace", "abc"], ["\xe9", None]]}
+    assert rows[0]["value_base64"] is None
+    code, out, _ = run(capsys, "quarantine", "--config", str(config))
+    assert out.splitlines()[0] == "shop.events/0@3  2024-05-01T10:00:00.500Z  too_large  2000000 bytes  2000000 bytes"

@@ -318,3 +318,15 @@ def test_incidents_without_the_payments_table_keep_a_trade_no_apart(env: Path) -
     table = at.dataframe[0].value
     assert "trade_no T1001" in set(table["incident"]) and len(table) == 5
     assert "the config has no [domain.payments]" in at.caption[0].value
+
+
+# ---------------------------------------------------------------- Quarantine
+
+def test_quarantine_lists_the_stores_records_with_their_coordinates(env: Path) -> None:
+    at = run("quarantine")
+    counts, records = at.dataframe[0].value, at.dataframe[1].value
+    assert counts.to_dict("records") == [{"topic": "shop.events", "reason": "not_json", "records": 3},
+                                         {"topic": "shop.events", "reason": "too_large", "records": 1}]
+    assert list(records["coordinates"]) == ["shop.events/0@7", "shop.events/0@8", "shop.events/0@9",
+                                            "shop.events/1@9"]
+    assert at.caption[0].value.startswith("4 records kept aside")

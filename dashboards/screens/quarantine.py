@@ -1,0 +1,32 @@
+"""Quarantine: the Kafka records the monitor could not parse, kept in the store with their
+coordinates, reason and bytes (as `oncewatch quarantine` lists them); the stream read on past them.
+
+At most SHOWN records are read, the counts cover all of them."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from oncewatch.dashboards import ui, views
+
+SHOWN = 1000
+
+st.title("Quarantine")
+with ui.store() as store:
+    counts = store.quarantine_counts()
+    records = store.quarantined(limit=SHOWN)
+total = sum(counts.values())
+if not total:
+    st.success("No Kafka record has been quarantined: every record read was parsed.")
+    st.stop()
+st.caption(f"{total:,} records kept aside; each stays in the store with its bytes (a too_large value excepted: "
+           "the broker has it at those coordinates). Fix the producer or the topic's paths in the config.")
+st.dataframe(pd.DataFrame([{"topic": t, "reason": r, "records": n} for (t, r), n in sorted(counts.items())]),
+             hide_index=True)
+rows = pd.DataFrame([views.quarantine_row(q) for q in records])
+st.dataframe(rows[["coordinates", "timestamp", "reason", "detail", "size", "preview"]], hide_index=True,
+             column_config={"detail": st.column_config.TextColumn(width="large")})
+if total > len(records):
+    st.caption(f"Showing the first {len(records):,} by topic, partition and offset; "
+               "`oncewatch quarantine --config FILE --format json` lists them all.")
