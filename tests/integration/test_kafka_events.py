@@ -3,6 +3,7 @@ appear later, first-run start, restart from the checkpoint and offsets lost to r
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
 from kafka import TopicPartition
@@ -193,3 +194,50 @@ def test_offsets_deleted_before_they_were_read_are_a_counted_gap(kafka_admin):
         assert collector.status.as_dict()["gaps"][0]["kind"] == "deleted"
     finally:
         collector.close()
+
+
+def test_poison_cdc_records_found_by_experiment_are_quarantined_and_survive_a_restart(kafka_admin, tmp_path):
+    """The Debezium and Canal records that used to kill the reader (and kill it again on every
+    restart): each quarantined with its coordinates, the records around them read, and after a
+    restart from the checkpoint the quarantine is still there and nothing is read twice."""
+    dt, ct = create_topic(kafka_admin, "dbz-poison"), create_topic(kafka_admin, "canal-poison")
+    paid = {**PAY, "status": "success"}
+    good = debezium("u", PAY, paid, 4331)
+    envelope = json.loads(debezium("u", PAY, paid, 4400))
+    amount = {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "field": "amount"}
+    poison_dbz = [jsonb({"schema": {"type": "struct", "fields": [
+                      {"field": "after", "fields": [{**amount, "parameters": {"scale": "two"}}]}]}, "payload": envelope}),
+                  jsonb({"schema": {"type": "struct", "fields": ["x"]}, "payload": envelope}),
+                  jsonb({"schema": {"type": "struct", "fields": [
+                      {"field": "after", "fields": [{k: v for k, v in amount.items() if k != "field"}]}]},
+                      "payload": envelope})]
+    sent_dbz = produce(dt, [(0, None, good), *[(0, None, p) for p in poison_dbz], (0, None, good)])
+    poison_canal = json.loads(canal("INSERT", [paid], None)) | {"pkNames": [{}]}
+    sent_canal = produce(ct, [(0, None, jsonb(poison_canal)), (0, None, canal("INSERT", [paid], None))])
+    cfg = kafka_config([TopicConfig(dt, "debezium", dict(CDC_PATHS), ("trade_no",)),
+                        TopicConfig(ct, "canal", dict(CDC_PATHS), ("trade_no",))])
+    store = Store(str(tmp_path / "store.db"))
+    collector = KafkaEventCollector(cfg)
+    try:
+        events, quarantined = drain(collector, len(sent_dbz) + len(sent_canal), store=store)
+        assert sorted(e.coordinates for e in events) == sorted(
+            [f"{dt}/0@{sent_dbz[0][1]}", f"{dt}/0@{sent_dbz[-1][1]}", f"{ct}/0@{sent_canal[1][1]}"])
+        assert [(q.topic, q.offset, q.reason) for q in quarantined] == [
+            *[(dt, o, "wrong_type") for _, o, _ in sent_dbz[1:-1]], (ct, sent_canal[0][1], "wrong_type")]
+        assert "scale 'two'" in quarantined[0].detail and quarantined[0].value == poison_dbz[0]
+    finally:
+        collector.close()
+    store.close()
+    store = Store(str(tmp_path / "store.db"))  # the monitor restarted
+    try:
+        assert store.quarantined() == quarantined
+        assert store.quarantine_counts() == {(dt, "wrong_type"): 3, (ct, "wrong_type"): 1}
+        resumed = KafkaEventCollector(cfg, store.checkpoint("kafka_events"))
+        try:
+            more = produce(dt, [(0, None, good)])
+            events, again = drain(resumed, 1, store=store)
+            assert [e.offset for e in events] == [more[0][1]] and again == []
+        finally:
+            resumed.close()
+    finally:
+        store.close()
