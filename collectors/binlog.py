@@ -31,8 +31,9 @@ from pymysqlreplication.event import (HeartbeatLogEvent, MariadbGtidEvent, Query
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from oncewatch.core.config import MySQLConfig
+from oncewatch.core.names import UNDECODABLE, UNPARSEABLE
 from oncewatch.core.records import (CLOCK_BINLOG_HEADER, CLOCK_READ_TIME, CLOCK_ROW_COLUMN, OP_DELETE, OP_INSERT,
-                                    OP_UPDATE, BinlogPosition, RowChange, Transaction)
+                                    OP_UPDATE, BinlogPosition, QuarantinedRows, RowChange, Transaction)
 
 log = logging.getLogger("oncewatch.collectors.binlog")
 
@@ -249,6 +250,7 @@ class BinlogCollector:
         tx_gtid: str | None = None
         skip_tx = standalone = False
         rows: list[tuple[str, Any, dict | None, dict | None]] = []  # (op, event, before, after)
+        bad: list[QuarantinedRows] = []
         log_file = position.file
         for event in stream:
             if self._stop.is_set():
@@ -270,14 +272,17 @@ class BinlogCollector:
             if isinstance(event, MariadbGtidEvent):
                 domain, server, seq = (int(x) for x in event.gtid.split("-"))
                 skip_tx = domain in done and seq <= done[domain][1]
-                tx_gtid, rows = event.gtid, []
+                tx_gtid, rows, bad = event.gtid, [], []
                 standalone = bool(event.flags & 0x01)  # FL_STANDALONE: DDL or non-transactional, no XID
                 continue
             if tx_gtid is None:
                 continue  # the tail of a transaction whose start we did not see: cannot happen on GTID resume
             if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                 if f"{event.schema}.{event.table}" in watched:
-                    rows.extend(self._row_tuples(event))
+                    try:
+                        rows.extend(self._row_tuples(event))
+                    except Exception as exc:  # noqa: BLE001 - one event the library cannot decode must not stop the tail
+                        bad.append(self._quarantined(event, tx_gtid, log_file, exc))
                 continue
             is_commit = isinstance(event, XidEvent) or (
                 isinstance(event, QueryEvent) and (standalone or event.query.strip().upper() == "COMMIT"))
@@ -287,13 +292,13 @@ class BinlogCollector:
             end = BinlogPosition(gtid=gtid_text({**done, domain: (server, seq)}), file=log_file,
                                  pos=stream.log_pos or 0)
             if not skip_tx:
-                tx = self._transaction(tx_gtid, rows, end, event.timestamp)
+                tx = self._transaction(tx_gtid, rows, end, event.timestamp, bad)
                 done[domain] = (server, seq)
                 self.status.last_position = end
                 self.status.transactions_read += 1
                 self.status.rows_read += len(tx.rows)
                 yield tx
-            tx_gtid, rows, skip_tx = None, [], False
+            tx_gtid, rows, bad, skip_tx = None, [], [], False
 
     @staticmethod
     def _row_tuples(event: Any) -> Iterator[tuple[str, Any, dict | None, dict | None]]:
@@ -305,7 +310,20 @@ class BinlogCollector:
             else:
                 yield OP_DELETE, event, r["values"], None
 
-    def _transaction(self, gtid: str, rows: list, end: BinlogPosition, header_time: int) -> Transaction:
+    @staticmethod
+    def _quarantined(event: Any, gtid: str, log_file: str | None, exc: Exception) -> QuarantinedRows:
+        table = f"{event.schema}.{event.table}"
+        reason = UNDECODABLE if isinstance(exc, UnicodeDecodeError) else UNPARSEABLE
+        detail = (f"{exc.encoding} cannot decode byte(s) {exc.object[exc.start:exc.end]!r} of a value"
+                  if isinstance(exc, UnicodeDecodeError) else f"{type(exc).__name__}: {str(exc)[:200]}")
+        log.error("binlog rows event cannot be decoded; kept in quarantine", exc_info=reason == UNPARSEABLE,
+                  extra={"event": "binlog_rows_quarantined", "gtid": gtid, "file": log_file,
+                         "pos": event.packet.log_pos, "table": table, "reason": reason})
+        return QuarantinedRows(txid=gtid, binlog_file=log_file or "", event_pos=event.packet.log_pos, table=table,
+                               reason=reason, detail=detail)
+
+    def _transaction(self, gtid: str, rows: list, end: BinlogPosition, header_time: int,
+                     quarantined: list[QuarantinedRows]) -> Transaction:
         out = []
         for i, (op, event, before, after) in enumerate(rows):
             table = f"{event.schema}.{event.table}"
@@ -320,7 +338,7 @@ class BinlogCollector:
                 txid=gtid, row_index=i, binlog_file=end.file, end_pos=end.pos,
                 commit_time=row_time if row_time is not None else float(header_time),
                 commit_clock=CLOCK_ROW_COLUMN if row_time is not None else CLOCK_BINLOG_HEADER))
-        return Transaction(rows=tuple(out), position=end, commit_time=float(header_time))
+        return Transaction(rows=tuple(out), position=end, commit_time=float(header_time), quarantined=tuple(quarantined))
 
 
 def bootstrap(cfg: MySQLConfig, chunk: int = 5000) -> Iterator[Transaction]:

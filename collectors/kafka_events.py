@@ -32,12 +32,14 @@ from kafka.admin import OffsetSpec
 
 from oncewatch.collectors.kafka_formats import TopicParser
 from oncewatch.core.config import KafkaConfig
-from oncewatch.core.names import partition_key, split_partition_key
+from oncewatch.core.names import UNPARSEABLE, partition_key, split_partition_key
 from oncewatch.core.records import EmittedEvent, PartitionStatus, QuarantinedRecord
 
 log = logging.getLogger("oncewatch.collectors.kafka_events")
 
 ACCESS_ERRORS = (kerrors.AuthorizationError, kerrors.SaslAuthenticationFailedError)
+# What kafka-python raises from poll() for a record batch it cannot decode, at the same offset every time.
+UNDECODABLE = (UnicodeDecodeError, kerrors.CorruptRecordError)
 MAX_GAPS_KEPT = 100
 
 
@@ -203,6 +205,8 @@ class KafkaEventCollector:
         try:
             records = self._consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
             return self._handle(records)
+        except UNDECODABLE as exc:
+            return self._step_over_undecodable(exc)
         except kerrors.OffsetOutOfRangeError as exc:
             self._gaps(exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {})
         except ACCESS_ERRORS as exc:
@@ -292,6 +296,65 @@ class KafkaEventCollector:
                 "event": "kafka_record_quarantined", "topic": q.topic, "partition": q.partition,
                 "offset": q.offset, "reason": q.reason, "size": q.size})
         return self._batch(events, quarantined)
+
+    def _step_over_undecodable(self, exc: Exception) -> EventBatch:
+        """kafka-python could not decode a record batch (a header key that is not UTF-8, a CRC that
+        fails): it raises again at that offset on every poll and after every rebuild, so the
+        partition would stall for good. Find the partition by polling each alone, then step past
+        the batch one offset at a time; every offset stepped over is quarantined with its
+        coordinates (its bytes stay on the broker). Records the probes read are handed on."""
+        consumer = self._consumer
+        assert consumer is not None
+        assigned = sorted(self._assigned)
+        read: dict[TopicPartition, list[Any]] = {}
+        quarantined: list[QuarantinedRecord] = []
+        try:
+            for tp in assigned:
+                consumer.pause(*[t for t in assigned if t != tp])
+                consumer.resume(tp)
+                start = consumer.position(tp, timeout_ms=self._timeout_ms)
+                if self._probe(tp, read) is None:
+                    continue
+                offset = start
+                while True:  # past the offending batch: the next offset kafka-python can decode
+                    offset += 1
+                    consumer.seek(tp, offset)
+                    if self._probe(tp, read) is not None:
+                        continue
+                    break
+                quarantined += [QuarantinedRecord(
+                    topic=tp.topic, partition=tp.partition, offset=o, timestamp_ms=-1, reason=UNPARSEABLE,
+                    detail=f"kafka-python cannot decode the record batch holding offsets {start}-{offset - 1} "
+                           f"({type(exc).__name__}: {str(exc)[:160]}); the bytes stay on the broker",
+                    size=0, preview="") for o in range(start, offset)]
+        finally:
+            consumer.resume(*assigned)
+        batch = self._handle(read)
+        with self._lock:
+            self._s.records_read += len(quarantined)
+        for q in quarantined:
+            log.error("kafka record batch cannot be decoded", extra={
+                "event": "kafka_record_quarantined", "topic": q.topic, "partition": q.partition,
+                "offset": q.offset, "reason": q.reason, "size": q.size})
+        return self._batch(list(batch.events), [*batch.quarantined, *quarantined])
+
+    def _probe(self, tp: TopicPartition, read: dict[TopicPartition, list[Any]]) -> Exception | None:
+        """Poll `tp` alone until it answers: the decoding error, or None once it read records or
+        is at the partition's end (anything read is added to `read`)."""
+        consumer = self._consumer
+        assert consumer is not None
+        deadline = time.monotonic() + self.cfg.request_timeout_seconds
+        while True:
+            try:
+                got = consumer.poll(timeout_ms=200, max_records=500)
+            except UNDECODABLE as exc:
+                return exc
+            for part, recs in got.items():
+                read.setdefault(part, []).extend(recs)
+            position = consumer.position(tp, timeout_ms=self._timeout_ms)
+            end = consumer.highwater(tp)
+            if got.get(tp) or (end is not None and position >= end) or time.monotonic() > deadline:
+                return None
 
     def _batch(self, events: list[EmittedEvent], quarantined: list[QuarantinedRecord]) -> EventBatch:
         positions = self.positions()

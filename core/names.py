@@ -64,6 +64,10 @@ MISSING_PATH, WRONG_TYPE, TOO_LARGE = "missing_path", "wrong_type", "too_large"
 # could not decode the record batch it is in (a header key that is not UTF-8).
 UNPARSEABLE = "unparseable"
 QUARANTINE_REASONS = (NOT_UTF8, NOT_JSON, NULL_VALUE, MISSING_PATH, WRONG_TYPE, TOO_LARGE, UNPARSEABLE)
+# Why a binlog rows event was quarantined (oncewatch.collectors.binlog): a value its charset cannot decode, or
+# anything else the replication library failed on.
+UNDECODABLE = "undecodable"
+BINLOG_QUARANTINE_REASONS = (UNDECODABLE, UNPARSEABLE)
 
 # State rows beside the engine's entries.
 ENGINE_STATS = "engine_stats"

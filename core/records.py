@@ -91,12 +91,27 @@ class RowChange:
 
 
 @dataclass(frozen=True)
+class QuarantinedRows:
+    """A binlog rows event of a watched table that could not be decoded (a string its charset
+    cannot hold, say): kept with its coordinates so a person can read it with mysqlbinlog."""
+
+    txid: str  # the transaction's GTID
+    binlog_file: str
+    event_pos: int  # the rows event's end position in binlog_file
+    table: str  # schema.table
+    reason: str  # names.BINLOG_QUARANTINE_REASONS
+    detail: str
+
+
+@dataclass(frozen=True)
 class Transaction:
-    """The rows of one committed transaction and the position right after its commit."""
+    """The rows of one committed transaction and the position right after its commit; rows events
+    that could not be decoded are in `quarantined` instead."""
 
     rows: tuple[RowChange, ...]
     position: BinlogPosition
     commit_time: float
+    quarantined: tuple[QuarantinedRows, ...] = ()
 
 
 @dataclass(frozen=True, init=False)

@@ -77,6 +77,15 @@ def _quarantine(counts: dict[tuple[str, str], int], events: dict[str, Any]) -> M
     return quarantined
 
 
+def _binlog_quarantine(counts: dict[str, int]) -> Metric:
+    quarantined = _counter("binlog_quarantined_events", "Binlog rows events of watched tables that could not be "
+                           "decoded, kept aside in the store with their coordinates (`oncewatch quarantine`).",
+                           ("reason",))
+    for reason in dict.fromkeys([*names.BINLOG_QUARANTINE_REASONS, *sorted(counts)]):
+        quarantined.add_metric([reason], counts.get(reason, 0))
+    return quarantined
+
+
 def _kafka_events(value: dict[str, Any]) -> Iterator[Metric]:
     read_offset = _gauge("kafka_read_offset", "Next offset the monitor will read, per watched partition.",
                          ("topic", "partition"))
@@ -242,6 +251,7 @@ class StoreCollector(Collector):
                 stats = views.engine_stats(store)
                 counts = store.finding_counts()
                 quarantine = store.quarantine_counts()
+                binlog_quarantine = store.binlog_quarantine_counts()
         except (StoreError, sqlite3.Error):  # missing, not yet initialised, or unreadable
             store_up.add_metric([], 0)
             yield store_up
@@ -253,6 +263,7 @@ class StoreCollector(Collector):
         yield build
         yield from _health(health)
         yield _quarantine(quarantine, health[names.KAFKA_EVENTS].value if names.KAFKA_EVENTS in health else {})
+        yield _binlog_quarantine(binlog_quarantine)
         yield from _engine(stats)
         yield _lifecycle(counts)
 

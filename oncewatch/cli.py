@@ -101,19 +101,22 @@ def cmd_findings(args: argparse.Namespace) -> int:
 
 
 def cmd_quarantine(args: argparse.Namespace) -> int:
-    """List the Kafka records kept aside because they could not be parsed, with their coordinates."""
+    """List the Kafka records and binlog rows events kept aside because they could not be parsed or decoded."""
     from oncewatch.dashboards.views import quarantine_row
 
     cfg = load(args.config)
     with closing(open_reader(cfg.store.path)) as store:
         rows = [quarantine_row(q) for q in store.quarantined(limit=args.limit)]
+        binlog = [q.__dict__ for q in store.binlog_quarantined()]
     if args.format == "json":
-        print(json.dumps(rows, indent=2, ensure_ascii=False))
-    elif not rows:
+        print(json.dumps({"kafka": rows, "binlog": binlog}, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    for r in rows:
+        print(f"{r['coordinates']}  {r['timestamp']}  {r['reason']}  {r['size']} bytes  {r['detail']}")
+    for b in binlog:
+        print(f"{b['binlog_file']}:{b['event_pos']}#{b['txid']}  {b['table']}  {b['reason']}  {b['detail']}")
+    if not rows and not binlog:
         print("no quarantined records")
-    else:
-        for r in rows:
-            print(f"{r['coordinates']}  {r['timestamp']}  {r['reason']}  {r['size']} bytes  {r['detail']}")
     return EXIT_OK
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from oncewatch.core.exact_json import to_json
 from oncewatch.core.names import ACKNOWLEDGED, CLOSED, OPEN, RESOLVED
-from oncewatch.core.records import EmittedEvent, Finding, QuarantinedRecord, RowChange
+from oncewatch.core.records import EmittedEvent, Finding, QuarantinedRecord, QuarantinedRows, RowChange
 from oncewatch.store.codec import EVENT_COLUMNS, FINDING_COLUMNS, event_body, headers_json
 
 # Who changed a status, when it was the monitor that saw the fact change.
@@ -79,6 +79,12 @@ class Batch:
         self.conn.executemany(
             'INSERT INTO quarantine_raw (topic, partition, "offset", record_key, value, headers) VALUES (?,?,?,?,?,?)',
             [(q.topic, q.partition, q.offset, q.key, q.value, headers_json(q.headers)) for q in records])
+
+    def add_binlog_quarantined(self, events: Iterable[QuarantinedRows]) -> None:
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO binlog_quarantine (txid, binlog_file, event_pos, table_name, reason, detail, "
+            "quarantined_at) VALUES (?,?,?,?,?,?,?)",
+            [(q.txid, q.binlog_file, q.event_pos, q.table, q.reason, q.detail, time.time()) for q in events])
 
     def set_state(self, name: str, value: Any) -> None:
         self.conn.execute("INSERT INTO state (name, value) VALUES (?, ?) "

@@ -73,6 +73,16 @@ CREATE TABLE IF NOT EXISTS quarantine_raw (
     headers TEXT NOT NULL,
     PRIMARY KEY (topic, partition, "offset")
 );
+CREATE TABLE IF NOT EXISTS binlog_quarantine (
+    txid TEXT NOT NULL,        -- the transaction's GTID
+    binlog_file TEXT NOT NULL,
+    event_pos INTEGER NOT NULL, -- end position of the rows event that could not be decoded
+    table_name TEXT NOT NULL,  -- schema.table
+    reason TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    quarantined_at REAL NOT NULL,
+    PRIMARY KEY (binlog_file, event_pos)
+);
 CREATE TABLE IF NOT EXISTS state (
     name TEXT PRIMARY KEY,
     value TEXT NOT NULL

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from oncewatch.core.exact_json import from_json, to_json
-from oncewatch.core.records import EmittedEvent, Finding, QuarantinedRecord, RowChange
+from oncewatch.core.records import EmittedEvent, Finding, QuarantinedRecord, QuarantinedRows, RowChange
 from oncewatch.store.batch import Batch
 from oncewatch.store.codec import (EVENT_COLUMNS, FINDING_COLUMNS, ROW_CHANGE_COLUMNS, event_from_row, finding_from_row,
                                    headers_from_json, row_change_from_row)
@@ -88,6 +88,16 @@ class Store:
                     "r.record_key, r.value, r.headers FROM quarantine q LEFT JOIN quarantine_raw r "
                     'USING (topic, partition, "offset") ORDER BY q.topic, q.partition, q."offset"'
                     + (f" LIMIT {int(limit)}" if limit else ""))]
+
+    def binlog_quarantined(self) -> list[QuarantinedRows]:
+        """Binlog rows events that could not be decoded, in binlog order."""
+        return [QuarantinedRows(*r) for r in self.conn.execute(
+            "SELECT txid, binlog_file, event_pos, table_name, reason, detail FROM binlog_quarantine "
+            "ORDER BY binlog_file, event_pos")]
+
+    def binlog_quarantine_counts(self) -> dict[str, int]:
+        """reason -> how many binlog rows events the store keeps in quarantine."""
+        return dict(self.conn.execute("SELECT reason, count(*) FROM binlog_quarantine GROUP BY reason").fetchall())
 
     def quarantine_counts(self) -> dict[tuple[str, str], int]:
         """(topic, reason) -> how many records the store keeps in quarantine: what /metrics counts, so

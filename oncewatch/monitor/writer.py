@@ -95,6 +95,7 @@ class Writer:
                     if item.rows:
                         self._write_rows(tx, item.rows)
                         p.last_change_at = time.time()
+                    tx.add_binlog_quarantined(item.quarantined)
                     p.binlog_time = max(p.binlog_time, item.commit_time)
                     binlog_at = p.binlog = item.position
                 elif isinstance(item, EventBatch):

@@ -232,3 +232,31 @@ def test_monitor_user_cannot_write(table_name, admin, tmp_path):
     assert refused.value.args[0] == 1142  # INSERT command denied
     conn.close()
 
+
+
+def test_a_row_python_cannot_decode_is_quarantined_and_the_tail_goes_on(admin, table_name, tmp_path):
+    """MariaDB's big5 holds 0xF9FE, Python's big5 codec does not: that rows event used to make the
+    reader reconnect forever at its GTID. Now it is kept aside with its coordinates, and the
+    transactions after it come out."""
+    with admin.cursor() as c:
+        c.execute(f"CREATE TABLE {table_name} (k VARCHAR(8) NOT NULL PRIMARY KEY, "
+                  f"name VARCHAR(16) CHARACTER SET big5 NULL) ENGINE=InnoDB")
+    cfg = monitor_config([f"owtest.{table_name}"], tmp_path)
+    start = start_position(cfg)
+    with admin.cursor() as c:
+        c.execute(f"INSERT INTO {table_name} VALUES ('before', 'ok')")
+        c.execute(f"INSERT INTO {table_name} VALUES ('poison', X'F9FE')")
+        c.execute(f"INSERT INTO {table_name} VALUES ('after', 'ok')")
+    collector = BinlogCollector(cfg.mysql, start)
+    txs = []
+    for tx in collector.transactions():
+        txs.append(tx)
+        if len(txs) == 3:
+            break
+    collector.close()
+    assert [[r.pk[0] for r in tx.rows] for tx in txs] == [["before"], [], ["after"]]
+    (bad,) = txs[1].quarantined
+    assert (bad.table, bad.reason) == (f"owtest.{table_name}", "undecodable")
+    assert bad.txid in txs[1].position.gtid.split(",")
+    assert "big5 cannot decode byte(s) b'\\xf9\\xfe'" in bad.detail and bad.event_pos > 0 and bad.binlog_file
+    assert not txs[0].quarantined and not txs[2].quarantined

@@ -222,9 +222,11 @@ def test_poison_cdc_records_found_by_experiment_are_quarantined_and_survive_a_re
         events, quarantined = drain(collector, len(sent_dbz) + len(sent_canal), store=store)
         assert sorted(e.coordinates for e in events) == sorted(
             [f"{dt}/0@{sent_dbz[0][1]}", f"{dt}/0@{sent_dbz[-1][1]}", f"{ct}/0@{sent_canal[1][1]}"])
-        assert [(q.topic, q.offset, q.reason) for q in quarantined] == [
-            *[(dt, o, "wrong_type") for _, o, _ in sent_dbz[1:-1]], (ct, sent_canal[0][1], "wrong_type")]
-        assert "scale 'two'" in quarantined[0].detail and quarantined[0].value == poison_dbz[0]
+        quarantined.sort(key=lambda q: (q.topic, q.partition, q.offset))  # the store's order
+        assert [(q.topic, q.offset, q.reason) for q in quarantined] == sorted([
+            *[(dt, o, "wrong_type") for _, o, _ in sent_dbz[1:-1]], (ct, sent_canal[0][1], "wrong_type")])
+        scale = next(q for q in quarantined if q.topic == dt)
+        assert "scale 'two'" in scale.detail and scale.value == poison_dbz[0]
     finally:
         collector.close()
     store.close()
@@ -240,4 +242,34 @@ def test_poison_cdc_records_found_by_experiment_are_quarantined_and_survive_a_re
         finally:
             resumed.close()
     finally:
+        store.close()
+
+
+class UndecodableKey(str):
+    """A header key whose bytes on the wire are not UTF-8: kafka-python's producer only sends str keys
+    (encoded as UTF-8), so this one lies about its encoding to put such bytes on the real broker."""
+
+    def encode(self, *_: object, **__: object) -> bytes:
+        return b"\xff\xfekey"
+
+
+def test_a_header_key_that_is_not_utf8_is_quarantined_and_the_partition_reads_on(kafka_admin, tmp_path):
+    """kafka-python raises at that record on every poll and every rebuild: the partition used to stall
+    for good. Now its batch is quarantined offset by offset, and the records after it are read."""
+    topic = create_topic(kafka_admin, "header-poison", partitions=2)
+    before = produce(topic, [(0, None, jsonb(PAID)), (1, None, jsonb(PAID2))])
+    poisoned = produce(topic, [(0, None, jsonb(SHIPPED))], headers=[(UndecodableKey("k"), b"v")])
+    after = produce(topic, [(0, None, jsonb(PAID2)), (1, None, jsonb(PAID))])
+    store = Store(str(tmp_path / "store.db"))
+    collector = KafkaEventCollector(kafka_config([json_topic(topic)]))
+    try:
+        events, quarantined = drain(collector, len(before) + len(poisoned) + len(after), store=store)
+        assert sorted((e.partition, e.offset) for e in events) == sorted((p, o) for p, o, _ in before + after)
+        (p, o, _), = poisoned
+        assert [(q.partition, q.offset, q.reason) for q in quarantined] == [(p, o, "unparseable")]
+        assert "UnicodeDecodeError" in quarantined[0].detail and collector.status.connected
+        assert store.quarantine_counts() == {(topic, "unparseable"): 1}
+        assert collector.caught_up()
+    finally:
+        collector.close()
         store.close()

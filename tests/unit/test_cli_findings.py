@@ -167,7 +167,7 @@ def test_quarantine_lists_records_with_coordinates_reason_and_bytes(capsys, conf
                               "{\"type\": ", value=None)])
     store.close()
     code, out, _ = run(capsys, "quarantine", "--config", str(config), "--format", "json")
-    rows = json.loads(out)
+    rows = json.loads(out)["kafka"]
     assert code == EXIT_OK and [r["coordinates"] for r in rows] == ["shop.events/0@3", "shop.events/2@17"]
     assert rows[1] | {"detail": None} == {
         "coordinates": "shop.events/2@17", "topic": "shop.events", "partition": 2, "offset": 17,

@@ -9,10 +9,13 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from prometheus_client import generate_latest
+
 from oncewatch.collectors.kafka_formats import TopicParser
 from oncewatch.core.config import TopicConfig
 from oncewatch.core.exact_json import to_json
-from oncewatch.core.records import EmittedEvent
+from oncewatch.core.records import EmittedEvent, QuarantinedRows
+from oncewatch.dashboards import metrics
 from oncewatch.store import Store
 
 PATHS = {"event_type": "type", "trade_no": "trade_no", "order_key": "order_no", "amount": "amount",
@@ -172,3 +175,18 @@ def test_a_large_batch_stores_every_event_and_entity_once(tmp_path):
         tx.add_events([parse("json", Rec("j", b'{"type": "t"}', offset=100 + i)) for i in range(20)])
     assert len(store.events()) == 57
     store.close()
+
+
+def test_binlog_quarantine_is_kept_and_counted(tmp_path):
+    path = str(tmp_path / "s.db")
+    store = Store(path)
+    bad = QuarantinedRows(txid="0-1-9", binlog_file="mysql-bin.000002", event_pos=4711, table="shop.orders",
+                          reason="undecodable", detail="big5 cannot decode byte(s) b'\\xf9\\xfe' of a value")
+    with store.batch() as tx:
+        tx.add_binlog_quarantined([bad])
+        tx.add_binlog_quarantined([bad])  # a replay after a restart keeps one
+    assert store.binlog_quarantined() == [bad] and store.binlog_quarantine_counts() == {"undecodable": 1}
+    store.close()
+    exported = generate_latest(metrics.registry(path)).decode()
+    assert 'oncewatch_binlog_quarantined_events_total{reason="undecodable"} 1.0' in exported
+    assert 'oncewatch_binlog_quarantined_events_total{reason="unparseable"} 0.0' in exported
