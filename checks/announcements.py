@@ -36,7 +36,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from oncewatch.checks.findings import Findings, event_evidence, finding_id, row_evidence, warn_null_key
+from oncewatch.checks.findings import Findings, event_evidence, finding_id, key_text, row_evidence, warn_null_key
 from oncewatch.checks.horizon import BINLOG, KAFKA, Memory
 from oncewatch.core.domain import Announce, Rules
 from oncewatch.core.records import EmittedEvent, RowChange
@@ -54,7 +54,7 @@ def payload_digest(payload: Any) -> str:
 
 
 def match_key(a: Announce, key: Any) -> str:
-    return f"{a.topic}\x1f{a.event_type}\x1f{key}"
+    return f"{a.topic}\x1f{a.event_type}\x1f{key_text(key)}"
 
 
 class Announcements:
@@ -113,7 +113,7 @@ class Announcements:
                 self.waiting.add(mk, item)
                 self.backlog[a.table] += 1
             else:
-                self._pair(a, str(key), item, False, *taken)
+                self._pair(a, key_text(key), item, False, *taken)
 
     def on_event(self, event: EmittedEvent) -> None:
         a = self.by_event.get((event.topic, event.keys.get("event_type")))
@@ -137,7 +137,7 @@ class Announcements:
         else:
             if not taken[1]:  # judged missing already: it left the backlog then
                 self.backlog[a.table] -= 1
-            self._pair(a, str(key), *taken, item, False)
+            self._pair(a, key_text(key), *taken, item, False)
 
     # ------------------------------------------------------------ verdicts
 

@@ -4,16 +4,17 @@ Each configured effect table is counted on its own: one shipment and one points 
 trade_no are two different effects, two shipments are one too many. One payment handled twice
 usually duplicates every effect at once, so the finding is one per trade_no: it names each
 table that has too many rows and carries all of their rows as evidence. Rows are told apart by
-primary key, so an update of the same shipment is not a second one. Deletes do not undo a
+primary key, so an update of the same shipment is not a second one; in a table without one, each
+inserted row is an effect (by its binlog coordinates) and updates add none. Deletes do not undo a
 finding: the duplicate happened (and may already have been shipped).
 """
 
 from __future__ import annotations
 
-from oncewatch.checks.findings import Findings, row_evidence, warn_null_key
+from oncewatch.checks.findings import Findings, key_text, row_evidence, warn_null_key
 from oncewatch.checks.horizon import BINLOG, Memory
 from oncewatch.core.domain import Effect
-from oncewatch.core.records import OP_DELETE, RowChange
+from oncewatch.core.records import OP_DELETE, OP_INSERT, RowChange
 
 
 class DuplicateEffects:
@@ -30,8 +31,14 @@ class DuplicateEffects:
         if trade_no is None:
             warn_null_key("effect row", change.coordinates)
             return
+        trade_no = key_text(trade_no)
         key = f"{effect.table}\x1f{trade_no}"
-        pk = "\x1f".join(map(str, change.pk))
+        if change.pk:
+            pk = "\x1f".join(map(str, change.pk))
+        elif change.op == OP_INSERT:
+            pk = change.coordinates  # no primary key: each inserted row is an effect of its own
+        else:
+            return  # an update of a row without a primary key cannot be told from another row: no new effect
         rows = self.rows.get(key) or {}
         if pk not in rows:
             rows[pk] = row_evidence(change, effect.table, (effect.trade_no_column,))

@@ -9,7 +9,7 @@ when the timer ran. F4 needs no state: the binlog's before image gives the old s
 
 from __future__ import annotations
 
-from oncewatch.checks.findings import EvidenceItem, Findings, row_evidence, warn_null_key
+from oncewatch.checks.findings import EvidenceItem, Findings, key_text, row_evidence, warn_null_key
 from oncewatch.checks.horizon import BINLOG, Memory
 from oncewatch.core.domain import Orders
 from oncewatch.core.records import OP_DELETE, OP_UPDATE, RowChange
@@ -32,7 +32,7 @@ class OrderLife:
         if key is None:
             warn_null_key("order row", change.coordinates)
             return
-        key = str(key)
+        key = key_text(key)
         status = change.row.get(o.status_column)
         if change.op != OP_DELETE and status in self.pending_statuses:
             if not self.pending.has(key):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from oncewatch.checks.findings import EvidenceItem, Findings, row_evidence, values_of, warn_null_key
+from oncewatch.checks.findings import EvidenceItem, Findings, key_text, row_evidence, values_of, warn_null_key
 from oncewatch.checks.horizon import BINLOG, Memory
 from oncewatch.core.domain import Orders, Payments
 from oncewatch.core.records import OP_DELETE, OP_UPDATE, RowChange, Transaction
@@ -48,7 +48,7 @@ class PaymentChecks:
         if order is None or trade_no is None:
             warn_null_key("successful payment row", change.coordinates)
             return
-        order, trade_no = str(order), str(trade_no)
+        order, trade_no = key_text(order), key_text(trade_no)
         trades = self.successes.get(order) or {}
         if trade_no in trades:
             self.successes.put(order, trades, change.commit_time)
@@ -70,7 +70,7 @@ class PaymentChecks:
         order, amount = change.row.get(o.key_column), money(change.row.get(o.amount_column))
         if order is None or amount is None:
             return
-        order = str(order)
+        order = key_text(order)
         known = self.order_amounts.get(order)
         if known is not None and known[0] == str(amount):
             return  # the row that set this amount stays the evidence, and the entry ages from it
@@ -90,19 +90,19 @@ class PaymentChecks:
     def check_callbacks(self, tx: Transaction) -> None:
         """F6 over one transaction: orders whose status changed, payments with a status off the whitelist."""
         o, p = self.orders, self.p
-        moved = {str(r.row.get(o.key_column)) for r in tx.rows
+        moved = {key_text(r.row.get(o.key_column)) for r in tx.rows
                  if r.qualified_table == o.table and r.op == OP_UPDATE and not r.snapshot
                  and (r.before or {}).get(o.status_column) != r.row.get(o.status_column)}
         if not moved:
             return
-        order_rows = [r for r in tx.rows if r.qualified_table == o.table and str(r.row.get(o.key_column)) in moved]
+        order_rows = [r for r in tx.rows if r.qualified_table == o.table and key_text(r.row.get(o.key_column)) in moved]
         for r in tx.rows:
             if r.qualified_table != p.table or r.op == OP_DELETE or r.snapshot:
                 continue
-            callback, order = r.row.get(p.callback_status_column), str(r.row.get(p.order_column))
+            callback, order = r.row.get(p.callback_status_column), key_text(r.row.get(p.order_column))
             if order not in moved or callback in p.callback_status_whitelist:
                 continue
-            trade_no = r.row.get(p.trade_no_column)
+            trade_no = key_text(r.row.get(p.trade_no_column))
             allowed = ", ".join(p.callback_status_whitelist)
             self.findings.raise_(
                 "F6", (trade_no, tx.rows[0].txid),
@@ -111,4 +111,4 @@ class PaymentChecks:
                 time=r.commit_time,
                 evidence=[row_evidence(r, p.table, self.columns)] + [
                     row_evidence(x, o.table, (o.key_column, o.status_column)) for x in order_rows
-                    if str(x.row.get(o.key_column)) == order])
+                    if key_text(x.row.get(o.key_column)) == order])

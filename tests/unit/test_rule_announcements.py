@@ -233,3 +233,14 @@ def test_a_second_orphan_of_a_key_is_its_duplicate_and_a_late_change_settles_the
     assert (found["F9"].status, found["F9"].severity, found["F9"].first_seen) == ("open", "info", T + 1)
     (f,) = feed(engine, paid(shop, T + 50))
     assert (f.rule, f.status, f.resolved_at) == ("F8", "resolved", T + 50)
+
+
+def test_a_key_in_a_varbinary_column_matches_its_event():
+    """A VARBINARY order_no reaches the rules as bytes; its event carries the text: no false F7 or F8."""
+    shop, engine = Shop(), Engine(shop_settings())
+    tx = paid(shop, T)
+    tx = dataclasses.replace(tx, rows=tuple(dataclasses.replace(r, after={**r.after, "order_no": b"O1"})
+                                            for r in tx.rows))
+    feed(engine, tx, shop.event("order.paid", T + 0.1, order_no="O1"))
+    engine.tick(now=T + 100, binlog_time=T + 100, kafka_time=T + 100)
+    assert engine.drain() == [] and engine.stats()["backlog_by_table"]["shop.orders"] == 0

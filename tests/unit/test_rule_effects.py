@@ -1,5 +1,8 @@
 """F1 duplicate_effect: more than one effect row per trade_no in an effect table; one finding per trade_no."""
 
+import dataclasses
+
+
 from devservices.samples import Shop, feed, grant, order, payment, rules_of, shipment, shop_settings
 from oncewatch.checks.engine import Engine
 from oncewatch.checks.findings import finding_id
@@ -62,3 +65,32 @@ def test_a_snapshot_row_counts_as_an_existing_effect():
     shop, engine = Shop(), Engine(shop_settings())
     found = feed(engine, shop.tx(1, shipment("S1", "T1"), snapshot=True), shop.tx(10, shipment("S2", "T1")))
     assert rules_of(found) == ["F1"]
+
+
+def without_pk(tx):
+    """The same transaction from a table without a primary key: the binlog gives no key columns."""
+    return dataclasses.replace(tx, rows=tuple(dataclasses.replace(r, pk=()) for r in tx.rows))
+
+
+def test_an_effect_table_without_a_primary_key_still_shows_duplicates():
+    shop, engine = Shop(), Engine(shop_settings())
+    found = feed(engine, without_pk(shop.tx(10, shipment("S1", "T1"))), without_pk(shop.tx(11, shipment("S2", "T1"))))
+    assert rules_of(found) == ["F1"] and len(found[0].evidence) == 2
+
+
+def test_near_miss_an_update_in_a_table_without_a_primary_key_is_no_new_effect():
+    shop, engine = Shop(), Engine(shop_settings())
+    first = without_pk(shop.tx(10, shipment("S1", "T1")))
+    updated = without_pk(shop.tx(11, shipment("S1", "T1")))
+    updated = dataclasses.replace(updated, rows=tuple(dataclasses.replace(r, op="update", before=r.after)
+                                                      for r in updated.rows))
+    assert feed(engine, first, updated) == []
+
+
+def test_a_trade_no_in_a_varbinary_column_is_the_text_it_holds():
+    shop, engine = Shop(), Engine(shop_settings())
+    binary = shop.tx(10, shipment("S1", "T1"))
+    binary = dataclasses.replace(binary, rows=tuple(dataclasses.replace(r, after={**r.after, "trade_no": b"T1"})
+                                                    for r in binary.rows))
+    found = feed(engine, binary, shop.tx(11, shipment("S2", "T1")))
+    assert rules_of(found) == ["F1"] and found[0].keys["trade_no"] == "T1"
