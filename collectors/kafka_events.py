@@ -298,63 +298,34 @@ class KafkaEventCollector:
         return self._batch(events, quarantined)
 
     def _step_over_undecodable(self, exc: Exception) -> EventBatch:
-        """kafka-python could not decode a record batch (a header key that is not UTF-8, a CRC that
-        fails): it raises again at that offset on every poll and after every rebuild, so the
-        partition would stall for good. Find the partition by polling each alone, then step past
-        the batch one offset at a time; every offset stepped over is quarantined with its
-        coordinates (its bytes stay on the broker). Records the probes read are handed on."""
+        """kafka-python could not decode the record at a partition's position (a header key that is
+        not UTF-8, a failed CRC): it raises there on every poll and after every rebuild, and once
+        its record iterator has died on it, polls that partition in an endless loop. Quarantine that
+        offset with its coordinates (its bytes stay on the broker) and seek past it; the seek also
+        makes the fetcher drop its dead iterator. Later records of the same batch are decoded with
+        it, so they come here too, one poll each."""
         consumer = self._consumer
         assert consumer is not None
-        assigned = sorted(self._assigned)
-        read: dict[TopicPartition, list[Any]] = {}
-        quarantined: list[QuarantinedRecord] = []
-        try:
-            for tp in assigned:
-                consumer.pause(*[t for t in assigned if t != tp])
-                consumer.resume(tp)
-                start = consumer.position(tp, timeout_ms=self._timeout_ms)
-                if self._probe(tp, read) is None:
-                    continue
-                offset = start
-                while True:  # past the offending batch: the next offset kafka-python can decode
-                    offset += 1
-                    consumer.seek(tp, offset)
-                    if self._probe(tp, read) is not None:
-                        continue
-                    break
-                quarantined += [QuarantinedRecord(
-                    topic=tp.topic, partition=tp.partition, offset=o, timestamp_ms=-1, reason=UNPARSEABLE,
-                    detail=f"kafka-python cannot decode the record batch holding offsets {start}-{offset - 1} "
-                           f"({type(exc).__name__}: {str(exc)[:160]}); the bytes stay on the broker",
-                    size=0, preview="") for o in range(start, offset)]
-        finally:
-            consumer.resume(*assigned)
-        batch = self._handle(read)
+        # kafka-python does not say which partition raised; the record set it was reading does.
+        part = getattr(getattr(consumer, "_fetcher", None), "_next_partition_records", None)
+        tp = getattr(part, "topic_partition", None)
+        if tp not in self._assigned:
+            raise KafkaEventsError(
+                f"kafka-python could not decode a record ({type(exc).__name__}: {exc}) and did not say on which "
+                "partition; this kafka-python version is not one oncewatch knows: report it with the log") from exc
+        offset = consumer.position(tp, timeout_ms=self._timeout_ms)
+        consumer.seek(tp, offset + 1)
+        q = QuarantinedRecord(topic=tp.topic, partition=tp.partition, offset=offset, timestamp_ms=-1,
+                              reason=UNPARSEABLE, detail=f"kafka-python cannot decode this record or the batch it is "
+                              f"in ({type(exc).__name__}: {str(exc)[:160]}); its bytes stay on the broker",
+                              size=0, preview="")
         with self._lock:
-            self._s.records_read += len(quarantined)
-        for q in quarantined:
-            log.error("kafka record batch cannot be decoded", extra={
-                "event": "kafka_record_quarantined", "topic": q.topic, "partition": q.partition,
-                "offset": q.offset, "reason": q.reason, "size": q.size})
-        return self._batch(list(batch.events), [*batch.quarantined, *quarantined])
-
-    def _probe(self, tp: TopicPartition, read: dict[TopicPartition, list[Any]]) -> Exception | None:
-        """Poll `tp` alone until it answers: the decoding error, or None once it read records or
-        is at the partition's end (anything read is added to `read`)."""
-        consumer = self._consumer
-        assert consumer is not None
-        deadline = time.monotonic() + self.cfg.request_timeout_seconds
-        while True:
-            try:
-                got = consumer.poll(timeout_ms=200, max_records=500)
-            except UNDECODABLE as exc:
-                return exc
-            for part, recs in got.items():
-                read.setdefault(part, []).extend(recs)
-            position = consumer.position(tp, timeout_ms=self._timeout_ms)
-            end = consumer.highwater(tp)
-            if got.get(tp) or (end is not None and position >= end) or time.monotonic() > deadline:
-                return None
+            self._s.positions[tp] = offset + 1
+            self._s.records_read += 1
+        log.error("kafka record cannot be decoded by kafka-python; quarantined", extra={
+            "event": "kafka_record_quarantined", "topic": q.topic, "partition": q.partition, "offset": q.offset,
+            "reason": q.reason, "size": 0})
+        return self._batch([], [q])
 
     def _batch(self, events: list[EmittedEvent], quarantined: list[QuarantinedRecord]) -> EventBatch:
         positions = self.positions()

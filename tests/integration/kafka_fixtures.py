@@ -41,6 +41,14 @@ def create_topic(admin: KafkaAdminClient, purpose: str, partitions: int = 1) -> 
     return name
 
 
+class UndecodableKey(str):
+    """A header key whose bytes on the wire are not UTF-8: kafka-python's producer only sends str keys
+    (encoded as UTF-8), so this one lies about its encoding to put such bytes on the real broker."""
+
+    def encode(self, *_: object, **__: object) -> bytes:
+        return b"\xff\xfekey"
+
+
 def produce(topic: str, records: list[tuple[int, bytes | None, bytes | None]],
             headers: list[tuple[str, bytes]] | None = None) -> list[tuple[int, int, int]]:
     """Send (partition, key, value) records in order; returns their (partition, offset, timestamp ms)."""

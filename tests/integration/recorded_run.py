@@ -1,7 +1,7 @@
 """One recorded shop run that several monitors read from the same starting store, and how to compare them.
 
 The run has every fault on, a column added to a watched table and a burst of malformed records in
-the middle of it. A monitor that reads it undisturbed gives the baseline; a monitor disturbed in
+the middle of it (one with a header key that is not UTF-8), and after it a row Python cannot decode. A monitor that reads it undisturbed gives the baseline; a monitor disturbed in
 any way (SIGKILL, server restarts, a failing reader) must end with the baseline's findings: same
 ids, rules, statuses and evidence; none doubled, none lost. test_under_fire.py records one per
 module run (`record`).
@@ -26,6 +26,7 @@ from oncewatch import shop
 from oncewatch.store import Store
 
 from .conftest import admin_connection
+from .kafka_fixtures import UndecodableKey
 from .shop_monitor import IDLE, prepared
 
 MALFORMED = [
@@ -41,13 +42,26 @@ def produce_garbage(topic: str) -> None:
     producer = KafkaProducer(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}", max_request_size=4 * 1024 * 1024)
     for key, value in MALFORMED:
         producer.send(topic, key=key, value=value).get(timeout=30)
+    # A well-formed event with a header key kafka-python cannot decode: its batch is quarantined.
+    producer.send(topic, key=b"k6", value=json.dumps({"type": "order.noted", "order_no": "X2"}).encode(),
+                  headers=[(UndecodableKey("trace"), b"t")]).get(timeout=30)
     producer.close()
 
 
 def alter_orders() -> None:
+    """A column added mid-run, in big5: a value Python's big5 codec lacks is written to it later."""
     conn = admin_connection(SCHEMA)
     with conn.cursor() as c:
-        c.execute("ALTER TABLE orders ADD COLUMN risk_note VARCHAR(32) NULL")
+        c.execute("ALTER TABLE orders ADD COLUMN risk_note VARCHAR(32) CHARACTER SET big5 NULL")
+    conn.close()
+
+
+def write_undecodable_row() -> None:
+    """After the run, so no later change of that order carries the value: MariaDB's big5 holds
+    0xF9FE, Python's does not, and the rows event is quarantined."""
+    conn = admin_connection(SCHEMA)
+    with conn.cursor() as c:
+        c.execute("UPDATE orders SET risk_note = X'F9FE' ORDER BY order_no LIMIT 1")
     conn.close()
 
 
@@ -68,6 +82,7 @@ def record(base: Path):
     alter_orders()
     produce_garbage(topic)
     runner.join()
+    write_undecodable_row()
     truth = result["truth"]
     start = (start_store, topic)
     baseline = fresh_copy(start, base / "baseline")

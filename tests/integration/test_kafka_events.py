@@ -13,7 +13,7 @@ from oncewatch.collectors.kafka_events import KafkaEventCollector
 from oncewatch.core.config import TopicConfig
 from oncewatch.core.records import EmittedEvent
 from oncewatch.store import Store
-from tests.integration.kafka_fixtures import (create_topic, drain, json_topic, jsonb, kafka_admin, kafka_config,
+from tests.integration.kafka_fixtures import (UndecodableKey, create_topic, drain, json_topic, jsonb, kafka_admin, kafka_config,
                                               produce, resume_and_check_exactly_once, unique, wait_for)
 
 __all__ = ["kafka_admin"]  # the fixture, imported so pytest finds it
@@ -243,14 +243,6 @@ def test_poison_cdc_records_found_by_experiment_are_quarantined_and_survive_a_re
             resumed.close()
     finally:
         store.close()
-
-
-class UndecodableKey(str):
-    """A header key whose bytes on the wire are not UTF-8: kafka-python's producer only sends str keys
-    (encoded as UTF-8), so this one lies about its encoding to put such bytes on the real broker."""
-
-    def encode(self, *_: object, **__: object) -> bytes:
-        return b"\xff\xfekey"
 
 
 def test_a_header_key_that_is_not_utf8_is_quarantined_and_the_partition_reads_on(kafka_admin, tmp_path):

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from devservices import stack
-from devservices.shop_monitor import findings, free_port, run_until_idle
+from devservices.shop_monitor import SCHEMA, findings, free_port, run_until_idle
 from oncewatch import cli
 from oncewatch.collectors.binlog import BinlogCollector
 from oncewatch.collectors.kafka_events import KafkaEventCollector
@@ -56,13 +56,23 @@ def test_baseline_matches_the_ground_truth_and_quarantines_the_garbage(recorded)
     assert result.found == result.injected and result.unexplained == []
     store = Store(str(base / "baseline" / "store.db"), readonly=True)
     reasons = sorted(q.reason for q in store.quarantined())
-    assert reasons == sorted(["not_utf8", "not_json", "missing_path", "too_large", "wrong_type"])
+    assert reasons == sorted(["not_utf8", "not_json", "missing_path", "too_large", "wrong_type", "unparseable"])
+    assert [(q.table, q.reason) for q in store.binlog_quarantined()] == [(f"{SCHEMA}.orders", "undecodable")]
     # rows written after the ALTER carry the new column
     assert any("risk_note" in (r.after or {}) for r in store.row_changes("table_name = 'orders'"))
 
 
+def quarantine(path: Path) -> tuple[list[tuple], list[tuple]]:
+    store = Store(str(path), readonly=True)
+    try:
+        return ([(q.topic, q.partition, q.offset, q.reason) for q in store.quarantined()],
+                [(q.binlog_file, q.event_pos, q.reason) for q in store.binlog_quarantined()])
+    finally:
+        store.close()
+
+
 def test_sigkill_at_random_moments(recorded, tmp_path):
-    _, start, baseline, _ = recorded
+    _, start, baseline, base = recorded
     config = fresh_copy(start, tmp_path / "killed")
     rng = random.Random(5)
     kills = 0
@@ -74,6 +84,8 @@ def test_sigkill_at_random_moments(recorded, tmp_path):
         kills += 1
     run_until_idle(config, idle=IDLE)
     assert_same(findings(config), baseline)
+    # The quarantine survives the kills too: each poison record and row once, none lost.
+    assert quarantine(config.parent / "store.db") == quarantine(base / "baseline" / "store.db")
 
 
 def test_mariadb_and_kafka_restarted_mid_run(recorded, tmp_path):
