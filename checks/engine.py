@@ -60,8 +60,9 @@ from oncewatch.checks.horizon import Memory
 from oncewatch.checks.offsets import OffsetChecks
 from oncewatch.checks.orders import OrderLife
 from oncewatch.checks.payments import PaymentChecks
+from oncewatch.checks import shape
 from oncewatch.checks.settings import Settings
-from oncewatch.core.records import EmittedEvent, Finding, OffsetsSnapshot, RowChange, Transaction
+from oncewatch.core.records import EmittedEvent, Finding, OffsetsSnapshot, RowChange, SchemaChange, Transaction
 
 log = logging.getLogger("oncewatch.checks.engine")
 
@@ -123,6 +124,9 @@ class Engine:
         for table, entries in self.announcements.by_table.items():
             self._route(table, partial(self.announcements.on_change, entries))
         self.offsets = OffsetChecks(rules, self.findings)
+        self.needs = shape.needs(settings)
+        # table -> its shape problems (ShapeProblem.to_dict), as the last DDL on it left them
+        self.shape_problems = self.memory.counters("shape_problems", {})
         self._dropped_logged = 0
         self._expired: dict[str, int] = {}
         self._logged_at = float("-inf")
@@ -150,6 +154,7 @@ class Engine:
         self.memory.load(state)
         self.findings.changed = {f["id"]: from_dict(f) for f in state["changed"]}
         self.announcements.recount()
+        self.findings.blind = self.blind_rules()
         self._dropped_logged = self.memory.dropped()
 
     # ------------------------------------------------------------ input
@@ -161,6 +166,31 @@ class Engine:
                 handler(row)
         if self.callbacks is not None and len(tx.rows) > 1:  # F6 needs an order and a payment row
             self.callbacks.check_callbacks(tx)
+        for change in tx.schema_changes:
+            self.on_schema_change(change, tx.commit_time)
+
+    def on_schema_change(self, change: SchemaChange, at: float) -> None:
+        """A DDL on a watched table: the rules that read a column it broke go blind until a later
+        DDL puts it right; a TRUNCATE of the orders table ends every pending order."""
+        found = shape.problems(change, self.needs)
+        if found:
+            self.shape_problems[change.table] = [p.to_dict() for p in found]
+            log.warning("a watched table changed shape; the rules that read it are blind", extra={
+                "event": "shape_problem", "table": change.table, "ddl": change.kind, "gtid": change.txid,
+                "problems": [p.reason for p in found]})
+        elif self.shape_problems.pop(change.table, None) is not None:
+            log.info("a watched table has the shape the config needs again", extra={
+                "event": "shape_restored", "table": change.table, "gtid": change.txid})
+        self.findings.blind = self.blind_rules()
+        if change.kind == "truncate" and self.orders is not None and change.table == self.orders.orders.table:
+            self.orders.truncated(at, f"{change.binlog_file}:{change.pos}")
+
+    def blind_rules(self) -> frozenset[str]:
+        return frozenset(r for problems in self.shape_problems.values() for p in problems for r in p["rules"])
+
+    def shape(self) -> list[dict[str, Any]]:
+        """The shape problems that stand, for health."""
+        return [p for _, problems in sorted(self.shape_problems.items()) for p in problems]
 
     def on_events(self, events: Iterable[EmittedEvent]) -> None:
         on_event = self.announcements.on_event
@@ -199,5 +229,6 @@ class Engine:
 
     def stats(self) -> dict[str, Any]:
         return {**self.announcements.stats(), "found_total": dict(self.findings.found_total),
+                "suppressed_total": dict(self.findings.suppressed), "shape_problems": self.shape(),
                 "open_by_rule_severity": self.findings.open_by_rule_severity(),
                 "horizon_dropped_total": self.memory.dropped()}

@@ -121,6 +121,9 @@ class Findings:
         # findings that may still change, by id; they age on the later of the two stream clocks
         self.live = memory.aging("findings", STREAMS, encode=to_dict, decode=from_dict)
         self.found_total = memory.counters("found_total", dict.fromkeys(RULES, 0))
+        # Rules blind to a shape change (checks.shape): what they would have raised meanwhile, counted.
+        self.blind: frozenset[str] = frozenset()
+        self.suppressed = memory.counters("suppressed", {})
         self.changed: dict[str, Finding] = {}
 
     def get(self, fid: str) -> Finding | None:
@@ -134,9 +137,14 @@ class Findings:
         return f
 
     def raise_(self, rule: str, identity: tuple[Any, ...], *, keys: dict[str, Any], summary: str, time: float,
-               evidence: Iterable[EvidenceItem], severity: str | None = None, replace: bool = False) -> Finding:
+               evidence: Iterable[EvidenceItem], severity: str | None = None,
+               replace: bool = False) -> Finding | None:
         """Open (or update) the finding of `rule` about `identity`; `replace` keeps only the new evidence
-        (readings such as offsets, where the latest one is what counts)."""
+        (readings such as offsets, where the latest one is what counts). A blind rule raises nothing:
+        it is counted in `suppressed` instead (checks.shape)."""
+        if rule in self.blind:
+            self.suppressed[rule] = self.suppressed.get(rule, 0) + 1
+            return None
         fid = finding_id(rule, *identity)
         severity = severity or RULES[rule].severity
         old = self.live.get(fid)

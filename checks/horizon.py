@@ -254,4 +254,4 @@ class Memory:
             aging.dropped = d["dropped"][name]
         for name, values in self.plain.items():
             values.clear()
-            values.update(d["plain"][name])
+            values.update(d["plain"].get(name, {}))  # a space added since the state was saved starts empty

@@ -9,7 +9,7 @@ when the timer ran. F4 needs no state: the binlog's before image gives the old s
 
 from __future__ import annotations
 
-from oncewatch.checks.findings import EvidenceItem, Findings, key_text, row_evidence, warn_null_key
+from oncewatch.checks.findings import EvidenceItem, Findings, finding_id, key_text, row_evidence, warn_null_key
 from oncewatch.checks.horizon import BINLOG, Memory
 from oncewatch.core.domain import Orders
 from oncewatch.core.records import OP_DELETE, OP_UPDATE, RowChange
@@ -71,6 +71,15 @@ class OrderLife:
         self.findings.raise_("F4", (key, change.txid, change.row_index), keys={"order": key, "from": old, "to": new},
                              summary=f"order {key} went {old} -> {new}, not allowed by domain.state_machine",
                              time=change.commit_time, evidence=[self._evidence(change)])
+
+    def truncated(self, at: float, where: str) -> None:
+        """The orders table was emptied: no order is pending any more (a stuck one ends here)."""
+        for space in (self.pending.fresh, self.pending.overdue):
+            for key in list(space.items):
+                while (taken := self.pending.take(key)) is not None:
+                    item, overdue = taken
+                    if overdue:
+                        self.findings.resolve(finding_id("F3", key), at, f"{self.orders.table} truncated at {where}")
 
     def tick(self, binlog_time: float) -> None:
         for key, item in self.pending.due(binlog_time):

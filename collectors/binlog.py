@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,7 +34,8 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from oncewatch.core.config import MySQLConfig
 from oncewatch.core.names import UNDECODABLE, UNPARSEABLE
 from oncewatch.core.records import (CLOCK_BINLOG_HEADER, CLOCK_READ_TIME, CLOCK_ROW_COLUMN, OP_DELETE, OP_INSERT,
-                                    OP_UPDATE, BinlogPosition, QuarantinedRows, RowChange, Transaction)
+                                    OP_UPDATE, BinlogPosition, QuarantinedRows, RowChange, SchemaChange,
+                                    Transaction)
 
 log = logging.getLogger("oncewatch.collectors.binlog")
 
@@ -82,6 +84,38 @@ class CollectorStatus:
                 "last_error": self.last_error,
                 "disconnected_since": self.disconnected_since, "reconnects": self.reconnects,
                 "rows_read": self.rows_read, "transactions_read": self.transactions_read}
+
+
+# DDL on tables (MariaDB logs each as a standalone event); names may be `quoted` and schema-qualified.
+_NAME = r"`?[\w$]+`?(?:\.`?[\w$]+`?)?"
+_DDL = [
+    ("alter", re.compile(rf"^\s*ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?({_NAME})", re.I)),
+    ("truncate", re.compile(rf"^\s*TRUNCATE\s+(?:TABLE\s+)?({_NAME})", re.I)),
+    ("create", re.compile(rf"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?({_NAME})", re.I)),
+]
+_DROP = re.compile(r"^\s*DROP\s+(?:TEMPORARY\s+)?TABLES?\s+(?:IF\s+EXISTS\s+)?(.+)", re.I | re.S)
+_RENAME = re.compile(r"^\s*RENAME\s+TABLES?\s+(.+)", re.I | re.S)
+_COMMENT = re.compile(r"/\*.*?\*/", re.S)
+
+
+def ddl_targets(query: str, default_schema: str) -> list[tuple[str, str]]:
+    """The tables ('schema.table') a DDL statement changes, with its kind; [] for anything else.
+    A RENAME changes both names: the old one is gone, the new one appears."""
+    query = _COMMENT.sub(" ", query)
+
+    def qualified(name: str) -> str:
+        name = name.strip().replace("`", "")
+        return name if "." in name else f"{default_schema}.{name}"
+
+    for kind, pattern in _DDL:
+        if m := pattern.match(query):
+            return [(qualified(m.group(1)), kind)]
+    if m := _DROP.match(query):
+        return [(qualified(n), "drop") for n in m.group(1).split(",") if n.strip()]
+    if m := _RENAME.match(query):
+        pairs = [p.split() for p in m.group(1).split(",")]
+        return [(qualified(p[i]), "rename") for p in pairs if len(p) == 3 and p[1].upper() == "TO" for i in (0, 2)]
+    return []
 
 
 def gtid_set(text: str) -> dict[int, tuple[int, int]]:
@@ -150,23 +184,33 @@ class BinlogCollector:
                 self._probe = None
 
     def current_server_position(self) -> BinlogPosition:
-        """The server's binlog end now (to tell whether the tail has caught up). The probe connection
-        is kept between calls and dropped on any error, so a restarted server is simply reconnected."""
+        """The server's binlog end now (to tell whether the tail has caught up)."""
+        (gtid,), = self._probe_query("SELECT @@gtid_binlog_pos")
+        rows = self._probe_query("SHOW MASTER STATUS")
+        row = rows[0] if rows else None
+        return BinlogPosition(gtid=gtid or "", file=row[0] if row else "", pos=int(row[1]) if row else 0)
+
+    def columns(self, table: str) -> dict[str, str]:
+        """A table's columns as the server has them now: name -> information_schema DATA_TYPE ({} if gone)."""
+        schema, name = table.split(".", 1)
+        return dict(self._probe_query("SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "
+                                      "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (schema, name)))
+
+    def _probe_query(self, sql: str, params: tuple = ()) -> list[tuple]:
+        """One query on the probe connection, kept between calls and dropped on any error, so a
+        restarted server is simply reconnected."""
         with self._probe_lock:
             try:
                 if self._probe is None:
                     self._probe = connect(self.cfg)
                 with self._probe.cursor() as cur:
-                    cur.execute("SELECT @@gtid_binlog_pos")
-                    gtid = cur.fetchone()[0] or ""
-                    cur.execute("SHOW MASTER STATUS")
-                    row = cur.fetchone()
+                    cur.execute(sql, params)
+                    return list(cur.fetchall())
             except Exception:
                 if self._probe is not None:
                     self._probe.close()
                 self._probe = None
                 raise
-        return BinlogPosition(gtid=gtid, file=row[0] if row else "", pos=int(row[1]) if row else 0)
 
     def transactions(self) -> Iterator[Transaction]:
         backoff = 0.5
@@ -251,6 +295,7 @@ class BinlogCollector:
         skip_tx = standalone = False
         rows: list[tuple[str, Any, dict | None, dict | None]] = []  # (op, event, before, after)
         bad: list[QuarantinedRows] = []
+        changes: list[SchemaChange] = []
         log_file = position.file
         for event in stream:
             if self._stop.is_set():
@@ -272,7 +317,7 @@ class BinlogCollector:
             if isinstance(event, MariadbGtidEvent):
                 domain, server, seq = (int(x) for x in event.gtid.split("-"))
                 skip_tx = domain in done and seq <= done[domain][1]
-                tx_gtid, rows, bad = event.gtid, [], []
+                tx_gtid, rows, bad, changes = event.gtid, [], [], []
                 standalone = bool(event.flags & 0x01)  # FL_STANDALONE: DDL or non-transactional, no XID
                 continue
             if tx_gtid is None:
@@ -284,6 +329,12 @@ class BinlogCollector:
                     except Exception as exc:  # noqa: BLE001 - one event the library cannot decode must not stop the tail
                         bad.append(self._quarantined(event, tx_gtid, log_file, exc))
                 continue
+            if isinstance(event, QueryEvent) and standalone:
+                default = event.schema.decode("utf-8", "backslashreplace") if isinstance(event.schema, bytes) \
+                    else str(event.schema or "")
+                changes += [SchemaChange(table=t, kind=kind, statement=event.query[:500], columns=self.columns(t),
+                                         txid=tx_gtid, binlog_file=log_file or "", pos=stream.log_pos or 0)
+                            for t, kind in ddl_targets(event.query, default) if t in watched]
             is_commit = isinstance(event, XidEvent) or (
                 isinstance(event, QueryEvent) and (standalone or event.query.strip().upper() == "COMMIT"))
             if not is_commit:
@@ -292,13 +343,13 @@ class BinlogCollector:
             end = BinlogPosition(gtid=gtid_text({**done, domain: (server, seq)}), file=log_file,
                                  pos=stream.log_pos or 0)
             if not skip_tx:
-                tx = self._transaction(tx_gtid, rows, end, event.timestamp, bad)
+                tx = self._transaction(tx_gtid, rows, end, event.timestamp, bad, changes)
                 done[domain] = (server, seq)
                 self.status.last_position = end
                 self.status.transactions_read += 1
                 self.status.rows_read += len(tx.rows)
                 yield tx
-            tx_gtid, rows, bad, skip_tx = None, [], [], False
+            tx_gtid, rows, bad, changes, skip_tx = None, [], [], [], False
 
     @staticmethod
     def _row_tuples(event: Any) -> Iterator[tuple[str, Any, dict | None, dict | None]]:
@@ -323,7 +374,7 @@ class BinlogCollector:
                                reason=reason, detail=detail)
 
     def _transaction(self, gtid: str, rows: list, end: BinlogPosition, header_time: int,
-                     quarantined: list[QuarantinedRows]) -> Transaction:
+                     quarantined: list[QuarantinedRows], changes: list[SchemaChange]) -> Transaction:
         out = []
         for i, (op, event, before, after) in enumerate(rows):
             table = f"{event.schema}.{event.table}"
@@ -338,7 +389,8 @@ class BinlogCollector:
                 txid=gtid, row_index=i, binlog_file=end.file, end_pos=end.pos,
                 commit_time=row_time if row_time is not None else float(header_time),
                 commit_clock=CLOCK_ROW_COLUMN if row_time is not None else CLOCK_BINLOG_HEADER))
-        return Transaction(rows=tuple(out), position=end, commit_time=float(header_time), quarantined=tuple(quarantined))
+        return Transaction(rows=tuple(out), position=end, commit_time=float(header_time), quarantined=tuple(quarantined),
+                           schema_changes=tuple(changes))
 
 
 def bootstrap(cfg: MySQLConfig, chunk: int = 5000) -> Iterator[Transaction]:

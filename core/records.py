@@ -104,14 +104,29 @@ class QuarantinedRows:
 
 
 @dataclass(frozen=True)
+class SchemaChange:
+    """A DDL statement on a watched table, with the table's columns as the server has them after
+    it ({} when the table is gone): what checks.shape judges."""
+
+    table: str  # schema.table
+    kind: str  # "alter", "rename", "drop", "truncate", "create"
+    statement: str  # the statement, cut to 500 characters
+    columns: dict[str, str]  # column -> information_schema DATA_TYPE
+    txid: str
+    binlog_file: str
+    pos: int
+
+
+@dataclass(frozen=True)
 class Transaction:
     """The rows of one committed transaction and the position right after its commit; rows events
-    that could not be decoded are in `quarantined` instead."""
+    that could not be decoded are in `quarantined` instead, DDL on watched tables in `schema_changes`."""
 
     rows: tuple[RowChange, ...]
     position: BinlogPosition
     commit_time: float
     quarantined: tuple[QuarantinedRows, ...] = ()
+    schema_changes: tuple[SchemaChange, ...] = ()
 
 
 @dataclass(frozen=True, init=False)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pymysql
@@ -40,8 +41,10 @@ def thresholds(rules: Rules) -> dict[str, dict[str, float]]:
 
 
 class Health:
-    def __init__(self, store: Store, readers: dict[str, Reader], progress: Progress, stats: Any, rules: Rules):
+    def __init__(self, store: Store, readers: dict[str, Reader], progress: Progress, stats: Any, rules: Rules,
+                 shape: Callable[[], list[dict[str, Any]]]):
         self.store = store
+        self.shape = shape  # the engine's standing shape problems (checks.shape)
         self.rules = rules
         self.readers = readers
         self.progress = progress
@@ -114,11 +117,12 @@ class Health:
         for name, row in rows.items():
             self.store.set_health(name, row)
         v = judge(now, rows, self.lag_seconds(now), p.offsets, caught_up_seconds=self.rules.caught_up_seconds,
-                  drift_threshold=self.rules.offset_drift_threshold)
+                  drift_threshold=self.rules.offset_drift_threshold, shape=self.shape())
         self.store.set_health(MONITOR, {"started_at": self.started_at, "pid": os.getpid(),
                                         "binlog_time": p.binlog_time, "kafka_time": p.kafka_time,
                                         "caught_up": v.caught_up, "verdict": v.verdict, "reasons": list(v.reasons),
                                         "lag_seconds": v.lag_seconds, "blind_rules": list(v.blind),
+                                        "shape_problems": self.shape(),
                                         "probe_error": self.probe_error,
                                         "thresholds": thresholds(self.rules)})
         if with_series:

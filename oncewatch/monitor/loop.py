@@ -70,7 +70,7 @@ class Monitor:
         self.queue: queue.Queue[Item] = queue.Queue(maxsize=QUEUE_SIZE)
         self._stop = threading.Event()
         self.readers: dict[str, Reader] = {}
-        self.health = Health(self.store, self.readers, self.progress, self.engine.stats, cfg.rules)
+        self.health = Health(self.store, self.readers, self.progress, self.engine.stats, cfg.rules, self.engine.shape)
 
     def stop(self) -> None:
         self._stop.set()

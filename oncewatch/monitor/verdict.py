@@ -18,7 +18,7 @@ Plain data in, plain data out, so it is tested without servers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,9 +47,11 @@ RULE_INPUTS: dict[str, tuple[str, ...]] = {
 
 
 def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: Mapping[str, float],
-          offsets: OffsetsSnapshot | None, *, caught_up_seconds: float, drift_threshold: int) -> Verdict:
+          offsets: OffsetsSnapshot | None, *, caught_up_seconds: float, drift_threshold: int,
+          shape: Sequence[Mapping[str, Any]] = ()) -> Verdict:
     """`components`: each collector's health row (its status and its `reader` part); `lag_seconds`:
-    per stream, how far behind it is read."""
+    per stream, how far behind it is read; `shape`: the engine's standing shape problems
+    (checks.shape), each blinding the rules that read the column."""
     failing: list[str] = []
     degraded: list[str] = []
     down: set[str] = set()
@@ -77,7 +79,11 @@ def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: 
         if group.total_lag > drift_threshold:
             degraded.append(f"consumer group {group.group} is {group.total_lag} records behind "
                             f"(threshold {drift_threshold})")
+    for problem in shape:
+        degraded.append(f"{problem['config_key']}: {problem['what']} ({', '.join(problem['rules'])} cannot judge)")
+    shape_blind = {rule for problem in shape for rule in problem["rules"]}
     verdict = FAILING if failing else DEGRADED if degraded else HEALTHY
     caught_up = not failing and all(lag <= caught_up_seconds for lag in lag_seconds.values())
-    blind = tuple(rule for rule, inputs in RULE_INPUTS.items() if down & {i for i in inputs if i in components})
+    blind = tuple(rule for rule, inputs in RULE_INPUTS.items()
+                  if down & {i for i in inputs if i in components} or rule in shape_blind)
     return Verdict(verdict, tuple(failing + degraded), caught_up, dict(lag_seconds), blind)
