@@ -26,7 +26,7 @@ from importlib import resources
 from pathlib import Path
 
 from oncewatch import __version__
-from oncewatch.core import logs, names
+from oncewatch.core import exposure, logs, names
 from oncewatch.core.config import ConfigError, describe, load
 from oncewatch.store import StoreError, open_reader, open_writer, reviews
 
@@ -34,8 +34,11 @@ EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_SOURCE = 0, 1, 2, 3
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
+    """Print the resolved config; what it exposes (core.exposure) goes to stderr as warnings, not errors."""
     cfg = load(args.config)
     print(json.dumps(describe(cfg), indent=2, default=str))
+    for e in exposure.of_config(cfg):
+        print(f"oncewatch: warning: {e.message}", file=sys.stderr)
     return EXIT_OK
 
 

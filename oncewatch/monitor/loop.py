@@ -21,6 +21,7 @@ from oncewatch.checks.settings import Settings
 from oncewatch.collectors.binlog import BinlogCollector
 from oncewatch.collectors.kafka_events import EventBatch, KafkaEventCollector
 from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector
+from oncewatch.core import exposure
 from oncewatch.core.config import Config, ConfigError
 from oncewatch.core.names import BINLOG, KAFKA_EVENTS, KAFKA_OFFSETS
 from oncewatch.core.records import BinlogPosition, PartitionStatus, Transaction
@@ -155,6 +156,7 @@ class Monitor:
     def run(self, until_idle: float | None = None) -> None:
         """Raises the collector's own error when a source refuses the monitor (exit 3 in the CLI), and
         ReaderFailedError when a reader keeps failing on a bug (exit 1)."""
+        exposure.log(log, exposure.of_config(self.cfg))
         preflight_mysql(self.cfg)
         preflight_kafka(self.cfg)
         self.writer.restore()
