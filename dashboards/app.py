@@ -5,10 +5,12 @@ checkout the top-level `app.py` calls the same `main()`. The pages only read the
 never talk to MySQL or Kafka.
 """
 
+import logging
 from pathlib import Path
 
 import streamlit as st
 
+from oncewatch.core import logs
 from oncewatch.dashboards import auth
 
 # Not "pages/": Streamlit would find a pages/ folder beside its main script and serve each file in it
@@ -21,7 +23,16 @@ def page(name: str) -> Path:
     return PAGES / f"{name}.py"
 
 
+def _logs() -> None:
+    """The server process's own log lines (the login's) as JSON on stderr, from the first run of this
+    script on: Streamlit configures only its 'streamlit' loggers, so the root logger has no handler
+    until then; a test runner or a program that embeds the server has its own, left alone."""
+    if not logging.getLogger().handlers:
+        logs.setup()
+
+
 def main() -> None:
+    _logs()
     st.set_page_config(page_title="oncewatch", page_icon=":material/verified:", layout="wide")
     if auth.guard():
         st.navigation([

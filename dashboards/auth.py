@@ -3,27 +3,36 @@
 - `[auth]` in Streamlit's secrets (`.streamlit/secrets.toml`): OIDC through `st.login`
   (needs `streamlit[auth]`, i.e. Authlib);
 - else ONCEWATCH_DASHBOARD_PASSWORD, or ONCEWATCH_DASHBOARD_PASSWORD_FILE naming a file that
-  holds it: a password form, remembered for the browser session;
+  holds it: a password form, remembered for the browser session, its tries limited (issue 12
+  item 5) per client address and in all by the server-wide limiter of `login_limits` (5 per
+  address and 30 in all per minute; 5 wrong in a row lock the address out for 30 s, doubling up
+  to 15 min). Every wrong password is logged (`login_failed`: the client address, the failures in
+  a row, until when it is locked out; never the password), and so are refused tries
+  (`login_refused`);
 - else no login, and the pages are only shown while the server listens on loopback.
 `guard()` runs in app.py before the navigation, so it covers every page.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hmac
+import logging
+import math
 import os
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
 import streamlit as st
 
+from oncewatch.dashboards import login_limits
+
 PASSWORD_ENV = "ONCEWATCH_DASHBOARD_PASSWORD"
 PASSWORD_FILE_ENV = "ONCEWATCH_DASHBOARD_PASSWORD_FILE"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 SESSION_KEY = "oncewatch_logged_in"
-# Slows password guessing down to a few tries a second per session.
-FAILED_LOGIN_DELAY_SECONDS = 0.5
+
+log = logging.getLogger("oncewatch.dashboards.auth")
 
 
 class AuthConfigError(RuntimeError):
@@ -61,6 +70,60 @@ def _oidc() -> bool:
     return False
 
 
+def client_address() -> str:
+    """The client's address as Streamlit saw it, or login_limits.UNKNOWN: Streamlit gives None for a
+    loopback client and where a proxy hides it (and AppTest's stand-in runtime gives a mock)."""
+    address = st.context.ip_address
+    return address if isinstance(address, str) and address else login_limits.UNKNOWN
+
+
+def _ends(seconds: float) -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=seconds)
+
+
+def _when(seconds: float) -> str:
+    """The page's form of a wait: 'in 45 s (at 14:03:27 UTC)'."""
+    wait = f"{math.ceil(seconds)} s" if seconds < 120 else f"{math.ceil(seconds / 60)} min"
+    return f"in {wait} (at {_ends(seconds):%H:%M:%S} UTC)"
+
+
+def _until(seconds: float) -> str | None:
+    """The log's form of a wait: when it ends, ISO-8601 UTC, or None when there is none."""
+    return _ends(seconds).isoformat(timespec="seconds") if seconds > 0 else None
+
+
+def _refused(client: str, refusal: login_limits.Refusal) -> None:
+    whose = "from your address" if refusal.reason == login_limits.ADDRESS else "on this dashboard"
+    st.error(f"Too many login attempts {whose}. Try again {_when(refusal.retry_after)}.")
+    # The first refused try of a run, then the 10th, 100th...: a flood of refused tries shows in the
+    # log without filling the disk (each line carries the count so far).
+    if str(refusal.refused).rstrip("0") == "1":
+        log.warning("login refused", extra={"event": "login_refused", "client": client, "reason": refusal.reason,
+                                            "refused": refusal.refused, "failures": refusal.failures,
+                                            "locked_until": _until(refusal.retry_after)})
+
+
+def _check(given: str, expected: str) -> bool:
+    """One submitted password, through the server-wide limiter; True when it is right and was taken."""
+    client = client_address()
+    limiter = login_limits.LIMITER
+    refusal = limiter.admit(client)
+    if refusal is not None:  # refused before the password is looked at: the answer says nothing about it
+        _refused(client, refusal)
+        return False
+    if hmac.compare_digest(given.encode(), expected.encode()):
+        limiter.succeeded(client)
+        log.info("login", extra={"event": "login_succeeded", "client": client})
+        return True
+    failure = limiter.failed(client)
+    log.warning("wrong dashboard password", extra={"event": "login_failed", "client": client,
+                                                   "failures": failure.failures,
+                                                   "locked_until": _until(failure.retry_after)})
+    st.error("Wrong password." + (f" Too many tries from your address: try again {_when(failure.retry_after)}."
+                                  if failure.retry_after > 0 else ""))
+    return False
+
+
 def _password(expected: str) -> bool:
     if st.session_state.get(SESSION_KEY):
         st.sidebar.button("Log out", on_click=lambda: st.session_state.pop(SESSION_KEY, None))
@@ -68,12 +131,9 @@ def _password(expected: str) -> bool:
     st.title("oncewatch")
     with st.form("login"):
         given = st.text_input("Password", type="password")
-        if st.form_submit_button("Log in", type="primary"):
-            if hmac.compare_digest(given.encode(), expected.encode()):
-                st.session_state[SESSION_KEY] = True
-                st.rerun()
-            time.sleep(FAILED_LOGIN_DELAY_SECONDS)
-            st.error("Wrong password.")
+        if st.form_submit_button("Log in", type="primary") and _check(given, expected):
+            st.session_state[SESSION_KEY] = True
+            st.rerun()
     return False
 
 

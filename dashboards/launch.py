@@ -9,6 +9,7 @@ health endpoint, `stop` ends it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -38,7 +39,7 @@ def command(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> list[str]:
 def launch(*, config: str | None = None, store: str | None = None, host: str = DEFAULT_HOST,
            port: int = DEFAULT_PORT, env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen:
     """Start the dashboard for a config file or a store file; returns the server process.
-    Output goes to `log` (default: discarded)."""
+    Its output (Streamlit's, and the login's JSON log lines) goes to `log`, else to this process's own."""
     if not (config or store):
         raise ValueError("give config= (the monitor's config file) or store= (its store file)")
     child_env = {**os.environ, **(env or {})}
@@ -46,13 +47,9 @@ def launch(*, config: str | None = None, store: str | None = None, host: str = D
         child_env[ENV_CONFIG] = str(Path(config).resolve())
     if store:
         child_env[ENV_STORE] = str(Path(store).resolve())
-    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - handed to the child, closed below
-    try:
+    with open(log, "ab") if log else contextlib.nullcontext() as out:  # the child keeps its own copy
         return subprocess.Popen(command(host, port), cwd=APP.parent, env=child_env, stdout=out,
-                                stderr=subprocess.STDOUT)
-    finally:
-        if log:
-            out.close()
+                                stderr=subprocess.STDOUT if out else None)
 
 
 def url(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> str:

@@ -10,7 +10,7 @@ from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
 from oncewatch.core.records import Evidence, Finding
-from oncewatch.dashboards import auth, reports, views
+from oncewatch.dashboards import auth, login_limits, reports, views
 from oncewatch.store import Store, reviews
 from tests.unit.test_metrics import store_path  # noqa: F401 - the scenario store fixture
 
@@ -20,12 +20,14 @@ PAGES = "dashboards/screens/{}.py"
 
 @pytest.fixture
 def env(tmp_path: Path, store_path: str, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """ONCEWATCH_CONFIG names a config whose store is the scenario; the server 'listens' on loopback."""
+    """ONCEWATCH_CONFIG names a config whose store is the scenario; the server 'listens' on loopback; the
+    login's server-wide limiter starts afresh (every AppTest session shares it, as a server's do)."""
     cfg = tmp_path / "oncewatch.toml"
     cfg.write_text(f'[mysql]\nuser = "oncewatch"\ntables = ["shop.orders"]\n\n[store]\npath = "{store_path}"\n')
     for name in (views.ENV_STORE, auth.PASSWORD_ENV, auth.PASSWORD_FILE_ENV):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv(views.ENV_CONFIG, str(cfg))
+    monkeypatch.setattr(login_limits, "LIMITER", login_limits.LoginLimiter())
     set_address("127.0.0.1")
     return cfg
 
