@@ -10,7 +10,9 @@
   a row, until when it is locked out; never the password), and so are refused tries
   (`login_refused`);
 - else no login, and the pages are only shown while the server listens on loopback.
-`guard()` runs in app.py before the navigation, so it covers every page.
+`guard()` runs in app.py before the navigation, so it covers every page. `exposures()` says what the
+dashboard exposes (a listener off loopback, a password file others may read): logged by
+`oncewatch dashboard` at its start and shown in the sidebar after the login.
 """
 
 from __future__ import annotations
@@ -25,12 +27,15 @@ from pathlib import Path
 
 import streamlit as st
 
+from oncewatch.core import exposure
 from oncewatch.dashboards import login_limits
 
 PASSWORD_ENV = "ONCEWATCH_DASHBOARD_PASSWORD"
 PASSWORD_FILE_ENV = "ONCEWATCH_DASHBOARD_PASSWORD_FILE"
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 SESSION_KEY = "oncewatch_logged_in"
+# Said where a listener off loopback is reported, on the page and in the log.
+LISTENER_FIX = ("start it with --host 127.0.0.1 and reach it through an SSH tunnel, or put it behind a "
+                "TLS proxy: the login crosses the network in the clear otherwise")
 
 log = logging.getLogger("oncewatch.dashboards.auth")
 
@@ -54,6 +59,14 @@ def configured_password(environ: Mapping[str, str] = os.environ) -> str | None:
     return password
 
 
+def exposures(address: str | None, environ: Mapping[str, str] = os.environ) -> list[exposure.Exposure]:
+    """What a dashboard listening on `address` with this environment exposes."""
+    path = environ.get(PASSWORD_FILE_ENV)
+    found = [exposure.listener(address, "the dashboard", LISTENER_FIX),
+             exposure.secret_file(path, PASSWORD_FILE_ENV) if path and not environ.get(PASSWORD_ENV) else None]
+    return [e for e in found if e]
+
+
 def oidc_configured() -> bool:
     try:
         return "auth" in st.secrets
@@ -61,9 +74,15 @@ def oidc_configured() -> bool:
         return False
 
 
+def _sidebar_warnings() -> None:
+    for e in exposures(st.get_option("server.address")):
+        st.sidebar.warning(e.message)
+
+
 def _oidc() -> bool:
     if st.user.is_logged_in:
         st.sidebar.button("Log out", on_click=st.logout)
+        _sidebar_warnings()
         return True
     st.title("oncewatch")
     st.button("Log in", type="primary", on_click=st.login)
@@ -127,6 +146,7 @@ def _check(given: str, expected: str) -> bool:
 def _password(expected: str) -> bool:
     if st.session_state.get(SESSION_KEY):
         st.sidebar.button("Log out", on_click=lambda: st.session_state.pop(SESSION_KEY, None))
+        _sidebar_warnings()
         return True
     st.title("oncewatch")
     with st.form("login"):
@@ -139,7 +159,7 @@ def _password(expected: str) -> bool:
 
 def _loopback_only() -> bool:
     address = st.get_option("server.address")
-    if address not in LOOPBACK:
+    if not exposure.is_loopback(address):
         st.error(f"No login is configured and the server listens on {address or 'every interface'}. "
                  f"Start it bound to 127.0.0.1 (`--server.address 127.0.0.1`, as dashboards.launch does), "
                  f"or set {PASSWORD_ENV} or an [auth] OIDC section in .streamlit/secrets.toml.")

@@ -4,12 +4,14 @@
     oncewatch dashboard --config examples/shop.toml --port 8501
 
 The server runs as a child process (Streamlit wants its own main thread); `wait_ready` polls its
-health endpoint, `stop` ends it.
+health endpoint, `stop` ends it. `serve` warns at the start about what the dashboard exposes
+(auth.exposures: a listener off loopback, a password file others may read).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -18,7 +20,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from oncewatch.core import exposure
 from oncewatch.dashboards.views import ENV_CONFIG, ENV_STORE
+
+logger = logging.getLogger("oncewatch.dashboards.launch")
 
 # The packaged script, so that an installed oncewatch starts the same dashboard as a checkout.
 APP = Path(__file__).resolve().parent / "app.py"
@@ -84,6 +89,9 @@ def stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
 def serve(*, config: str | None = None, store: str | None = None, host: str = DEFAULT_HOST,
           port: int = DEFAULT_PORT) -> int:
     """`oncewatch dashboard`: start the dashboard, say where it is, and run until Ctrl-C or SIGTERM."""
+    from oncewatch.dashboards.auth import exposures  # imports Streamlit, which launch() alone does not need
+
+    exposure.log(logger, exposures(host))
     proc = launch(config=config, store=store, host=host, port=port)
     try:
         wait_ready(proc, url(host, port))

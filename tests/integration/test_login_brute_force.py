@@ -6,7 +6,8 @@ browser sends: a rerun with the form's widget states), 5 sessions from each of 1
 on Linux, so a socket bound to one of them is a client of its own to the server). The server takes
 what login_limits states: at most 5 tries per address and 30 from all of them per minute; every
 other try is refused with when to try again, and every wrong password is one `login_failed` line of
-its log, without the password. Needs only the dashboard, not MariaDB or Kafka.
+its log, without the password. And `oncewatch dashboard` warns at its start about a password file
+others may read. Needs only the dashboard, not MariaDB or Kafka.
 """
 
 from __future__ import annotations
@@ -113,14 +114,14 @@ def guess(port: int, source: str, until: float, tally: Tally) -> None:
 
 @pytest.fixture
 def dashboard(tmp_path: Path) -> Iterator[tuple[int, Path]]:
-    """`oncewatch dashboard` with its password in a file; its output in a file."""
+    """`oncewatch dashboard` with a password file its group and others may read; its output in a file."""
     store = tmp_path / "scenario.db"
     scenario.seed(str(store)).close()
     config = tmp_path / "oncewatch.toml"
     config.write_text(f'[mysql]\nuser = "oncewatch"\ntables = ["shop.orders"]\n\n[store]\npath = "{store}"\n')
     secret = tmp_path / "dashboard-password"
     secret.write_text(PASSWORD + "\n")
-    secret.chmod(0o600)
+    secret.chmod(0o644)
     env = {k: v for k, v in os.environ.items() if k != auth.PASSWORD_ENV}
     port = free_port()
     out = tmp_path / "dashboard.log"
@@ -187,3 +188,10 @@ def test_the_right_password_from_a_fresh_address_gets_in_and_resets_it(dashboard
     failures = [e["failures"] for e in log_lines(out, "login_failed") if e["client"] == "127.0.0.12"]
     assert failures == [1, 2, 3, 4, 1]
     assert [e["client"] for e in log_lines(out, "login_succeeded")] == ["127.0.0.12"]
+
+
+def test_a_password_file_others_may_read_is_warned_about_at_the_start(dashboard: tuple[int, Path]) -> None:
+    _, out = dashboard
+    [line] = log_lines(out, "secret_file_open")
+    assert (line["level"], line["mode"], line["path"].endswith("dashboard-password")) == ("warning", "644", True)
+    assert "chmod 600" in line["msg"] and PASSWORD not in out.read_text()

@@ -1,6 +1,7 @@
 """The dashboard's password login under the server-wide limiter, run by AppTest: several sessions
 share one limiter, a lockout says when to try again and refuses even the right password, the right
-password resets the address, every wrong one is a log line without the password."""
+password resets the address, every wrong one is a log line without the password; and the warnings
+for what the dashboard exposes (a password file others may read, a listener off loopback)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from oncewatch.dashboards import auth, login_limits
+from oncewatch.core import exposure
+from oncewatch.dashboards import auth, launch, login_limits
 from tests.unit.test_login_limits import Clock
 from tests.unit.test_metrics import store_path  # noqa: F401 - the scenario store fixture
-from tests.unit.test_pages import APP, env, reset_address  # noqa: F401 - fixtures
+from tests.unit.test_pages import APP, env, reset_address, set_address  # noqa: F401 - fixtures
 
 PASSWORD = "right-Pw-5e1f-never-logged"
 GUESS = "guess-Pw-77c0-never-logged"
@@ -88,3 +90,46 @@ def test_the_right_password_resets_the_address(clock: Clock, monkeypatch: pytest
     assert log_in(session(monkeypatch), PASSWORD) == ""
     for _ in range(4):  # four wrong ones again before a lockout, and the window is empty
         assert log_in(session(monkeypatch), GUESS) == "Wrong password."
+
+
+def test_a_password_file_others_may_read_is_warned_about(clock: Clock, monkeypatch: pytest.MonkeyPatch,
+                                                         tmp_path: Path) -> None:
+    secret = tmp_path / "dashboard-password"
+    secret.write_text(PASSWORD + "\n")
+    monkeypatch.delenv(auth.PASSWORD_ENV)
+    monkeypatch.setenv(auth.PASSWORD_FILE_ENV, str(secret))
+    secret.chmod(0o600)
+    assert auth.exposures("127.0.0.1") == []
+    secret.chmod(0o640)
+    [warning] = auth.exposures("127.0.0.1")
+    assert warning.event == exposure.SECRET_FILE_OPEN and f"chmod 600 {secret}" in warning.message
+    at = session(monkeypatch)
+    assert not at.sidebar.warning, "nothing about the setup before the login"
+    log_in(at, PASSWORD)
+    assert [w.value for w in at.sidebar.warning] == [warning.message]
+
+
+def test_a_dashboard_off_loopback_is_warned_about(clock: Clock, monkeypatch: pytest.MonkeyPatch,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    set_address("0.0.0.0")
+    at = session(monkeypatch)
+    log_in(at, PASSWORD)
+    [warning] = at.sidebar.warning
+    assert "the dashboard listens on 0.0.0.0, so other machines can reach it" in warning.value
+    assert "SSH tunnel" in warning.value
+
+    # `oncewatch dashboard` says it in its log at the start, before the server answers
+    monkeypatch.setattr(launch, "launch", lambda **_: FailedStart())
+    with caplog.at_level(logging.WARNING), pytest.raises(launch.LaunchError):
+        launch.serve(config="unused.toml", host="0.0.0.0", port=1)
+    [line] = events(caplog, exposure.LISTENER_NOT_LOOPBACK)
+    assert (line.listener, line.host) == ("the dashboard", "0.0.0.0")
+
+
+class FailedStart:
+    """A server process that has exited already."""
+
+    returncode = 1
+
+    def poll(self) -> int:
+        return self.returncode
