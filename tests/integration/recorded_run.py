@@ -1,7 +1,7 @@
 """One recorded shop run that several monitors read from the same starting store, and how to compare them.
 
 The run has every fault on, a column added to a watched table and a burst of malformed records in
-the middle of it (one with a header key that is not UTF-8), and after it a row Python cannot decode. A monitor that reads it undisturbed gives the baseline; a monitor disturbed in
+the middle of it, and after it a row Python cannot decode and a record whose header key is not UTF-8. A monitor that reads it undisturbed gives the baseline; a monitor disturbed in
 any way (SIGKILL, server restarts, a failing reader) must end with the baseline's findings: same
 ids, rules, statuses and evidence; none doubled, none lost. test_under_fire.py records one per
 module run (`record`).
@@ -42,7 +42,12 @@ def produce_garbage(topic: str) -> None:
     producer = KafkaProducer(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}", max_request_size=4 * 1024 * 1024)
     for key, value in MALFORMED:
         producer.send(topic, key=key, value=value).get(timeout=30)
-    # A well-formed event with a header key kafka-python cannot decode: its batch is quarantined.
+    producer.close()
+
+
+def produce_undecodable_header(topic: str) -> None:
+    """After the run: a header key kafka-python cannot decode stops the shop's own consumers too."""
+    producer = KafkaProducer(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}")
     producer.send(topic, key=b"k6", value=json.dumps({"type": "order.noted", "order_no": "X2"}).encode(),
                   headers=[(UndecodableKey("trace"), b"t")]).get(timeout=30)
     producer.close()
@@ -83,6 +88,7 @@ def record(base: Path):
     produce_garbage(topic)
     runner.join()
     write_undecodable_row()
+    produce_undecodable_header(topic)
     truth = result["truth"]
     start = (start_store, topic)
     baseline = fresh_copy(start, base / "baseline")

@@ -1,0 +1,125 @@
+"""Shape changes mid-stream on the real services: a configured column renamed, dropped or retyped,
+a watched table truncated. Each is shown as a health problem naming the config key it breaks,
+the rules that read it say they are blind, and no false finding follows; putting the column back
+ends the problem. Then a VARBINARY key and a PK-less effect table, read from the real binlog.
+
+Without the blindness, the first step alone gives a false F8: the order.paid event finds no
+change with a `status` becoming "paid" (`test_near_miss_without_the_ddl_the_same_rows_give_f8`
+in tests/unit/test_shape.py shows the same rows giving it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kafka import KafkaProducer
+
+from devservices import stack
+from devservices.shop_monitor import SCHEMA, findings, run_until_idle, shop_settings
+from oncewatch import shop
+from oncewatch.checks.engine import Engine
+from oncewatch.checks.settings import Settings
+from oncewatch.collectors.binlog import BinlogCollector
+from oncewatch.core.config import load
+from oncewatch.core.names import ENGINE_STATS
+from oncewatch.store import open_reader
+
+from .conftest import admin_connection
+from .shop_monitor import IDLE, prepared
+
+
+def execute(*statements: str) -> None:
+    conn = admin_connection(SCHEMA)
+    try:
+        with conn.cursor() as c:
+            for sql in statements:
+                c.execute(sql)
+    finally:
+        conn.close()
+
+
+def announce(topic: str, payload: dict) -> None:
+    producer = KafkaProducer(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}")
+    producer.send(topic, key=payload["order_no"].encode(), value=json.dumps(payload).encode()).get(timeout=30)
+    producer.close()
+
+
+def monitor_view(config: Path) -> tuple[dict, dict]:
+    """(the monitor's health row, the engine's stats) as the run left them."""
+    store = open_reader(str(config.parent / "store.db"))
+    try:
+        return store.health()["monitor"], store.state(ENGINE_STATS, {})
+    finally:
+        store.close()
+
+
+def test_renamed_dropped_retyped_and_truncated_columns_are_shown_and_raise_nothing_false(tmp_path):
+    config, topic = prepared(tmp_path)
+    shop.run(shop_settings(topic, seed=3, orders=10, rate=20))
+    run_until_idle(config, idle=IDLE)
+    assert findings(config) == []
+
+    # The status column renamed; an order is then placed, paid and announced as the shop would.
+    execute("ALTER TABLE orders RENAME COLUMN status TO state",
+            "INSERT INTO orders VALUES ('SHAPE-1', 7, 10.00, 'pending', NOW(3), NOW(3))",
+            "UPDATE orders SET state = 'paid', updated_at = NOW(3) WHERE order_no = 'SHAPE-1'")
+    announce(topic, {"type": "order.paid", "order_no": "SHAPE-1", "amount": "10.00", "status": "paid"})
+    run_until_idle(config, idle=IDLE + 6)  # past the 4 s orphan grace
+    health, stats = monitor_view(config)
+    assert findings(config) == []
+    assert health["verdict"] == "degraded"
+    assert any(r.startswith("domain.orders.status_column: owtest.orders.status is gone") for r in health["reasons"])
+    assert {"F3", "F4", "F6", "F7", "F8", "F9", "F10"} <= set(health["blind_rules"])
+    assert stats["suppressed_total"].get("F8", 0) >= 1
+
+    # Put back: the problem ends and the rules judge again.
+    execute("ALTER TABLE orders RENAME COLUMN state TO status")
+    run_until_idle(config, idle=IDLE)
+    health, _ = monitor_view(config)
+    assert not any("status_column" in r for r in health["reasons"]) and health["blind_rules"] == []
+
+    # The payment amount retyped, then dropped: F5 is blind, named by its config key.
+    execute("ALTER TABLE payments MODIFY amount VARCHAR(20) NOT NULL")
+    run_until_idle(config, idle=IDLE)
+    health, _ = monitor_view(config)
+    assert "domain.payments.amount_column: owtest.payments.amount is now varchar, not a number (F5 cannot judge)" \
+        in health["reasons"]
+    execute("ALTER TABLE payments DROP COLUMN amount")
+    run_until_idle(config, idle=IDLE)
+    health, _ = monitor_view(config)
+    assert any(r.startswith("domain.payments.amount_column: owtest.payments.amount is gone") for r in health["reasons"])
+    execute("ALTER TABLE payments ADD COLUMN amount DECIMAL(12,2) NOT NULL DEFAULT 0 AFTER channel")
+
+    # A pending order, then the table truncated: no F3 once its threshold (10 s) has passed.
+    execute("INSERT INTO orders VALUES ('SHAPE-2', 7, 10.00, 'pending', NOW(3), NOW(3))", "TRUNCATE TABLE orders")
+    run_until_idle(config, idle=12)
+    health, _ = monitor_view(config)
+    assert findings(config) == [] and health["blind_rules"] == []
+    assert not [r for r in health["reasons"] if "_column" in r]
+
+
+def test_a_varbinary_key_and_an_effect_table_without_a_primary_key_from_the_real_binlog(tmp_path):
+    """The collector reads the rows as MariaDB logs them (bytes for VARBINARY, no key columns for a
+    PK-less table); the rules then see the duplicate and match the key to its text."""
+    config, _ = prepared(tmp_path)
+    cfg = load(config)
+    start = BinlogCollector(cfg.mysql, None).current_server_position()
+    execute("ALTER TABLE shipments DROP PRIMARY KEY, MODIFY shipment_id BIGINT NOT NULL",
+            "ALTER TABLE shipments MODIFY trade_no VARBINARY(40) NOT NULL",
+            "INSERT INTO shipments VALUES (1, 'T-BIN', 'O-BIN', 'AAAAAA', NOW(3))",
+            "INSERT INTO shipments VALUES (1, 'T-BIN', 'O-BIN', 'BBBBBB', NOW(3))")
+    collector = BinlogCollector(cfg.mysql, start)
+    txs = []
+    for tx in collector.transactions():
+        txs.append(tx)
+        if sum(len(t.rows) for t in txs) == 2:
+            break
+    collector.close()
+    rows = [r for t in txs for r in t.rows]
+    assert [(r.pk, r.after["trade_no"]) for r in rows] == [((), b"T-BIN"), ((), b"T-BIN")]
+    engine = Engine(Settings.from_config(cfg))
+    for tx in txs:
+        engine.on_transaction(tx)
+    (f1,) = [f for f in engine.drain() if f.rule == "F1"]
+    assert f1.keys["trade_no"] == "T-BIN" and len(f1.evidence) == 2
