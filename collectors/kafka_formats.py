@@ -302,6 +302,14 @@ def _decode_decimals(row: dict[str, Any] | None, columns: dict[str, Any], where:
     return out
 
 
+def record_size(rec: RawRecord) -> int:
+    """What a record asks the monitor to hold: its value, key and headers (an 8 MB key counts too)."""
+    size = len(rec.value or b"") + len(rec.key or b"")
+    for k, v in rec.headers or ():
+        size += len(k) + len(v or b"")
+    return size
+
+
 class TopicParser:
     """Parses the records of one configured topic; `parse` never raises for bad input."""
 
@@ -315,9 +323,10 @@ class TopicParser:
     def parse(self, rec: RawRecord) -> EmittedEvent | QuarantinedRecord:
         value = rec.value
         try:
-            if value is not None and len(value) > self.max_record_bytes:
-                raise Rejected(TOO_LARGE, f"{len(value)} bytes, more than kafka.max_record_bytes = "
-                                          f"{self.max_record_bytes}")
+            size = record_size(rec)
+            if size > self.max_record_bytes:
+                raise Rejected(TOO_LARGE, f"{size} bytes of value, key and headers, more than "
+                                          f"kafka.max_record_bytes = {self.max_record_bytes}")
             payload, keys, cdc, text = self._parse_value(rec)
         except Rejected as exc:
             return self._quarantined(rec, exc.reason, exc.detail)
@@ -341,10 +350,12 @@ class TopicParser:
     @staticmethod
     def _quarantined(rec: RawRecord, reason: str, detail: str) -> QuarantinedRecord:
         value = rec.value
+        too_large = reason == TOO_LARGE  # its bytes stay on the broker: holding them is what the cap prevents
         return QuarantinedRecord(topic=rec.topic, partition=rec.partition, offset=rec.offset,
                                  timestamp_ms=rec.timestamp, reason=reason, detail=detail,
-                                 size=len(value) if value is not None else 0, preview=preview(value), key=rec.key,
-                                 value=None if reason == TOO_LARGE else value, headers=tuple(rec.headers or ()))
+                                 size=len(value) if value is not None else 0, preview=preview(value),
+                                 key=None if too_large else rec.key, value=None if too_large else value,
+                                 headers=() if too_large else tuple(rec.headers or ()))
 
     # ------------------------------------------------------------ json
 

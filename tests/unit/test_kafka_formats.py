@@ -420,3 +420,12 @@ def test_no_shape_of_record_makes_a_parser_raise_or_fail(data, fmt):
     out = parser(fmt, CDC_PATHS if fmt != "json" else PATHS).parse(Rec(raw(doc)))
     if isinstance(out, QuarantinedRecord):
         assert out.reason != "unparseable", out.detail
+
+
+def test_the_size_cap_counts_the_key_and_the_headers_too():
+    p = parser("json", PATHS, max_bytes=100)
+    big_key = quarantined(p, Rec(raw({"type": "x"}), key=b"k" * 200))
+    big_header = quarantined(p, Rec(raw({"type": "x"}), headers=[("h", b"v" * 200)]))
+    assert (big_key.reason, big_header.reason) == ("too_large", "too_large")
+    assert "value, key and headers" in big_key.detail and big_key.key is None and big_header.headers == ()
+    assert isinstance(p.parse(Rec(raw({"type": "x"}), key=b"k" * 10, headers=[("h", b"v")])), EmittedEvent)
