@@ -35,7 +35,10 @@ EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_SOURCE = 0, 1, 2, 3
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Print the resolved config; what it exposes (core.exposure) goes to stderr as warnings, not errors."""
-    cfg = load(args.config)
+    if (args.config is None) == (args.config_file is None):
+        print("oncewatch check-config: give the config once, as --config FILE", file=sys.stderr)
+        return EXIT_CONFIG
+    cfg = load(args.config or args.config_file)
     print(json.dumps(describe(cfg), indent=2, default=str))
     for e in exposure.of_config(cfg):
         print(f"oncewatch: warning: {e.message}", file=sys.stderr)
@@ -227,7 +230,8 @@ def _runbook_base(text: str) -> str:
 
 def _finding_filters(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True)
-    p.add_argument("--rule", help="only this rule, by id (F1) as the findings carry it")
+    p.add_argument("--rule", choices=list(names.RULES), metavar="RULE",
+                   help=f"only this rule, by id as the findings carry it ({', '.join(names.RULES)})")
     p.add_argument("--status", choices=names.STATUSES)
 
 
@@ -248,7 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"oncewatch {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check-config", help="validate a config file and print it resolved, secrets masked")
-    c.add_argument("config")
+    # --config as every other command takes it; the bare FILE of earlier versions still works.
+    c.add_argument("config_file", nargs="?", metavar="FILE", help=argparse.SUPPRESS)
+    c.add_argument("--config")
     c.set_defaults(func=cmd_check_config)
     t = sub.add_parser("tail-binlog", help="print committed row changes of the watched tables as JSON lines")
     t.add_argument("--config", required=True)

@@ -177,3 +177,16 @@ def test_quarantine_lists_records_with_coordinates_reason_and_bytes(capsys, conf
     assert rows[0]["value_base64"] is None
     code, out, _ = run(capsys, "quarantine", "--config", str(config))
     assert out.splitlines()[0] == "shop.events/0@3  2024-05-01T10:00:00.500Z  too_large  2000000 bytes  2000000 bytes"
+
+
+def test_an_unknown_rule_is_a_usage_error_not_an_empty_answer(capsys, config):
+    with pytest.raises(SystemExit) as exit_:
+        main(["findings", "--config", str(config), "--rule", "F99"])
+    assert exit_.value.code == 2 and "invalid choice: 'F99'" in capsys.readouterr().err
+
+
+def test_check_config_takes_config_as_every_command_does_and_the_old_bare_file(capsys, config):
+    assert run(capsys, "check-config", "--config", str(config))[0] == EXIT_OK
+    assert run(capsys, "check-config", str(config))[0] == EXIT_OK
+    code, _, err = run(capsys, "check-config")
+    assert code == EXIT_CONFIG and "give the config once, as --config FILE" in err
