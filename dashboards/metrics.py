@@ -190,6 +190,16 @@ def _engine(stats: dict[str, Any]) -> Iterator[Metric]:
     dropped = _counter("engine_horizon_dropped", "Open state dropped because it fell off the horizon.")
     dropped.add_metric([], stats.get("horizon_dropped_total", 0))
     yield dropped
+    suppressed = _counter("findings_suppressed", "What a rule blind to a shape change (a configured column "
+                          "dropped, renamed or retyped) would have raised meanwhile, by rule.", ("rule",))
+    for rule in views.RULES:
+        suppressed.add_metric([rule], stats.get("suppressed_total", {}).get(rule, 0))
+    yield suppressed
+    shape = _gauge("shape_problem", "1 per configured column a DDL broke (the health reasons say how); the rules "
+                   "reading it cannot judge until it is put back.", ("table", "config_key"))
+    for p in stats.get("shape_problems", []):
+        shape.add_metric([p["table"], p["config_key"]], 1)
+    yield shape
 
 
 def _lifecycle(counts: list[tuple[str, str, str, int]]) -> Metric:

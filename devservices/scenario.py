@@ -8,7 +8,8 @@ plus the health rows, engine stats and series a running monitor writes. Key figu
 - kafka_events up (its reader restarted once), 900 records read, 4 unread, quarantined
   shop.events|not_json 3 and |too_large 1;
 - group shipping-service lags 10 and 22 (stddev 6.0) with partition 2 never committed;
-- the monitor degraded: Kafka applied 7 s behind (binlog 2.5 s);
+- the monitor degraded: Kafka applied 7 s behind (binlog 2.5 s), and payments.callback_status
+  dropped, so F6 cannot judge;
 - backlog shop.orders 7 + shop.shipments 2 = 9; p99 event delay 0.475 s;
 - 7 findings, 5 open, 3 of them critical (F1, F7, F9 conflicting).
 """
@@ -93,13 +94,20 @@ def write_health(store: Store, now: float) -> None:
                 for p, e in enumerate(ends)]}], "reader": reader(now - 1)})
     store.set_health("monitor", {"started_at": now - 3600, "pid": 4242, "binlog_time": now - 2.5,
                                  "kafka_time": now - 7.0, "caught_up": False, "verdict": "degraded",
-                                 "reasons": ["kafka read 7.0 s behind (caught up means within 5 s)"],
-                                 "lag_seconds": {"binlog": 2.5, "kafka": 7.0}, "blind_rules": [],
+                                 "reasons": ["kafka read 7.0 s behind (caught up means within 5 s)",
+                                             "domain.payments.callback_status_column: shop.payments.callback_status "
+                                             "is gone (dropped or renamed) (F6 cannot judge)"],
+                                 "lag_seconds": {"binlog": 2.5, "kafka": 7.0}, "blind_rules": ["F6"],
+                                 "shape_problems": [SHAPE_PROBLEM],
                                  "thresholds": {"F10": {"event_delay_seconds": 0.5},
                                                 "F11": {"offset_drift_threshold": 5000.0},
                                                 "F12": {"partition_skew_threshold": 3.0}}})
 
 
+# A column the config names was dropped: F6 cannot judge (checks.shape).
+SHAPE_PROBLEM = {"table": "shop.payments", "column": "callback_status",
+                 "config_key": "domain.payments.callback_status_column", "rules": ["F6"],
+                 "what": "shop.payments.callback_status is gone (dropped or renamed)"}
 ENGINE_STATS = {
     "backlog_by_table": {"shop.orders": 7, "shop.shipments": 2},
     "delay": {
@@ -115,6 +123,8 @@ ENGINE_STATS = {
                               {"rule": "F9", "severity": "critical", "count": 1},
                               {"rule": "F9", "severity": "info", "count": 2}],
     "horizon_dropped_total": 0,
+    "suppressed_total": {},
+    "shape_problems": [SHAPE_PROBLEM],
 }
 
 

@@ -7,9 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from devservices import scenario
+from oncewatch.core import names
 from oncewatch.dashboards import metrics
 from oncewatch.store import Store
 
@@ -89,8 +91,11 @@ def test_verdict_and_stream_lag(served) -> None:
     assert value(fams, "oncewatch_stream_lag_seconds", stream="binlog") == 2.5
     assert value(fams, "oncewatch_rule_threshold", rule="F12", threshold="partition_skew_threshold") == 3.0
     assert list(fams["oncewatch_build_info"][1].values()) == [1]
+    # The scenario's dropped callback_status column blinds F6 (checks.shape).
     assert {dict(k)["rule"]: v for k, v in fams["oncewatch_rule_can_judge"][1].items()} == {
-        f"F{i}": 1 for i in range(1, 13)}
+        f"F{i}": int(i != 6) for i in range(1, 13)}
+    assert value(fams, "oncewatch_shape_problem", table="shop.payments",
+                 config_key="domain.payments.callback_status_column") == 1
 
 
 def test_alignment_and_lag(served) -> None:
@@ -155,3 +160,16 @@ def test_disconnected_collector_and_missing_store(served, tmp_path: Path) -> Non
     assert missing.get_sample_value("oncewatch_store_up") == 0
     (tmp_path / "empty.db").touch()  # created, never initialised by a monitor: no tables
     assert metrics.registry(str(tmp_path / "empty.db")).get_sample_value("oncewatch_store_up") == 0
+
+
+def test_shape_problems_and_what_they_suppressed_are_on_metrics(store_path):
+    store = Store(store_path)
+    with store.batch() as tx:
+        tx.set_state(names.ENGINE_STATS, {**scenario.ENGINE_STATS, "suppressed_total": {"F8": 3}, "shape_problems": [
+            {"table": "shop.orders", "column": "status", "config_key": "domain.orders.status_column",
+             "rules": ["F3", "F4", "F6"], "what": "shop.orders.status is gone (dropped or renamed)"}]})
+    store.close()
+    text = generate_latest(metrics.registry(store_path)).decode()
+    assert 'oncewatch_findings_suppressed_total{rule="F8"} 3.0' in text
+    assert 'oncewatch_findings_suppressed_total{rule="F1"} 0.0' in text
+    assert 'oncewatch_shape_problem{config_key="domain.orders.status_column",table="shop.orders"} 1.0' in text
