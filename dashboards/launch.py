@@ -38,13 +38,17 @@ class LaunchError(RuntimeError):
 def command(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> list[str]:
     return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
             "--server.address", host, "--server.port", str(port), "--browser.gatherUsageStats", "false",
-            "--server.fileWatcherType", "none", "--server.runOnSave", "false", "--client.toolbarMode", "viewer"]
+            "--server.fileWatcherType", "none", "--server.runOnSave", "false", "--client.toolbarMode", "viewer",
+            # Streamlit's own chatter (its banner, "Uvicorn server started") is not for the terminal;
+            # its errors and oncewatch's JSON log lines (the login's) are.
+            "--logger.level", "error"]
 
 
 def launch(*, config: str | None = None, store: str | None = None, host: str = DEFAULT_HOST,
            port: int = DEFAULT_PORT, env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen:
     """Start the dashboard for a config file or a store file; returns the server process.
-    Its output (Streamlit's, and the login's JSON log lines) goes to `log`, else to this process's own."""
+    Its output goes to `log`; without one, its log lines (the login's, Streamlit's errors) go to this
+    process's stderr and Streamlit's banner on stdout is dropped."""
     if not (config or store):
         raise ValueError("give config= (the monitor's config file) or store= (its store file)")
     child_env = {**os.environ, **(env or {})}
@@ -53,8 +57,8 @@ def launch(*, config: str | None = None, store: str | None = None, host: str = D
     if store:
         child_env[ENV_STORE] = str(Path(store).resolve())
     with open(log, "ab") if log else contextlib.nullcontext() as out:  # the child keeps its own copy
-        return subprocess.Popen(command(host, port), cwd=APP.parent, env=child_env, stdout=out,
-                                stderr=subprocess.STDOUT if out else None)
+        return subprocess.Popen(command(host, port), cwd=APP.parent, env=child_env,
+                                stdout=out or subprocess.DEVNULL, stderr=subprocess.STDOUT if out else None)
 
 
 def url(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> str:

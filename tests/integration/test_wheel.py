@@ -92,8 +92,10 @@ def test_dashboard_from_the_wheel_answers_its_health_check(installed: Path, tmp_
     proc = subprocess.Popen([str(installed / "oncewatch"), "dashboard", "--config", str(config), "--port", str(port)],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        first = proc.stdout.readline()  # printed once the health check answers
-        assert first.strip() == f"oncewatch dashboard on http://127.0.0.1:{port}", first + proc.stdout.read()
+        first = proc.stdout.readline()  # printed once the health check answers, before anything else
+        if first.strip() != f"oncewatch dashboard on http://127.0.0.1:{port}":
+            proc.terminate()  # read() waits for the end of the output: end the server first
+            pytest.fail(first + proc.stdout.read())
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=10) as resp:
             assert resp.status == 200 and resp.read() == b"ok"
     finally:
