@@ -4,8 +4,9 @@ Check a config, bootstrap, tail the binlog, run the monitor, list findings, expo
 dashboard, print the alert rules and the Grafana board.
 
 Exit codes (also in the README): 0 done; 1 unexpected internal error; 2 bad config or usage,
-including a `--since`/`--until` that is not ISO-8601 and, for `findings` and `export`, a
-store.path where there is no store (the monitor has not run with this config yet);
+including a `--since`/`--until` that is not ISO-8601, an `--out` that names the store or an
+existing file without `--force` and, for `findings` and `export`, a store.path where there is no
+store (the monitor has not run with this config yet);
 3 a source refused us or lost data we need (purged binlog, access denied).
 """
 
@@ -16,6 +17,7 @@ import datetime as dt
 import getpass
 import json
 import logging
+import os
 import re
 import signal
 import sys
@@ -23,14 +25,17 @@ import time
 from collections.abc import Callable
 from contextlib import closing
 from importlib import resources
-from pathlib import Path
 
 from oncewatch import __version__
 from oncewatch.core import exposure, logs, names
 from oncewatch.core.config import ConfigError, describe, load
-from oncewatch.store import StoreError, open_reader, open_writer, reviews
+from oncewatch.store import StoreError, is_store_file, open_reader, open_writer, reviews
 
 EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_SOURCE = 0, 1, 2, 3
+
+
+class OutRefusedError(ValueError):
+    """An --out that would write over the store, or over a file without --force."""
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
@@ -134,16 +139,34 @@ def cmd_export(args: argparse.Namespace) -> int:
         print("oncewatch: --since must be earlier than --until", file=sys.stderr)
         return EXIT_CONFIG
     cfg = load(args.config)
+    if is_store_file(args.out, cfg.store.path):  # before the export is made, which can take a while
+        raise OutRefusedError(f"--out {args.out} is the store's own file ({cfg.store.path}): an export never "
+                              f"writes over the store; give another --out path")
+    _refuse_existing(args.out, args.force)
     with closing(open_reader(cfg.store.path)) as store:
         data = export(store, args.format, rule=args.rule, status=args.status, since=args.since, until=args.until,
                       mask=args.mask, mask_fields=cfg.export.mask_fields,
                       mask_key=cfg.export.key() if args.mask else None, config_fingerprint=cfg.fingerprint())
-    return _write_out(args.out, data)
+    return _write_out(args.out, data, args.force)
 
 
-def _write_out(out: str, data: bytes) -> int:
+def _refuse_existing(out: str, force: bool) -> None:
+    if not force and os.path.lexists(out):
+        raise _exists(out)
+
+
+def _exists(out: str) -> OutRefusedError:
+    return OutRefusedError(f"{out} exists: give another --out path, or add --force to write over it")
+
+
+def _write_out(out: str, data: bytes, force: bool) -> int:
+    """`data` into `out`, over an existing file only with --force ("x" mode, so not over one made
+    since an earlier check either)."""
     try:
-        Path(out).write_bytes(data)
+        with open(out, "wb" if force else "xb") as f:
+            f.write(data)
+    except FileExistsError:
+        raise _exists(out) from None
     except OSError as exc:
         print(f"oncewatch: cannot write {out}: {exc.strerror}; give a writable --out path", file=sys.stderr)
         return EXIT_CONFIG
@@ -207,7 +230,7 @@ def cmd_shipped(args: argparse.Namespace) -> int:
     if args.out is None:
         sys.stdout.buffer.write(data)
         return EXIT_OK
-    return _write_out(args.out, data)
+    return _write_out(args.out, data, args.force)
 
 
 def _timestamp(text: str) -> dt.datetime:
@@ -240,6 +263,10 @@ def _review_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("ids", nargs="+", metavar="ID", help="finding ids, as `oncewatch findings` lists them")
     p.add_argument("--by", default=getpass.getuser(), help="who (default: the login name)")
     p.add_argument("--note", required=True, help="what was done or decided, for the history")
+
+
+def _force_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true", help="write over an existing --out file")
 
 
 def _on_signals(stop: Callable[[], None]) -> None:
@@ -284,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--until", type=_timestamp, metavar="T", help="findings seen before T (same form as --since)")
     e.add_argument("--mask", action="store_true", help="mask the personal fields of [export] mask_fields")
     e.add_argument("--out", required=True, metavar="FILE")
+    _force_arg(e)
     e.set_defaults(func=cmd_export)
     a = sub.add_parser("ack", help="acknowledge open findings: their alert ends while someone handles them")
     _review_args(a)
@@ -303,6 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
                        ("grafana", "the Grafana dashboard (import it, pick the Prometheus datasource)")):
         s = sub.add_parser(name, help=f"print {what}, or write them with --out")
         s.add_argument("--out", metavar="FILE")
+        _force_arg(s)
         if name in ("alerts", "alert-tests"):
             s.add_argument("--runbook-base", type=_runbook_base, metavar="URL",
                            help=f"put URL in place of {RUNBOOK_BASE} in every runbook_url (your own copy of the "
@@ -322,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     except StoreError as exc:
         print(f"oncewatch: store error: {exc}; check store.path", file=sys.stderr)
         return EXIT_CONFIG
-    except reviews.ReviewError as exc:
+    except (reviews.ReviewError, OutRefusedError) as exc:
         print(f"oncewatch: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except KeyboardInterrupt:

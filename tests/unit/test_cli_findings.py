@@ -5,7 +5,9 @@ from __future__ import annotations
 import base64
 import csv
 import io
+import itertools
 import json
+import os
 from pathlib import Path
 
 import openpyxl
@@ -129,6 +131,44 @@ def test_a_file_that_is_not_a_store_is_a_clear_error(capsys, tmp_path):
     (tmp_path / "oncewatch.db").write_text("not sqlite")
     code, _, err = run(capsys, "findings", "--config", str(write_config(tmp_path)))
     assert code == EXIT_CONFIG and "is not an oncewatch store" in err
+
+
+def test_export_never_writes_over_the_store_not_even_with_force(capsys, config, tmp_path, monkeypatch):
+    store = tmp_path / "oncewatch.db"
+    before = store.read_bytes()
+    (tmp_path / "link.db").symlink_to(store)
+    os.link(store, tmp_path / "hard.db")
+    monkeypatch.chdir(tmp_path)
+    names = [str(store), "oncewatch.db", "link.db", "hard.db", *(f"{store}{s}" for s in ("-wal", "-shm"))]
+    for out, force in itertools.product(names, ((), ("--force",))):
+        code, _, err = run(capsys, "export", "--config", str(config), "--format", "csv", "--out", out, *force)
+        assert code == EXIT_CONFIG, (out, force, err)
+        assert f"--out {out} is the store's own file ({store}): an export never writes over the store" in err
+    assert store.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hard.db", "link.db", "oncewatch.db", "oncewatch.toml"]
+    assert [f["id"] for f in findings_json(capsys, config)] == ["f-dup", "f-amount", "f-drift"]
+
+
+def test_export_writes_over_an_existing_file_only_with_force(capsys, config, tmp_path):
+    out = tmp_path / "report.json"
+    out.write_text("last month's report")
+    argv = ["export", "--config", str(config), "--format", "json", "--out", str(out)]
+    code, _, err = run(capsys, *argv)
+    assert code == EXIT_CONFIG and f"{out} exists: give another --out path, or add --force to write over it" in err
+    assert out.read_text() == "last month's report"
+    code, _, err = run(capsys, *argv, "--force")
+    assert code == EXIT_OK, err
+    assert reports.verify(out.read_bytes(), "json")
+
+
+@pytest.mark.parametrize("command", ["alerts", "alert-tests", "grafana"])
+def test_shipped_files_write_over_an_existing_file_only_with_force(capsys, tmp_path, command):
+    out = tmp_path / "mine.yml"
+    out.write_text("my own rules")
+    code, _, err = run(capsys, command, "--out", str(out))
+    assert code == EXIT_CONFIG and f"{out} exists" in err and out.read_text() == "my own rules"
+    code, _, err = run(capsys, command, "--out", str(out), "--force")
+    assert code == EXIT_OK and out.read_text() != "my own rules"
 
 
 def test_export_mask_uses_the_configured_fields_and_key(capsys, tmp_path, monkeypatch):
