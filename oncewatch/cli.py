@@ -5,8 +5,8 @@ dashboard, print the alert rules and the Grafana board.
 
 Exit codes (also in the README): 0 done; 1 unexpected internal error; 2 bad config or usage,
 including a `--since`/`--until` that is not ISO-8601, an `--out` that names the store or an
-existing file without `--force` and, for `findings` and `export`, a store.path where there is no
-store (the monitor has not run with this config yet);
+existing file without `--force`, and a store.path that is no store the command can use (none yet
+for `findings` and `export`, an empty or foreign file);
 3 a source refused us or lost data we need (purged binlog, access denied).
 """
 
@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"oncewatch: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except StoreError as exc:
-        print(f"oncewatch: store error: {exc}; check store.path", file=sys.stderr)
+        print(f"oncewatch: store error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except (reviews.ReviewError, OutRefusedError) as exc:
         print(f"oncewatch: {exc}", file=sys.stderr)

@@ -1,13 +1,27 @@
-"""The store's tables and how a connection to them is opened (SQLite in WAL mode).
+"""The store's tables, how a new store is made and how a connection to one is opened (SQLite, WAL).
 
 `engine_entries` holds the engine's open state one entry a row (store.engine_state); every other
 table is described where it is written (store.batch) and read (store.store, store.queries).
+
+A store carries APPLICATION_ID in its header (SQLite's own place for "which program's file is
+this"), so that a connection can tell it from an empty file or another program's database and
+refuse those before writing anything: a schema written into them would be a silent new store,
+and would change a stranger's file.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import tempfile
 from pathlib import Path
+
+from oncewatch.store.errors import NotAStoreError, StoreError
+from oncewatch.store.files import MEMORY, make_dir
+
+APPLICATION_ID = 0x6F6E6377  # "oncw"
+# Stores made before the mark are known by these tables; their next writer marks them.
+UNMARKED_TABLES = {"checkpoints", "findings"}
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints (
@@ -147,20 +161,86 @@ CREATE TABLE IF NOT EXISTS engine_entries (
 """
 
 
-class StoreError(RuntimeError):
-    """The store file cannot be opened or written; the message names the file."""
+def create(path: str) -> None:
+    """A new store at `path`: marked, with its schema, 0600; nothing happens when a file is there.
+    It is built beside `path` and linked into place, so a failure leaves no half store behind that
+    the next start would have to refuse as empty."""
+    make_dir(path)
+    fd, new = tempfile.mkstemp(dir=Path(path).parent, prefix=f".{Path(path).name}.new-")
+    os.close(fd)
+    try:
+        conn = sqlite3.connect(new, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            conn.executescript(SCHEMA)
+        finally:
+            conn.close()
+        os.link(new, path)
+    except FileExistsError:
+        pass  # made meanwhile by another process: theirs stands
+    finally:
+        for name in (new, f"{new}-wal", f"{new}-shm"):
+            Path(name).unlink(missing_ok=True)
 
 
 def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
+    """A connection to the existing store at `path` (or to `:memory:`). An empty file, or one that is
+    not an oncewatch store, is NotAStoreError and left exactly as it was: SQLite would take an empty
+    file for a new database (and drop the `-wal` beside it), so it is refused before SQLite opens it."""
+    if path != MEMORY:
+        _refuse_empty(path)
     try:
         if readonly:
             conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30, check_same_thread=False)
         else:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+        try:
+            conn.execute("PRAGMA busy_timeout=30000")
+            if path != MEMORY:
+                _recognise(conn, path, mark=not readonly)
+            if not readonly:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+        except BaseException:
+            conn.close()
+            raise
     except sqlite3.Error as exc:
-        raise StoreError(f"cannot open the store {path}: {exc}") from exc
-    conn.execute("PRAGMA busy_timeout=30000")
+        raise StoreError(f"cannot open the store {path} ({exc}): check store.path, and that this user may read "
+                         f"the store's files (they are 0600: the monitor's user)") from exc
     return conn
+
+
+def _refuse_empty(path: str) -> None:
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        raise StoreError(f"there is no store at {path}") from None
+    if size == 0:
+        raise NotAStoreError(
+            f"{path} is empty (0 bytes), so it is not an oncewatch store (a store holds at least its schema): "
+            f"it was truncated, or made by something else. It is left as it is: restore the store from a "
+            f"backup, or delete the file to start afresh (the monitor then makes a new store and bootstraps; "
+            f"the findings of the old one are gone)")
+
+
+def _recognise(conn: sqlite3.Connection, path: str, *, mark: bool) -> None:
+    """NotAStoreError unless the file is an oncewatch store; an unmarked one gets the mark if `mark`."""
+    advice = "point store.path at the monitor's store, or at a path where there is no file yet"
+    try:
+        found = conn.execute("PRAGMA application_id").fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        if exc.sqlite_errorcode != sqlite3.SQLITE_NOTADB:
+            raise
+        raise NotAStoreError(f"{path} is not an oncewatch store (it is not a SQLite database); it is left as "
+                             f"it is: {advice}") from None
+    if found == APPLICATION_ID:
+        return
+    tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+    if found == 0 and UNMARKED_TABLES <= tables:
+        if mark:
+            conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+        return
+    what = f"application_id {found:#x}" if found else f"tables: {', '.join(sorted(tables)) or 'none'}"
+    raise NotAStoreError(f"{path} is a SQLite database but not an oncewatch store ({what}); it is left as it "
+                         f"is: {advice}")

@@ -4,12 +4,13 @@ SQLite in WAL mode. Everything a batch of input produced (the rows or events, th
 engine derived, the findings, and the checkpoint that says how far input was read) is
 written in one `with store.batch() as tx:` block, i.e. one SQLite transaction, so a kill -9
 at any instant resumes with nothing lost and nothing doubled. Readers (dashboards, exports)
-open their own connections (`open_reader`) and never block the writer.
+open their own connections (`open_reader`) and never block the writer, and a person's review is a
+short write beside it (`open_writer`).
 """
 
 from __future__ import annotations
 
-import sqlite3
+import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -22,19 +23,24 @@ from oncewatch.core.records import EmittedEvent, Finding, QuarantinedRecord, Qua
 from oncewatch.store.batch import Batch
 from oncewatch.store.codec import (EVENT_COLUMNS, FINDING_COLUMNS, ROW_CHANGE_COLUMNS, event_from_row, finding_from_row,
                                    headers_from_json, row_change_from_row)
-from oncewatch.store.schema import SCHEMA, StoreError, connect
+from oncewatch.store.errors import StoreError
+from oncewatch.store.files import MEMORY, create_private
+from oncewatch.store.schema import SCHEMA, connect, create
 
 COUNTED = ("row_changes", "events", "quarantine", "findings", "entity_index", "series")
 
 class Store:
-    """The writer's handle. One writer per store file; readers use `Store(path, readonly=True)`."""
+    """A handle on the store at `path`, created there when there is no file (a writer's only);
+    `readonly=True` for readers."""
 
     def __init__(self, path: str, *, readonly: bool = False):
         self.path = path
+        if not readonly and path != MEMORY and not os.path.lexists(path):
+            create(path)
         self.conn = connect(path, readonly=readonly)
         self._lock = threading.Lock()
         if not readonly:
-            self.conn.executescript(SCHEMA)
+            self.conn.executescript(SCHEMA)  # a store made by an older version gains the newer tables
 
     def close(self) -> None:
         self.conn.close()
@@ -144,7 +150,9 @@ class Store:
         return [finding_from_row(r) for r in self.conn.execute(sql + " ORDER BY first_seen, id", params)]
 
     def backup(self, path: str) -> None:
-        """A consistent copy of the whole store in a new file (taken while the monitor may write)."""
+        """A consistent copy of the whole store in a new file (taken while the monitor may write), as
+        private as the store: VACUUM INTO fills an empty file made 0600 here."""
+        os.close(create_private(path))
         self.conn.execute("VACUUM INTO ?", (path,))
 
     @contextmanager
@@ -165,14 +173,9 @@ def open_writer(path: str) -> Store:
 
 
 def open_reader(path: str) -> Store:
-    """The store at `path`, read-only; StoreError (saying what to do) when there is none yet."""
-    if path == ":memory:" or not Path(path).is_file():
+    """The store at `path`, read-only; StoreError (saying what to do) when there is none yet, and
+    NotAStoreError for a file that is not one."""
+    if path == MEMORY or not Path(path).is_file():
         raise StoreError(f"there is no store at {path}: the monitor has not run with this config yet "
                          f"(`oncewatch run --config FILE` creates it)")
-    store = Store(path, readonly=True)
-    try:
-        store.conn.execute("SELECT 1 FROM findings LIMIT 1")
-    except sqlite3.DatabaseError as exc:
-        store.close()
-        raise StoreError(f"{path} is not an oncewatch store ({exc})") from exc
-    return store
+    return Store(path, readonly=True)

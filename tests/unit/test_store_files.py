@@ -1,0 +1,131 @@
+"""The store's files: an empty or foreign file refused and left as it was, a new store made whole and
+0600."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from oncewatch.store import NotAStoreError, Store, open_reader, open_writer, reviews
+from oncewatch.store.schema import SCHEMA
+from tests.unit.test_reports import FINDINGS, seed
+
+IDS = {f.id for f in FINDINGS}
+
+
+def write_config(tmp_path: Path, store: Path) -> Path:
+    path = tmp_path / "oncewatch.toml"
+    path.write_text(f'[mysql]\nuser = "oncewatch"\ntables = ["shop.orders"]\n\n[store]\npath = "{store}"\n')
+    return path
+
+
+def oncewatch(*argv: str) -> subprocess.CompletedProcess:
+    """The installed command in a process of its own; a refused store ends it before any source is asked
+    (no MySQL here: reaching it would be exit 3)."""
+    return subprocess.run([sys.executable, "-m", "oncewatch.cli", *argv], capture_output=True, text=True, timeout=60)
+
+
+def finding_ids(path: Path) -> set[str]:
+    with closing(open_reader(str(path))) as store:
+        return store.finding_ids()
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ---------------------------------------------------------------- what a store file is
+
+def test_a_missing_store_is_created_whole_and_private(tmp_path):
+    path = tmp_path / "new" / "dir" / "oncewatch.db"
+    umask = os.umask(0o022)  # the usual umask would leave files 0644
+    try:
+        store = Store(str(path))
+        with store.batch() as tx:
+            tx.upsert_findings(FINDINGS)
+        files = sorted(p.name for p in path.parent.iterdir())
+        assert files == ["oncewatch.db", "oncewatch.db-shm", "oncewatch.db-wal"]
+        assert {name: mode(path.parent / name) for name in files} == dict.fromkeys(files, 0o600)
+        store.backup(str(tmp_path / "copy.db"))  # a copy holds the same rows
+        assert mode(tmp_path / "copy.db") == 0o600
+        store.close()
+        # SQLite gives -wal and -shm the database's mode, whoever opens it next.
+        with closing(open_writer(str(path))) as writer:
+            reviews.acknowledge(writer, ["f-dup"], by="tester", note="seen", until=2e9, now=1e9)
+            assert mode(path.parent / "oncewatch.db-wal") == 0o600
+    finally:
+        os.umask(umask)
+    assert finding_ids(path) == IDS
+
+
+def test_an_empty_store_is_refused_and_left_as_it_was(tmp_path):
+    """A store truncated to 0 bytes, with the -wal of its last commits still beside it: SQLite would take
+    the file for a new database and drop that -wal; the monitor would bootstrap a new store there."""
+    path = tmp_path / "oncewatch.db"
+    with closing(seed(path)):
+        wal = (tmp_path / "oncewatch.db-wal").read_bytes()
+    assert wal  # the commits of seed(), not yet in the database file
+    path.write_bytes(b"")
+    (tmp_path / "oncewatch.db-wal").write_bytes(wal)
+    config = write_config(tmp_path, path)
+    with pytest.raises(NotAStoreError, match=f"{path} is empty"):
+        Store(str(path))
+    for argv in (("run", "--until-idle", "1"), ("findings",), ("ack", "f-dup", "--note", "x")):
+        result = oncewatch(argv[0], "--config", str(config), *argv[1:])
+        assert result.returncode == 2 and f"{path} is empty (0 bytes)" in result.stderr, result.stderr
+        assert "restore the store from a backup, or delete the file" in result.stderr
+    assert path.stat().st_size == 0 and (tmp_path / "oncewatch.db-wal").read_bytes() == wal
+    assert not (tmp_path / "oncewatch.db-shm").exists()
+
+
+def sqlite_of_another_program(path: Path) -> None:
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, phone TEXT)")
+        conn.execute("INSERT INTO customers VALUES (1, '13800000000')")
+        conn.commit()
+
+
+def sqlite_without_tables(path: Path) -> None:
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA user_version = 7")
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p.write_text("store.path = 'here'\n"), "is not an oncewatch store (it is not a SQLite database)"),
+    (sqlite_of_another_program, "is a SQLite database but not an oncewatch store (tables: customers)"),
+    (sqlite_without_tables, "is a SQLite database but not an oncewatch store (tables: none)"),
+])
+def test_a_foreign_file_is_refused_and_left_as_it_was(tmp_path, make, message):
+    path = tmp_path / "oncewatch.db"
+    make(path)
+    path.chmod(0o644)
+    before = digest(path)
+    config = write_config(tmp_path, path)
+    with pytest.raises(NotAStoreError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Store(str(path))
+    for argv in (("run", "--until-idle", "1"), ("findings",)):
+        result = oncewatch(argv[0], "--config", str(config), *argv[1:])
+        assert result.returncode == 2 and f"{path} {message}" in result.stderr, result.stderr
+    assert digest(path) == before and mode(path) == 0o644
+    assert not (tmp_path / "oncewatch.db-wal").exists()
+
+
+def test_a_store_made_before_the_mark_is_still_a_store(tmp_path):
+    path = tmp_path / "oncewatch.db"
+    with closing(sqlite3.connect(path)) as conn:  # what an older oncewatch made: its tables, no application_id
+        conn.executescript(SCHEMA)
+    with closing(Store(str(path))) as store, store.batch() as tx:
+        tx.upsert_findings(FINDINGS)
+    assert finding_ids(path) == IDS
