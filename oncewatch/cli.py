@@ -6,7 +6,7 @@ dashboard, print the alert rules and the Grafana board.
 Exit codes (also in the README): 0 done; 1 unexpected internal error; 2 bad config or usage,
 including a `--since`/`--until` that is not ISO-8601, an `--out` that names the store or an
 existing file without `--force`, and a store.path that is no store the command can use (none yet
-for `findings` and `export`, an empty or foreign file);
+for `findings` and `export`, an empty or foreign file, a store another monitor holds);
 3 a source refused us or lost data we need (purged binlog, access denied).
 """
 
@@ -87,6 +87,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ReaderFailedError as exc:  # the tracebacks are in the log already, one per failure
         print(f"oncewatch: {exc}", file=sys.stderr)
         return EXIT_INTERNAL
+    finally:
+        monitor.close()
     return EXIT_OK
 
 
@@ -95,7 +97,8 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
     from oncewatch.monitor import Monitor
 
     cfg = load(args.config)
-    position = Monitor(cfg).bootstrap()
+    with closing(Monitor(cfg)) as monitor:
+        position = monitor.bootstrap()
     print(json.dumps({"bootstrapped_at": position.to_dict()}))
     return EXIT_OK
 

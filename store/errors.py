@@ -13,3 +13,7 @@ class StoreError(RuntimeError):
 class NotAStoreError(StoreError):
     """The file at store.path is empty or is not an oncewatch store; it is left as it is."""
 
+
+class StoreLockedError(StoreError):
+    """Another monitor holds the store: one monitor writes a store (readers need no lock)."""
+

@@ -3,9 +3,9 @@
 SQLite in WAL mode. Everything a batch of input produced (the rows or events, the state the
 engine derived, the findings, and the checkpoint that says how far input was read) is
 written in one `with store.batch() as tx:` block, i.e. one SQLite transaction, so a kill -9
-at any instant resumes with nothing lost and nothing doubled. Readers (dashboards, exports)
-open their own connections (`open_reader`) and never block the writer, and a person's review is a
-short write beside it (`open_writer`).
+at any instant resumes with nothing lost and nothing doubled. One monitor writes a store
+(`open_monitor`: its lock, store.lock); readers (dashboards, exports) open their own connections
+(`open_reader`) and never block it, and a person's review is a short write beside it (`open_writer`).
 """
 
 from __future__ import annotations
@@ -24,26 +24,30 @@ from oncewatch.store.batch import Batch
 from oncewatch.store.codec import (EVENT_COLUMNS, FINDING_COLUMNS, ROW_CHANGE_COLUMNS, event_from_row, finding_from_row,
                                    headers_from_json, row_change_from_row)
 from oncewatch.store.errors import StoreError
-from oncewatch.store.files import MEMORY, create_private
+from oncewatch.store.files import MEMORY, create_private, make_dir, make_private
+from oncewatch.store.lock import MonitorLock
 from oncewatch.store.schema import SCHEMA, connect, create
 
 COUNTED = ("row_changes", "events", "quarantine", "findings", "entity_index", "series")
 
 class Store:
     """A handle on the store at `path`, created there when there is no file (a writer's only);
-    `readonly=True` for readers."""
+    `readonly=True` for readers. The monitor's comes from `open_monitor`, with its lock (`held`)."""
 
-    def __init__(self, path: str, *, readonly: bool = False):
+    def __init__(self, path: str, *, readonly: bool = False, held: MonitorLock | None = None):
         self.path = path
         if not readonly and path != MEMORY and not os.path.lexists(path):
             create(path)
         self.conn = connect(path, readonly=readonly)
         self._lock = threading.Lock()
+        self._held = held
         if not readonly:
             self.conn.executescript(SCHEMA)  # a store made by an older version gains the newer tables
 
     def close(self) -> None:
         self.conn.close()
+        if self._held is not None:
+            self._held.release()
 
     @contextmanager
     def batch(self) -> Iterator[Batch]:
@@ -163,6 +167,27 @@ class Store:
             yield
         finally:
             self.conn.execute("COMMIT")
+
+
+def open_monitor(path: str) -> Store:
+    """The monitor's handle on its store, held alone while it runs (StoreLockedError for a second
+    monitor). A missing store is created; an empty or foreign file is refused (NotAStoreError) and
+    never bootstrapped over."""
+    if path == MEMORY:
+        return Store(path)
+    make_dir(path)
+    held = MonitorLock.acquire(path)
+    try:
+        store = Store(path, held=held)
+    except BaseException:
+        held.release()
+        raise
+    try:
+        make_private(path)  # only once it is known to be a store: a stranger's file keeps its mode
+    except BaseException:
+        store.close()
+        raise
+    return store
 
 
 def open_writer(path: str) -> Store:

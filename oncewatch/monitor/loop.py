@@ -31,7 +31,7 @@ from oncewatch.monitor.preflight import preflight_kafka, preflight_mysql
 from oncewatch.monitor.readers import (BinlogSource, Item, KafkaEventsSource, OffsetsSource, Reader, ReaderFailed,
                                        Source)
 from oncewatch.monitor.writer import Writer
-from oncewatch.store import Store
+from oncewatch.store import Store, open_monitor
 
 log = logging.getLogger("oncewatch.monitor")
 
@@ -59,19 +59,24 @@ def tune_gc() -> None:
 
 
 class Monitor:
-    """Runs until `stop()` (or until idle, for batch audits)."""
+    """Runs until `stop()` (or until idle, for batch audits). It holds its store alone from here until
+    `close()` (StoreLockedError while another monitor runs on it)."""
 
     def __init__(self, cfg: Config, store: Store | None = None):
         self.cfg = cfg
-        self.store = store or Store(cfg.store.path)
         self.settings = Settings.from_config(cfg)
         self.engine = Engine(self.settings)
+        self.store = store or open_monitor(cfg.store.path)
         self.writer = Writer(cfg, self.store, self.engine, EntityIndex(self.settings))
         self.progress = self.writer.progress
         self.queue: queue.Queue[Item] = queue.Queue(maxsize=QUEUE_SIZE)
         self._stop = threading.Event()
         self.readers: dict[str, Reader] = {}
         self.health = Health(self.store, self.readers, self.progress, self.engine.stats, cfg.rules, self.engine.shape)
+
+    def close(self) -> None:
+        """The store closed and its lock given up."""
+        self.store.close()
 
     def stop(self) -> None:
         self._stop.set()

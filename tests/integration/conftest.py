@@ -103,7 +103,9 @@ def write_config_file(cfg_dict: str, tmp_path: Path) -> Path:
     return path
 
 
-def monitor_config_toml(tables: list[str], tmp_path: Path) -> Path:
+def monitor_config_toml(tables: list[str], tmp_path: Path, *, store: Path | None = None, extra: str = "") -> Path:
+    """Like monitor_config, as a file in `tmp_path`; the store at `store` (default tmp_path/store.db),
+    then the TOML of `extra`."""
     listed = ", ".join(f'"{t}"' for t in tables)
     return write_config_file(f"""
 [mysql]
@@ -117,8 +119,8 @@ heartbeat_seconds = 1.0
 reconnect_max_seconds = 2.0
 
 [store]
-path = "{tmp_path / 'store.db'}"
-""", tmp_path)
+path = "{store or tmp_path / 'store.db'}"
+{extra}""", tmp_path)
 
 
 def wait_for(what: str, cond: Callable[[], bool], timeout: float = 90.0) -> None:

@@ -139,7 +139,7 @@ def test_export_never_writes_over_the_store_not_even_with_force(capsys, config, 
     (tmp_path / "link.db").symlink_to(store)
     os.link(store, tmp_path / "hard.db")
     monkeypatch.chdir(tmp_path)
-    names = [str(store), "oncewatch.db", "link.db", "hard.db", *(f"{store}{s}" for s in ("-wal", "-shm"))]
+    names = [str(store), "oncewatch.db", "link.db", "hard.db", *(f"{store}{s}" for s in ("-wal", "-shm", ".lock"))]
     for out, force in itertools.product(names, ((), ("--force",))):
         code, _, err = run(capsys, "export", "--config", str(config), "--format", "csv", "--out", out, *force)
         assert code == EXIT_CONFIG, (out, force, err)

@@ -1,5 +1,5 @@
-"""The store's files: an empty or foreign file refused and left as it was, a new store made whole and
-0600."""
+"""The store's files: one monitor per store, an empty or foreign file refused, 0600 modes; each time
+nothing committed lost."""
 
 from __future__ import annotations
 
@@ -9,16 +9,20 @@ import sqlite3
 import stat
 import subprocess
 import sys
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
 
-from oncewatch.store import NotAStoreError, Store, open_reader, open_writer, reviews
+from oncewatch.store import NotAStoreError, Store, StoreLockedError, open_monitor, open_reader, open_writer, reviews
 from oncewatch.store.schema import SCHEMA
 from tests.unit.test_reports import FINDINGS, seed
 
 IDS = {f.id for f in FINDINGS}
+# Holds the store as a monitor does, in a process of its own, until its stdin closes.
+HOLD = ("import sys; from oncewatch.store import open_monitor; store = open_monitor(sys.argv[1]); "
+        "print('held', flush=True); sys.stdin.read()")
 
 
 def write_config(tmp_path: Path, store: Path) -> Path:
@@ -46,17 +50,65 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@contextmanager
+def monitor_elsewhere(path: Path) -> Iterator[subprocess.Popen]:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline() == "held\n"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# ---------------------------------------------------------------- one monitor per store
+
+def test_a_second_monitor_is_refused_naming_the_store_and_the_holder_while_readers_and_reviews_work(tmp_path):
+    path = tmp_path / "oncewatch.db"
+    seed(path).close()
+    config = write_config(tmp_path, path)
+    with monitor_elsewhere(path) as holder:
+        with pytest.raises(StoreLockedError) as refused:
+            open_monitor(str(path))
+        assert f"(pid {holder.pid}) is running on the store {path}" in str(refused.value)
+
+        run = oncewatch("run", "--config", str(config), "--until-idle", "1")
+        assert run.returncode == 2, run.stderr
+        assert f"another oncewatch monitor (pid {holder.pid}) is running on the store {path}" in run.stderr
+        assert "Traceback" not in run.stderr
+        assert oncewatch("bootstrap", "--config", str(config)).returncode == 2
+
+        # Readers and a person's review go on beside the monitor.
+        assert oncewatch("findings", "--config", str(config)).returncode == 0
+        export = oncewatch("export", "--config", str(config), "--format", "json", "--out", str(tmp_path / "r.json"))
+        assert export.returncode == 0, export.stderr
+        ack = oncewatch("ack", "--config", str(config), "f-dup", "--note", "on it")
+        assert ack.returncode == 0, ack.stderr
+        assert holder.poll() is None
+    # Killed (as by kill -9): the kernel has dropped its lock, there is nothing stale to clean up.
+    with closing(open_monitor(str(path))) as store:
+        assert store.finding_ids() == IDS
+        assert store.findings_by_id(["f-dup"])[0].status == "acknowledged"
+
+
+def test_the_lock_is_given_up_on_close(tmp_path):
+    path = str(tmp_path / "oncewatch.db")
+    open_monitor(path).close()
+    open_monitor(path).close()
+
+
 # ---------------------------------------------------------------- what a store file is
 
 def test_a_missing_store_is_created_whole_and_private(tmp_path):
     path = tmp_path / "new" / "dir" / "oncewatch.db"
     umask = os.umask(0o022)  # the usual umask would leave files 0644
     try:
-        store = Store(str(path))
+        store = open_monitor(str(path))
         with store.batch() as tx:
             tx.upsert_findings(FINDINGS)
         files = sorted(p.name for p in path.parent.iterdir())
-        assert files == ["oncewatch.db", "oncewatch.db-shm", "oncewatch.db-wal"]
+        assert files == ["oncewatch.db", "oncewatch.db-shm", "oncewatch.db-wal", "oncewatch.db.lock"]
         assert {name: mode(path.parent / name) for name in files} == dict.fromkeys(files, 0o600)
         store.backup(str(tmp_path / "copy.db"))  # a copy holds the same rows
         assert mode(tmp_path / "copy.db") == 0o600
@@ -70,6 +122,15 @@ def test_a_missing_store_is_created_whole_and_private(tmp_path):
     assert finding_ids(path) == IDS
 
 
+def test_a_store_made_before_its_files_were_private_is_made_private(tmp_path):
+    path = tmp_path / "oncewatch.db"
+    seed(path).close()
+    path.chmod(0o644)
+    with closing(open_monitor(str(path))):
+        assert {p.name: mode(p) for p in tmp_path.iterdir()} == {
+            "oncewatch.db": 0o600, "oncewatch.db-wal": 0o600, "oncewatch.db-shm": 0o600, "oncewatch.db.lock": 0o600}
+
+
 def test_an_empty_store_is_refused_and_left_as_it_was(tmp_path):
     """A store truncated to 0 bytes, with the -wal of its last commits still beside it: SQLite would take
     the file for a new database and drop that -wal; the monitor would bootstrap a new store there."""
@@ -81,7 +142,7 @@ def test_an_empty_store_is_refused_and_left_as_it_was(tmp_path):
     (tmp_path / "oncewatch.db-wal").write_bytes(wal)
     config = write_config(tmp_path, path)
     with pytest.raises(NotAStoreError, match=f"{path} is empty"):
-        Store(str(path))
+        open_monitor(str(path))
     for argv in (("run", "--until-idle", "1"), ("findings",), ("ack", "f-dup", "--note", "x")):
         result = oncewatch(argv[0], "--config", str(config), *argv[1:])
         assert result.returncode == 2 and f"{path} is empty (0 bytes)" in result.stderr, result.stderr
@@ -114,7 +175,7 @@ def test_a_foreign_file_is_refused_and_left_as_it_was(tmp_path, make, message):
     before = digest(path)
     config = write_config(tmp_path, path)
     with pytest.raises(NotAStoreError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        Store(str(path))
+        open_monitor(str(path))
     for argv in (("run", "--until-idle", "1"), ("findings",)):
         result = oncewatch(argv[0], "--config", str(config), *argv[1:])
         assert result.returncode == 2 and f"{path} {message}" in result.stderr, result.stderr
@@ -128,4 +189,5 @@ def test_a_store_made_before_the_mark_is_still_a_store(tmp_path):
         conn.executescript(SCHEMA)
     with closing(Store(str(path))) as store, store.batch() as tx:
         tx.upsert_findings(FINDINGS)
-    assert finding_ids(path) == IDS
+    with closing(open_monitor(str(path))) as store:
+        assert store.finding_ids() == IDS
