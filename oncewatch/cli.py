@@ -7,7 +7,8 @@ Exit codes (also in the README): 0 done; 1 unexpected internal error; 2 bad conf
 including a `--since`/`--until` that is not ISO-8601, an `--out` that names the store or an
 existing file without `--force`, and a store.path that is no store the command can use (none yet
 for `findings` and `export`, an empty or foreign file, a store another monitor holds);
-3 a source refused us or lost data we need (purged binlog, access denied).
+3 a source refused us or lost data we need (purged binlog, access denied); 4 the disk holding the
+store is full (said at every start until there is room).
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from importlib import resources
 from oncewatch import __version__
 from oncewatch.core import exposure, logs, names
 from oncewatch.core.config import ConfigError, describe, load
-from oncewatch.store import StoreError, is_store_file, open_reader, open_writer, reviews
+from oncewatch.store import StoreError, StoreFullError, is_store_file, open_reader, open_writer, reviews
 
-EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_SOURCE = 0, 1, 2, 3
+EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_SOURCE, EXIT_DISK_FULL = 0, 1, 2, 3, 4
 
 
 class OutRefusedError(ValueError):
@@ -351,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"oncewatch: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except StoreFullError as exc:
+        print(f"oncewatch: store error: {exc}", file=sys.stderr)
+        return EXIT_DISK_FULL
     except StoreError as exc:
         print(f"oncewatch: store error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

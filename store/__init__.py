@@ -3,13 +3,13 @@
 It owns the schema (store.schema), every write (store.batch: one transaction per batch of input,
 checkpoints included), the engine's open state (store.engine_state), every read the pages,
 /metrics, the CLI and the exports make (store.store, store.queries), and the store's files on
-disk: their modes and the monitor's lock (store.files, store.lock, store.errors).
+disk: their modes, the monitor's lock and a full disk (store.files, store.lock, store.errors).
 """
 
 from oncewatch.store.batch import Batch
-from oncewatch.store.errors import NotAStoreError, StoreError, StoreLockedError
+from oncewatch.store.errors import NotAStoreError, StoreError, StoreFullError, StoreLockedError
 from oncewatch.store.files import is_store_file
 from oncewatch.store.store import Store, open_monitor, open_reader, open_writer
 
-__all__ = ["Batch", "NotAStoreError", "Store", "StoreError", "StoreLockedError", "is_store_file", "open_monitor",
-           "open_reader", "open_writer"]
+__all__ = ["Batch", "NotAStoreError", "Store", "StoreError", "StoreFullError", "StoreLockedError", "is_store_file",
+           "open_monitor", "open_reader", "open_writer"]

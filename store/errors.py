@@ -1,6 +1,7 @@
 """What can be wrong with a store file, as exceptions whose messages name the file and say what to do.
 
-The CLI says them with its exit code 2: a store.path it cannot use.
+The CLI maps them to its exit codes: a full disk has its own (4), the others are a wrong
+store.path or usage (2).
 """
 
 from __future__ import annotations
@@ -17,3 +18,12 @@ class NotAStoreError(StoreError):
 class StoreLockedError(StoreError):
     """Another monitor holds the store: one monitor writes a store (readers need no lock)."""
 
+
+class StoreFullError(StoreError):
+    """The filesystem holding the store has no room left for it; what was committed is kept."""
+
+    def __init__(self, path: str, detail: str):
+        super().__init__(f"the disk holding the store {path} is full ({detail}). Free space on that filesystem "
+                         f"(or move the store and store.path to a larger one), then start again: everything "
+                         f"committed is kept, and the monitor resumes from its checkpoint")
+        self.path = path

@@ -1,4 +1,4 @@
-"""The store's files on disk: which they are, and kept private (0600).
+"""The store's files on disk: which they are, kept private (0600), and a full disk told as such.
 
 A store is the SQLite database at store.path, SQLite's `-wal` and `-shm` beside it, and the
 monitor's `.lock` (store.lock). They hold full rows (phone numbers, addresses), so they are
@@ -8,12 +8,17 @@ private is enough for them.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import shutil
+import sqlite3
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from oncewatch.store.errors import StoreError
+from oncewatch.store.errors import StoreError, StoreFullError
 
 log = logging.getLogger("oncewatch.store")
 
@@ -21,6 +26,10 @@ MEMORY = ":memory:"
 LOCK = ".lock"
 SIDECARS = ("-wal", "-shm", LOCK)
 PRIVATE = 0o600
+# Below this much free space the monitor does not start: its first batches need more than that
+# in the WAL, so it would only fail a few seconds later, after it had connected to the sources.
+MIN_FREE_BYTES = 1 << 20
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 def store_files(path: str) -> tuple[str, ...]:
@@ -40,10 +49,40 @@ def is_store_file(candidate: str, path: str) -> bool:
     return False
 
 
+def free_bytes(path: str) -> int:
+    return shutil.disk_usage(Path(path).parent).free
+
+
+def require_space(path: str) -> None:
+    """StoreFullError unless the store's filesystem has MIN_FREE_BYTES free."""
+    free = free_bytes(path)
+    if free < MIN_FREE_BYTES:
+        raise StoreFullError(path, f"{free} bytes free, the monitor needs at least {MIN_FREE_BYTES}")
+
+
+@contextmanager
+def said_full(path: str) -> Iterator[None]:
+    """A full disk met inside the block becomes StoreFullError naming the store. SQLite says
+    SQLITE_FULL when a write finds no room, but only "disk I/O error" when it cannot grow its
+    `-shm` (even to read), so an I/O error on a filesystem with (almost) no room left counts too."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        code = exc.sqlite_errorcode & 0xFF
+        if code == sqlite3.SQLITE_FULL or (code == sqlite3.SQLITE_IOERR and free_bytes(path) < MIN_FREE_BYTES):
+            raise StoreFullError(path, f"SQLite: {exc}") from exc
+        raise
+    except OSError as exc:
+        if exc.errno in _NO_SPACE:
+            raise StoreFullError(path, exc.strerror or "no space left") from exc
+        raise
+
+
 def make_dir(path: str) -> None:
     """The store's directory, made when missing."""
     try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with said_full(path):
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StoreError(f"cannot make the store's directory {Path(path).parent} ({exc.strerror}); "
                          f"check store.path") from exc

@@ -15,7 +15,7 @@ import fcntl
 import os
 
 from oncewatch.store.errors import StoreError, StoreLockedError
-from oncewatch.store.files import LOCK, create_private
+from oncewatch.store.files import LOCK, create_private, said_full
 
 
 class MonitorLock:
@@ -29,7 +29,8 @@ class MonitorLock:
         """The lock of the store at `store_path`, or StoreLockedError naming the store and the holder's pid."""
         path = store_path + LOCK
         try:
-            fd = _open(path)
+            with said_full(store_path):
+                fd = _open(path)
         except OSError as exc:
             raise StoreError(f"cannot open the lock file {path} ({exc.strerror}): the monitor needs to create "
                              f"and write files in the store's directory") from exc
@@ -43,8 +44,9 @@ class MonitorLock:
                 f"{store_path} (it holds {path}): stop it first, or give this monitor a store of its own. "
                 f"The dashboard, `findings`, `export`, `ack` and `close` work beside it") from None
         try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            with said_full(store_path):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except BaseException:
             os.close(fd)
             raise

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from oncewatch.store.errors import NotAStoreError, StoreError
-from oncewatch.store.files import MEMORY, make_dir
+from oncewatch.store.files import MEMORY, make_dir, said_full
 
 APPLICATION_ID = 0x6F6E6377  # "oncw"
 # Stores made before the mark are known by these tables; their next writer marks them.
@@ -163,20 +163,22 @@ CREATE TABLE IF NOT EXISTS engine_entries (
 
 def create(path: str) -> None:
     """A new store at `path`: marked, with its schema, 0600; nothing happens when a file is there.
-    It is built beside `path` and linked into place, so a failure leaves no half store behind that
-    the next start would have to refuse as empty."""
+    It is built beside `path` and linked into place, so a failure (a full disk) leaves no half
+    store behind that the next start would have to refuse as empty."""
     make_dir(path)
-    fd, new = tempfile.mkstemp(dir=Path(path).parent, prefix=f".{Path(path).name}.new-")
+    with said_full(path):
+        fd, new = tempfile.mkstemp(dir=Path(path).parent, prefix=f".{Path(path).name}.new-")
     os.close(fd)
     try:
-        conn = sqlite3.connect(new, isolation_level=None)
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
-            conn.executescript(SCHEMA)
-        finally:
-            conn.close()
-        os.link(new, path)
+        with said_full(path):
+            conn = sqlite3.connect(new, isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+                conn.executescript(SCHEMA)
+            finally:
+                conn.close()
+            os.link(new, path)
     except FileExistsError:
         pass  # made meanwhile by another process: theirs stands
     finally:
@@ -191,20 +193,21 @@ def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
     if path != MEMORY:
         _refuse_empty(path)
     try:
-        if readonly:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30, check_same_thread=False)
-        else:
-            conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-        try:
-            conn.execute("PRAGMA busy_timeout=30000")
-            if path != MEMORY:
-                _recognise(conn, path, mark=not readonly)
-            if not readonly:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
-        except BaseException:
-            conn.close()
-            raise
+        with said_full(path):
+            if readonly:
+                conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30, check_same_thread=False)
+            else:
+                conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+            try:
+                conn.execute("PRAGMA busy_timeout=30000")
+                if path != MEMORY:
+                    _recognise(conn, path, mark=not readonly)
+                if not readonly:
+                    conn.execute("PRAGMA journal_mode=WAL")
+                    conn.execute("PRAGMA synchronous=NORMAL")
+            except BaseException:
+                conn.close()
+                raise
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open the store {path} ({exc}): check store.path, and that this user may read "
                          f"the store's files (they are 0600: the monitor's user)") from exc

@@ -24,7 +24,7 @@ from oncewatch.store.batch import Batch
 from oncewatch.store.codec import (EVENT_COLUMNS, FINDING_COLUMNS, ROW_CHANGE_COLUMNS, event_from_row, finding_from_row,
                                    headers_from_json, row_change_from_row)
 from oncewatch.store.errors import StoreError
-from oncewatch.store.files import MEMORY, create_private, make_dir, make_private
+from oncewatch.store.files import MEMORY, create_private, make_dir, make_private, require_space, said_full
 from oncewatch.store.lock import MonitorLock
 from oncewatch.store.schema import SCHEMA, connect, create
 
@@ -42,7 +42,8 @@ class Store:
         self._lock = threading.Lock()
         self._held = held
         if not readonly:
-            self.conn.executescript(SCHEMA)  # a store made by an older version gains the newer tables
+            with said_full(path):
+                self.conn.executescript(SCHEMA)  # a store made by an older version gains the newer tables
 
     def close(self) -> None:
         self.conn.close()
@@ -51,14 +52,17 @@ class Store:
 
     @contextmanager
     def batch(self) -> Iterator[Batch]:
-        with self._lock:
+        with self._lock, said_full(self.path):
             self.conn.execute("BEGIN IMMEDIATE")
             try:
                 yield Batch(self.conn)
+                self.conn.execute("COMMIT")
             except BaseException:
-                self.conn.execute("ROLLBACK")
+                # SQLite may have rolled back itself (SQLITE_FULL can): a ROLLBACK then would raise and
+                # hide the error that matters.
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
                 raise
-            self.conn.execute("COMMIT")
 
     # -------------------------------------------------------------- reads
 
@@ -71,7 +75,7 @@ class Store:
         return default if row is None else from_json(row[0])
 
     def set_health(self, component: str, value: dict[str, Any]) -> None:
-        with self._lock:
+        with self._lock, said_full(self.path):
             self.conn.execute("INSERT INTO health (component, value, updated_at) VALUES (?, ?, ?) "
                               "ON CONFLICT(component) DO UPDATE SET value=excluded.value, "
                               "updated_at=excluded.updated_at", (component, to_json(value), time.time()))
@@ -156,8 +160,9 @@ class Store:
     def backup(self, path: str) -> None:
         """A consistent copy of the whole store in a new file (taken while the monitor may write), as
         private as the store: VACUUM INTO fills an empty file made 0600 here."""
-        os.close(create_private(path))
-        self.conn.execute("VACUUM INTO ?", (path,))
+        with said_full(path):
+            os.close(create_private(path))
+            self.conn.execute("VACUUM INTO ?", (path,))
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -172,12 +177,14 @@ class Store:
 def open_monitor(path: str) -> Store:
     """The monitor's handle on its store, held alone while it runs (StoreLockedError for a second
     monitor). A missing store is created; an empty or foreign file is refused (NotAStoreError) and
-    never bootstrapped over."""
+    never bootstrapped over; a disk without room is StoreFullError here, at every start until there
+    is room, before any source is asked."""
     if path == MEMORY:
         return Store(path)
     make_dir(path)
     held = MonitorLock.acquire(path)
     try:
+        require_space(path)
         store = Store(path, held=held)
     except BaseException:
         held.release()

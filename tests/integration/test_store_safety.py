@@ -1,4 +1,4 @@
-"""The store under two real `oncewatch run` processes."""
+"""The store under two real `oncewatch run` processes and under a disk that fills while one runs."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pymysql
 
 from oncewatch.core.names import MONITOR
 from oncewatch.store import StoreError, open_reader
+from tests.unit.test_store_files import fill, small_disk  # noqa: F401 - small_disk is a fixture
 
 from .conftest import monitor_config_toml, wait_for
 
@@ -108,3 +109,33 @@ def test_a_second_monitor_is_refused_while_the_first_runs_on_with_readers_and_re
     assert "IntegrityError" not in log.read_text() and "internal error" not in log.read_text()
     with closing(open_reader(str(store))) as s:
         assert [f.status for f in s.findings(rule="F1")] == ["acknowledged"]
+
+
+def test_a_disk_that_fills_under_a_running_monitor_ends_it_with_exit_4_at_every_start_and_loses_nothing(
+        admin, table_name, tmp_path, small_disk):
+    store = small_disk / "store.db"
+    config, log, monitor = monitor_with_a_finding(admin, table_name, tmp_path, store)
+    try:
+        before = f1_ids(store)
+        filler = fill(small_disk)
+        more = [(i, f"T{i}") for i in range(3, 303)]
+        for i in range(0, len(more), 50):
+            insert(admin, table_name, more[i:i + 50])
+        code = monitor.wait(120)
+    finally:
+        if monitor.poll() is None:
+            monitor.kill()
+            monitor.wait()
+    said = f"store error: the disk holding the store {store} is full"
+    assert code == 4, log.read_text()[-3000:]
+    assert said in log.read_text() and "internal error" not in log.read_text()
+
+    again = oncewatch("run", "--config", str(config), "--until-idle", "2")
+    assert again.returncode == 4 and said in again.stderr, again.stderr
+    assert "Traceback" not in again.stderr
+
+    filler.unlink()
+    final = oncewatch("run", "--config", str(config), "--until-idle", "2")
+    assert final.returncode == 0, final.stderr[-3000:]
+    assert f1_ids(store) == before
+    assert row_count(store) == 2 + len(more)  # what was committed on the binlog while the disk was full: read again

@@ -1,10 +1,11 @@
-"""The store's files: one monitor per store, an empty or foreign file refused, 0600 modes; each time
-nothing committed lost."""
+"""The store's files: one monitor per store, an empty or foreign file refused, 0600 modes, a full disk
+said as such (on a real 2 MB tmpfs) at the write and at every start; each time nothing committed lost."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sqlite3
 import stat
 import subprocess
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from oncewatch.store import NotAStoreError, Store, StoreLockedError, open_monitor, open_reader, open_writer, reviews
+from oncewatch.store import (NotAStoreError, Store, StoreFullError, StoreLockedError, open_monitor, open_reader,
+                             open_writer, reviews)
 from oncewatch.store.schema import SCHEMA
 from tests.unit.test_reports import FINDINGS, seed
 
@@ -191,3 +193,78 @@ def test_a_store_made_before_the_mark_is_still_a_store(tmp_path):
         tx.upsert_findings(FINDINGS)
     with closing(open_monitor(str(path))) as store:
         assert store.finding_ids() == IDS
+
+
+# ---------------------------------------------------------------- a full disk
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 2 MB tmpfs (needs root to mount; said as the reason when it cannot be)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}): the full-disk tests need root")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def fill(disk: Path) -> Path:
+    """A file that takes every byte the disk has left."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\0" * 65536)
+    except OSError as exc:
+        assert exc.errno == 28  # ENOSPC
+    finally:
+        os.close(fd)
+    assert shutil.disk_usage(disk).free == 0
+    return filler
+
+
+def test_a_full_disk_is_said_at_the_write_and_at_every_start_until_there_is_room(small_disk, tmp_path):
+    path = small_disk / "oncewatch.db"
+    store = open_monitor(str(path))
+    with store.batch() as tx:
+        tx.upsert_findings(FINDINGS)
+    filler = fill(small_disk)
+    written = 0
+    with pytest.raises(StoreFullError, match=f"the disk holding the store {path} is full"):
+        for written in range(1000):  # any room the WAL has left goes first
+            with store.batch() as tx:
+                tx.set_state(f"ballast-{written}", "x" * 4096)
+    assert finding_ids(path) == IDS  # still readable, on the full disk
+    store.close()
+
+    with pytest.raises(StoreFullError, match=f"the disk holding the store {path} is full"):
+        open_monitor(str(path))
+    config = write_config(tmp_path, path)
+    for _ in range(2):  # the second start says the same, not something else
+        run = oncewatch("run", "--config", str(config), "--until-idle", "1")
+        assert run.returncode == 4, run.stderr
+        assert f"store error: the disk holding the store {path} is full" in run.stderr
+        assert "internal error" not in run.stderr and "Traceback" not in run.stderr
+
+    filler.unlink()
+    with closing(open_monitor(str(path))) as store:
+        assert store.finding_ids() == IDS
+        assert [store.state(f"ballast-{i}") is not None for i in range(written + 1)] == [True] * written + [False]
+        with store.batch() as tx:
+            tx.set_state("after", "room again")
+
+
+def test_a_store_that_cannot_be_made_on_a_full_disk_leaves_no_file_behind(small_disk):
+    """Else the next start would find an empty file and call it that, hiding the full disk."""
+    fill(small_disk)
+    path = small_disk / "oncewatch.db"
+    for _ in range(2):
+        with pytest.raises(StoreFullError, match=f"the disk holding the store {path} is full"):
+            Store(str(path))
+        with pytest.raises(StoreFullError, match=f"the disk holding the store {path} is full"):
+            open_monitor(str(path))
+    assert sorted(p.name for p in small_disk.iterdir()) in (["filler"], ["filler", "oncewatch.db.lock"])
