@@ -10,15 +10,23 @@ from __future__ import annotations
 
 import pytest
 
-from devservices.shop_monitor import findings, run_until_idle, shop_settings
+from devservices.shop_monitor import SHORT_RULES, findings, run_until_idle, shop_config, shop_settings
 from oncewatch import shop
 from oncewatch.shop.settings import STYLE_AFTER_COMMIT, STYLE_IN_TRANSACTION, STYLE_OUTBOX
 
 from .shop_monitor import IDLE, prepared, score
 
 
+# F10 at 1.5 s here, between the shop's slow sends (2 s late, the send_slow fault) and the delays its
+# clean sends really have on a busy CI machine (up to 1.24 s seen once, in a full suite run): the
+# monitor was right about those, they are no fault of the shop's to score. F10 at its 0.5 s default is
+# tested by its unit tests and by the all-faults runs of test_shop and test_under_fire.
+SCORING_RULES = {**SHORT_RULES, "event_delay_seconds": 1.5}
+
+
 def scored_run(tmp_path, **settings):
-    config, topic = prepared(tmp_path)
+    _, topic = prepared(tmp_path)
+    config = shop_config(tmp_path, topic=topic, rules=SCORING_RULES)
     truth = shop.run(shop_settings(topic, **settings))
     assert not truth.incidents, truth.incidents
     run_until_idle(config, idle=IDLE)
