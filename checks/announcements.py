@@ -36,9 +36,10 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from oncewatch.checks.findings import Findings, event_evidence, finding_id, key_text, row_evidence, warn_null_key
+from oncewatch.checks.findings import Findings, event_evidence, finding_id, row_evidence, warn_null_key
 from oncewatch.checks.horizon import BINLOG, KAFKA, Memory
 from oncewatch.core.domain import Announce, Rules
+from oncewatch.core.names import key_text
 from oncewatch.core.records import EmittedEvent, RowChange
 
 log = logging.getLogger("oncewatch.checks.announcements")

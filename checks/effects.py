@@ -11,9 +11,10 @@ finding: the duplicate happened (and may already have been shipped).
 
 from __future__ import annotations
 
-from oncewatch.checks.findings import Findings, key_text, row_evidence, warn_null_key
+from oncewatch.checks.findings import Findings, row_evidence, warn_null_key
 from oncewatch.checks.horizon import BINLOG, Memory
 from oncewatch.core.domain import Effect
+from oncewatch.core.names import key_text
 from oncewatch.core.records import OP_DELETE, OP_INSERT, RowChange
 
 

@@ -53,6 +53,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
+from oncewatch.checks import shape
 from oncewatch.checks.announcements import Announcements
 from oncewatch.checks.effects import DuplicateEffects
 from oncewatch.checks.findings import Findings, from_dict, to_dict
@@ -60,7 +61,6 @@ from oncewatch.checks.horizon import Memory
 from oncewatch.checks.offsets import OffsetChecks
 from oncewatch.checks.orders import OrderLife
 from oncewatch.checks.payments import PaymentChecks
-from oncewatch.checks import shape
 from oncewatch.checks.settings import Settings
 from oncewatch.core.records import EmittedEvent, Finding, OffsetsSnapshot, RowChange, SchemaChange, Transaction
 

@@ -44,12 +44,6 @@ def warn_null_key(what: str, coordinates: str) -> None:
     log.warning(f"{what} without its key; not checked", extra={"event": "null_key", "at": coordinates})
 
 
-def key_text(value: Any) -> str:
-    """A key (order, trade_no, announced key) as the text both streams agree on: a VARBINARY
-    column's bytes are the text they hold, as the event's JSON carries it, not "b'...'"."""
-    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
-
-
 def finding_id(rule: str, *identity: Any) -> str:
     digest = hashlib.sha256("\x1f".join([rule, *map(str, identity)]).encode()).hexdigest()
     return f"{rule}-{digest[:20]}"

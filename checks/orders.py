@@ -9,9 +9,10 @@ when the timer ran. F4 needs no state: the binlog's before image gives the old s
 
 from __future__ import annotations
 
-from oncewatch.checks.findings import EvidenceItem, Findings, finding_id, key_text, row_evidence, warn_null_key
+from oncewatch.checks.findings import EvidenceItem, Findings, finding_id, row_evidence, warn_null_key
 from oncewatch.checks.horizon import BINLOG, Memory
 from oncewatch.core.domain import Orders
+from oncewatch.core.names import key_text
 from oncewatch.core.records import OP_DELETE, OP_UPDATE, RowChange
 
 
@@ -74,12 +75,10 @@ class OrderLife:
 
     def truncated(self, at: float, where: str) -> None:
         """The orders table was emptied: no order is pending any more (a stuck one ends here)."""
-        for space in (self.pending.fresh, self.pending.overdue):
-            for key in list(space.items):
-                while (taken := self.pending.take(key)) is not None:
-                    item, overdue = taken
-                    if overdue:
-                        self.findings.resolve(finding_id("F3", key), at, f"{self.orders.table} truncated at {where}")
+        for key in {*self.pending.fresh.items, *self.pending.overdue.items}:
+            while (taken := self.pending.take(key)) is not None:
+                if taken[1]:  # overdue: its F3 was raised
+                    self.findings.resolve(finding_id("F3", key), at, f"{self.orders.table} truncated at {where}")
 
     def tick(self, binlog_time: float) -> None:
         for key, item in self.pending.due(binlog_time):

@@ -12,9 +12,10 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from oncewatch.checks.findings import EvidenceItem, Findings, key_text, row_evidence, values_of, warn_null_key
+from oncewatch.checks.findings import EvidenceItem, Findings, row_evidence, values_of, warn_null_key
 from oncewatch.checks.horizon import BINLOG, Memory
 from oncewatch.core.domain import Orders, Payments
+from oncewatch.core.names import key_text
 from oncewatch.core.records import OP_DELETE, OP_UPDATE, RowChange, Transaction
 
 

@@ -329,7 +329,7 @@ class BinlogCollector:
                     except Exception as exc:  # noqa: BLE001 - one event the library cannot decode must not stop the tail
                         bad.append(self._quarantined(event, tx_gtid, log_file, exc))
                 continue
-            if isinstance(event, QueryEvent) and standalone:
+            if isinstance(event, QueryEvent) and standalone and not skip_tx:
                 default = event.schema.decode("utf-8", "backslashreplace") if isinstance(event.schema, bytes) \
                     else str(event.schema or "")
                 changes += [SchemaChange(table=t, kind=kind, statement=event.query[:500], columns=self.columns(t),

@@ -270,8 +270,8 @@ def _decimal_columns(schema: dict[str, Any] | None, field_name: str) -> dict[str
                 if col["name"] == VARIABLE_SCALE_DECIMAL:
                     out[name] = None
                     continue
-                scale = (col.get("parameters") or {}).get("scale", 0) if isinstance(col.get("parameters") or {},
-                                                                                     dict) else None
+                parameters = col.get("parameters") or {}
+                scale = parameters.get("scale", 0) if isinstance(parameters, dict) else None
                 try:
                     out[name] = int(scale)  # Connect writes parameters as strings: "2"
                 except (TypeError, ValueError):
@@ -321,7 +321,6 @@ class TopicParser:
         self._parse_value = {"json": self._json, "debezium": self._debezium, "canal": self._canal}[topic.format]
 
     def parse(self, rec: RawRecord) -> EmittedEvent | QuarantinedRecord:
-        value = rec.value
         try:
             size = record_size(rec)
             if size > self.max_record_bytes:

@@ -6,7 +6,7 @@ and Prometheus see (rule ids, collector labels): change one only with a migratio
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class Rule(NamedTuple):
@@ -71,6 +71,12 @@ BINLOG_QUARANTINE_REASONS = (UNDECODABLE, UNPARSEABLE)
 
 # State rows beside the engine's entries.
 ENGINE_STATS = "engine_stats"
+
+
+def key_text(value: Any) -> str:
+    """A key (order, trade_no, announced key) as the text both streams agree on: a VARBINARY
+    column's bytes are the text they hold, as the event's JSON carries it, not "b'...'"."""
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
 
 
 def partition_key(topic: str, partition: int) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from oncewatch.core import names
 from oncewatch.core.config import Config
+from oncewatch.core.names import key_text
 from oncewatch.core.records import Finding, RowChange
 
 # The names oncewatch itself gives these values: in finding keys (F2-F6 write order, F2 trade_nos)
@@ -100,9 +101,9 @@ def _values(data: Mapping[str, object], fields: frozenset[str]) -> Iterable[str]
     for name in fields:
         value = data.get(name)
         if isinstance(value, list):
-            yield from (str(v) for v in value if v is not None)
+            yield from (key_text(v) for v in value if v is not None)
         elif value is not None:
-            yield str(value)
+            yield key_text(value)
 
 
 def _announced_row(f: Finding, fields: Fields) -> str | None:
@@ -120,12 +121,12 @@ def _named(f: Finding, fields: Fields, rows: Rows) -> tuple[set[str], set[str]]:
         orders.update(_values(e.values, fields.order))
     kind = fields.announced.get(str(f.keys.get("table")))
     if kind in ("trade_no", "order") and f.keys.get("key") is not None:
-        (trades if kind == "trade_no" else orders).add(str(f.keys["key"]))
+        (trades if kind == "trade_no" else orders).add(key_text(f.keys["key"]))
     row_key = _announced_row(f, fields)
     for row in rows.get(row_key, ()) if row_key else ():
         column = fields.trade_no_columns.get(row.qualified_table)
         if column and row.row.get(column) is not None:
-            trades.add(str(row.row[column]))
+            trades.add(key_text(row.row[column]))
     return trades, orders
 
 
@@ -135,7 +136,7 @@ def _orders_of(trade_no: str, fields: Fields, rows: Rows) -> set[str]:
     for row in rows.get(f"trade_no:{trade_no}", ()):
         column = fields.order_columns.get(row.qualified_table)
         if column and row.qualified_table in fields.trade_no_columns and row.row.get(column) is not None:
-            out.add(str(row.row[column]))
+            out.add(key_text(row.row[column]))
     return out
 
 

@@ -87,7 +87,7 @@ FINDING_FIELDS = ("id", "rule", "name", "severity", "status", "first_seen", "las
                   "resolution", "keys", "summary", "history")
 EVIDENCE_FIELDS = ("kind", "coordinates", "time", "values")
 COLUMNS = ("finding_id", *FINDING_FIELDS[1:], "evidence_kind", "coordinates", "evidence_time", "values")
-HISTORY_COLUMNS = ("finding_id", "at", "status", "by", "reason", "note")  # XLSX sheet "History"
+HISTORY_COLUMNS = HistoryEntry._fields  # XLSX sheet "History"
 # What XML 1.0 cannot hold or does not keep (CR becomes LF when read back).
 NOT_IN_XML = re.compile(r"[\x00-\x08\x0b-\x1f\ufffe\uffff]")
 # The CSV of the data section is hashed (and, for a CSV report, kept) in pieces of about this many characters.

@@ -69,8 +69,10 @@ class Batch:
             self.conn.executemany(head + row, rows[full:])
 
     def add_quarantined(self, records: Iterable[QuarantinedRecord]) -> None:
-        now = time.time()
         records = list(records)
+        if not records:  # the writer hands on every event batch, almost all without any
+            return
+        now = time.time()
         self.conn.executemany(
             'INSERT INTO quarantine (topic, partition, "offset", timestamp_ms, reason, detail, size, preview,'
             " quarantined_at) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -81,10 +83,14 @@ class Batch:
             [(q.topic, q.partition, q.offset, q.key, q.value, headers_json(q.headers)) for q in records])
 
     def add_binlog_quarantined(self, events: Iterable[QuarantinedRows]) -> None:
+        events = list(events)
+        if not events:  # the writer hands on every transaction, almost all without any
+            return
+        now = time.time()
         self.conn.executemany(
             "INSERT OR IGNORE INTO binlog_quarantine (txid, binlog_file, event_pos, table_name, reason, detail, "
             "quarantined_at) VALUES (?,?,?,?,?,?,?)",
-            [(q.txid, q.binlog_file, q.event_pos, q.table, q.reason, q.detail, time.time()) for q in events])
+            [(q.txid, q.binlog_file, q.event_pos, q.table, q.reason, q.detail, now) for q in events])
 
     def set_state(self, name: str, value: Any) -> None:
         self.conn.execute("INSERT INTO state (name, value) VALUES (?, ?) "

@@ -65,7 +65,7 @@ class HistoryEntry(NamedTuple):
     note: str
 
 
-HISTORY_COLUMNS = "finding_id, at, status, by, reason, note"
+HISTORY_COLUMNS = ", ".join(HistoryEntry._fields)
 
 
 ROW_CHANGE_COLUMNS = ("schema_name, table_name, op, pk, before_row, after_row, txid, row_index, binlog_file, end_pos, "

@@ -12,7 +12,7 @@ from typing import Any
 from oncewatch.core.exact_json import from_json
 from oncewatch.core.names import ENTITY_KINDS, split_partition_key
 from oncewatch.core.records import EmittedEvent, Finding, RowChange
-from oncewatch.store.codec import (FINDING_COLUMNS, HISTORY_COLUMNS, ROW_CHANGE_COLUMNS, HistoryEntry,
+from oncewatch.store.codec import (FINDING_COLUMNS, ROW_CHANGE_COLUMNS, HistoryEntry,
                                    finding_from_row, row_change_from_row)
 from oncewatch.store.store import Store
 
@@ -107,7 +107,7 @@ def findings_with_history(store: Store, flt: FindingFilter) -> Iterator[tuple[tu
     in the same order as the findings, so neither is held whole; call it inside `store.snapshot()`
     for the two to see the same store."""
     where, params = flt.where()
-    columns = ", ".join(f"h.{c.strip()}" for c in HISTORY_COLUMNS.split(","))
+    columns = ", ".join(f"h.{c}" for c in HistoryEntry._fields)
     trail = store.conn.execute(
         f"SELECT {columns} FROM (SELECT id, first_seen FROM findings{where}) f "
         "JOIN finding_history h ON h.finding_id = f.id ORDER BY f.first_seen, f.id, h.at, h.rowid", params)

@@ -116,13 +116,14 @@ class Health:
                 for name, reader in self.readers.items() if reader.source is not None}
         for name, row in rows.items():
             self.store.set_health(name, row)
+        shape = self.shape()
         v = judge(now, rows, self.lag_seconds(now), p.offsets, caught_up_seconds=self.rules.caught_up_seconds,
-                  drift_threshold=self.rules.offset_drift_threshold, shape=self.shape())
+                  drift_threshold=self.rules.offset_drift_threshold, shape=shape)
         self.store.set_health(MONITOR, {"started_at": self.started_at, "pid": os.getpid(),
                                         "binlog_time": p.binlog_time, "kafka_time": p.kafka_time,
                                         "caught_up": v.caught_up, "verdict": v.verdict, "reasons": list(v.reasons),
                                         "lag_seconds": v.lag_seconds, "blind_rules": list(v.blind),
-                                        "shape_problems": self.shape(),
+                                        "shape_problems": shape,
                                         "probe_error": self.probe_error,
                                         "thresholds": thresholds(self.rules)})
         if with_series:

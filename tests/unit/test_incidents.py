@@ -121,3 +121,11 @@ def test_the_store_gives_the_rows_of_each_entity(tmp_path: Path) -> None:
     assert {k: [r.after for r in v] for k, v in got.items()} == {
         "trade_no:T1": [stored[0].after, stored[1].after], "pk:shop.shipments:7": [stored[1].after]}
     assert [r.after for r in newest["trade_no:T1"]] == [stored[1].after]
+
+
+def test_a_trade_no_held_as_bytes_joins_as_its_text() -> None:
+    """A VARBINARY trade_no in a row of the evidence is the text the rules and the keys use."""
+    lost = finding("F7-b", "F7", {"event_type": "shipment.created", "key": "77", "table": "shop.shipments"},
+                   evidence=(Evidence("row_change", "binlog.000001:9#0-1-9/0", T0,
+                                      {"table": "shop.shipments", "op": "insert", "trade_no": b"T1"}),))
+    assert by_name(incidents.group([lost, SHIPMENTS], {}, FIELDS)) == {"trade_no T1": ("F1-a", "F7-b")}
