@@ -12,6 +12,9 @@ judged first.
   `commit + missing_event_grace_seconds` without its event. The backlog of its table (F11's
   input) counts the changes still within that grace: in flight, not yet judged; a change
   judged missing is an F7 finding and leaves the backlog, even while it waits for a late event.
+  F11 judges the backlog as of the Kafka clock (`backlog_as_of`): a change committed after the
+  point Kafka has been read to may well have its event on Kafka, unread, and counting it would
+  report the monitor's own lag as the shop's.
 - An event that finds no change waiting waits in `unmatched`, even when its key was announced
   before: its own change may not have been read yet. Once the binlog has been read past
   `event + orphan_event_grace_seconds` without one, it is a *duplicate* (F9) if an earlier
@@ -71,7 +74,7 @@ class Announcements:
         #                event before it, if any}]
         self.unmatched = memory.deadlines("unmatched_events", KAFKA, rules.orphan_event_grace_seconds)
         # match key -> (payload digest, evidence) of the last event read that announced it
-        self.announced = memory.aging("announced", KAFKA)
+        self.announced = memory.aging("announced", KAFKA, spill=True)
         self.delay = memory.counters("delay", {})
         self.marks = memory.counters("marks", {"watch_start": None})
         self.backlog: dict[str, int] = {}
@@ -84,6 +87,17 @@ class Announcements:
         for items in self.waiting.fresh.values():
             for item in items:
                 self.backlog[item["table"]] += 1
+
+    def backlog_as_of(self, kafka_time: float) -> dict[str, int]:
+        """The backlog without the changes committed after `kafka_time` (a walk from the newest change back to
+        that time: nothing once Kafka is read to its end)."""
+        unread = dict.fromkeys(self.backlog, 0)
+        for t, items in reversed(self.waiting.fresh.items.values()):
+            if t <= kafka_time:
+                break
+            for item in items:
+                unread[item["table"]] += item["t"] > kafka_time
+        return {table: n - unread[table] for table, n in self.backlog.items()}
 
     def forget(self, changes: Iterable[dict[str, Any]]) -> None:
         """Waiting changes that fell off the horizon leave the backlog (those judged missing left it then)."""
@@ -236,4 +250,4 @@ class Announcements:
                 running += n
                 buckets[bound] = running
             delay[clock] = {"buckets": buckets, "sum": h["sum"], "count": h["count"]}
-        return {"backlog_by_table": dict(self.backlog), "delay": delay}
+        return {"delay": delay}

@@ -21,7 +21,7 @@ from oncewatch.core.records import OP_DELETE, OP_INSERT, RowChange
 class DuplicateEffects:
     def __init__(self, memory: Memory, findings: Findings, tables: tuple[str, ...]):
         # "table\x1ftrade_no" -> {primary key: evidence}
-        self.rows = memory.aging("effects", BINLOG)
+        self.rows = memory.aging("effects", BINLOG, spill=True)
         self.findings = findings
         self.tables = tables
 

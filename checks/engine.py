@@ -19,9 +19,16 @@ API (the monitor loop calls these):
   rows when `full`, upsert `put`, delete `gone`, and keep everything else of the delta as
   the head. `merge_delta(saved, delta)` is the reference for that bookkeeping; to restore,
   pass `{**head, "entries": {space: [[key, time, value], ...]}}` to `restore`.
-- `on_transaction(tx)`: one committed `Transaction`, rows in binlog order. Rows with
-  `snapshot=True` (bootstrap) seed state (pending orders, effect rows, payments) but are not
-  transitions and are not expected on Kafka.
+- `memory.spill_to(cold, hot)`: let the spaces only looked up by key keep about `hot` entries
+  each in memory and the rest in `cold`, the store that holds the saved entries (checks.horizon):
+  memory then stays bounded whatever the size of the tables or of one transaction. Restore then
+  takes only the newest `memory.hot_limits()` entries of those spaces, plus `"cold": {space: n}`
+  counting those left in the store; `state()` holds what is in memory.
+- `on_transaction(tx)`: one committed `Transaction`, rows in binlog order, or one fragment of a
+  transaction too large to hold (`tx.complete` False on all but the last), in order: the rules
+  see the same rows, and F6 keeps what it needs of the earlier fragments until the last. Rows
+  with `snapshot=True` (bootstrap) seed state (pending orders, effect rows, payments) but are
+  not transitions and are not expected on Kafka.
 - `on_events(events)`: `EmittedEvent`s in the order read (per partition in offset order).
 - `on_offsets(snapshot)`: one `OffsetsSnapshot` of the offsets collector.
 - `tick(now, binlog_time, kafka_time)`: the timer. Judges absence (F3 on `binlog_time`,
@@ -33,7 +40,9 @@ API (the monitor loop calls these):
 - `drain() -> list[Finding]`: findings created or changed since the last drain (new, more
   evidence, resolved): upsert them by id (ids and lifecycle: checks.findings).
 - `stats() -> dict` for /metrics:
-  {"backlog_by_table": {"schema.table": changes waiting for their event},
+  {"backlog_by_table": {"schema.table": changes waiting for their event, committed before the Kafka
+                        clock: what F11 judged at the last tick (Announcements.backlog_as_of); before
+                        any tick, all of them},
    "delay": {commit_clock: {"buckets": {"0.005": n, ..., "+Inf": n} (cumulative, upper bounds
              in seconds), "sum": seconds, "count": n}},
    "found_total": {"F1": n, ..., "F12": n},
@@ -68,6 +77,7 @@ log = logging.getLogger("oncewatch.checks.engine")
 
 STATE_VERSION = 2  # 2: entries as [key, time, value] rows per space (state_delta)
 HORIZON_LOG_EVERY = 60.0  # seconds of `now` between two horizon log lines (it happens every tick at steady state)
+BACKLOG_EVERY = 1.0  # seconds of `now` between two F11 backlog judgements (each may walk the changes not yet due)
 # Spaces whose entries still awaited a verdict (stuck? missing? orphan?): losing them is a warning.
 AWAITING = ("pending_orders", "waiting_changes", "unmatched_events")
 
@@ -130,6 +140,8 @@ class Engine:
         self._dropped_logged = 0
         self._expired: dict[str, int] = {}
         self._logged_at = float("-inf")
+        self.backlog: dict[str, int] | None = None  # per table, as F11 last judged it (backlog_as_of)
+        self._backlog_at = float("-inf")
 
     def _route(self, table: str, handler: Callable[[RowChange], None]) -> None:
         schema, name = table.split(".")
@@ -145,7 +157,10 @@ class Engine:
         return {**self._head(), **self.memory.dump()}
 
     def state_delta(self) -> dict[str, Any]:
-        return {**self._head(), **self.memory.delta()}
+        """Also lets spilled spaces forget, in memory, the entries this delta has saved (checks.horizon)."""
+        delta = {**self._head(), **self.memory.delta()}
+        self.memory.evict()
+        return delta
 
     def restore(self, state: dict[str, Any]) -> None:
         if state.get("version") != STATE_VERSION or state.get("shape") != shape_digest(self.settings):
@@ -164,7 +179,7 @@ class Engine:
         for row in tx.rows:
             for handler in routes.get((row.schema, row.table), ()):
                 handler(row)
-        if self.callbacks is not None and len(tx.rows) > 1:  # F6 needs an order and a payment row
+        if self.callbacks is not None:
             self.callbacks.check_callbacks(tx)
         for change in tx.schema_changes:
             self.on_schema_change(change, tx.commit_time)
@@ -204,9 +219,12 @@ class Engine:
         if self.orders is not None:
             self.orders.tick(binlog_time)
         self.announcements.tick(binlog_time, kafka_time)
-        self.offsets.on_backlog(now, self.announcements.backlog)
         gone = self.memory.expire(binlog_time, kafka_time)
         self.announcements.forget(gone.get("waiting_changes", ()))
+        if now - self._backlog_at >= BACKLOG_EVERY:
+            self.backlog = self.announcements.backlog_as_of(kafka_time)
+            self._backlog_at = now
+            self.offsets.on_backlog(now, self.backlog)
         for name, values in gone.items():
             self._expired[name] = self._expired.get(name, 0) + len(values)
         self._log_horizon(now)
@@ -228,7 +246,9 @@ class Engine:
         return self.findings.drain()
 
     def stats(self) -> dict[str, Any]:
-        return {**self.announcements.stats(), "found_total": dict(self.findings.found_total),
+        backlog = self.announcements.backlog if self.backlog is None else self.backlog
+        return {**self.announcements.stats(), "backlog_by_table": dict(backlog),
+                "found_total": dict(self.findings.found_total),
                 "suppressed_total": dict(self.findings.suppressed), "shape_problems": self.shape(),
                 "open_by_rule_severity": self.findings.open_by_rule_severity(),
                 "horizon_dropped_total": self.memory.dropped()}

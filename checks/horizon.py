@@ -11,6 +11,16 @@ resolved.
 entries put and gone since the last save (`delta`), so that a large state need not be written
 out in full at every checkpoint. Entries are saved as `[key, time, value]` rows; loading sorts
 them by time, which restores the order expiring relies on (JSON does not keep dict order).
+
+Spilling: an `Aging` that is only ever looked up by key (effects per trade_no, payments and
+amounts per order, announced keys) may hold just its newest `hot` entries in memory once it is
+attached to a `Cold` tier (the store's saved entries, `Memory.spill_to`). Right after a save,
+every entry is saved, so the oldest beyond `hot` are simply forgotten in memory (`evict`); a
+key missed in memory is looked up in the cold tier and moves back into memory when it is put
+again. The horizon and `max_entries` count both tiers and drop from both. This is what keeps a
+bootstrap of millions of rows, or a transaction of millions, within a bounded memory: the
+state still holds every entry the rules need, only not all of it in memory. The engine stays
+free of I/O of its own: the caller hands it the cold tier.
 """
 
 from __future__ import annotations
@@ -20,6 +30,21 @@ from itertools import islice, takewhile
 from typing import Any, Generic, Protocol, TypeVar
 
 V = TypeVar("V")
+
+
+class Cold(Protocol):
+    """Saved entries of spilled spaces, outside memory (the store implements it)."""
+
+    def get(self, space: str, key: str) -> tuple[float, Any] | None:
+        """(time, saved value) of `key`, or None."""
+
+    def drop_before(self, space: str, cutoff: float) -> list[str]:
+        """Delete the entries older than `cutoff`; their keys."""
+
+    def drop_oldest(self, space: str, n: int) -> list[str]:
+        """Delete the `n` oldest entries; their keys."""
+
+    def drop_all(self, space: str) -> None: ...
 
 
 class Aging(Generic[V]):
@@ -36,34 +61,96 @@ class Aging(Generic[V]):
         self.items: dict[str, tuple[float, V]] = {}
         self.dropped = 0
         self.dirty: dict[str, bool] | None = None  # key -> existed at the last changes()
+        # spilling (see the module docstring): entries saved and no longer in memory
+        self.name = ""
+        self.cold: Cold | None = None
+        self.hot = 0
+        self.cold_count = 0
+        self.decode: Callable[[Any], V] = _same
+        self._probed: dict[str, tuple[float, Any] | None] = {}  # cold lookups since the last save or drop
+        self._gone: set[str] = set()  # cold keys put back in memory or popped since the last save
 
     def __len__(self) -> int:
-        return len(self.items)
+        return len(self.items) + self.cold_count
 
     def __contains__(self, key: str) -> bool:
-        return key in self.items
+        return key in self.items or self._in_cold(key) is not None
+
+    def _in_cold(self, key: str) -> tuple[float, Any] | None:
+        if not self.cold_count or key in self.items or key in self._gone:
+            return None
+        if key not in self._probed:
+            self._probed[key] = self.cold.get(self.name, key)
+        return self._probed[key]
 
     def get(self, key: str) -> V | None:
         entry = self.items.get(key)
-        return None if entry is None else entry[1]
+        if entry is not None:
+            return entry[1]
+        cold = self._in_cold(key)
+        return None if cold is None else self.decode(cold[1])
 
     def mark(self, key: str) -> None:
         """`key` is about to change (or its value was changed in place)."""
         if self.dirty is not None and key not in self.dirty:
-            self.dirty[key] = key in self.items
+            self.dirty[key] = key in self.items or self._in_cold(key) is not None
+
+    def _leave_cold(self, key: str) -> None:
+        """`key` is about to be in memory again, or gone: its cold copy no longer counts."""
+        if self._in_cold(key) is not None:
+            self.cold_count -= 1
+            self._gone.add(key)
+            del self._probed[key]
 
     def put(self, key: str, value: V, time: float) -> None:
         """Set and move to the back; over `max_entries`, the oldest 1% falls off (in one walk)."""
         self.mark(key)
+        self._leave_cold(key)
         self.items.pop(key, None)
         self.items[key] = (time, value)
-        if len(self.items) > self.max_entries:
-            self._drop(list(islice(self.items, len(self.items) - self.max_entries + self.max_entries // 100)))
+        if len(self) > self.max_entries:
+            self._drop_oldest(len(self) - self.max_entries + self.max_entries // 100)
 
     def pop(self, key: str) -> V | None:
         self.mark(key)
+        cold = self._in_cold(key)
+        if cold is not None:  # its saved row goes at the next save, as `gone`
+            self._leave_cold(key)
+            return self.decode(cold[1])
         entry = self.items.pop(key, None)
         return None if entry is None else entry[1]
+
+    def clear(self) -> None:
+        """Every entry gone (not counted as dropped: the holder is done with them)."""
+        for key in list(self.items):
+            self.pop(key)
+        if self.cold_count:
+            self.cold.drop_all(self.name)
+            self.cold_count, self._probed = 0, {}
+
+    def _drop_oldest(self, n: int) -> None:
+        """The `n` oldest entries fall off, the cold ones first (they are the oldest)."""
+        if self.cold_count:
+            n -= self._cold_dropped(self.cold.drop_oldest(self.name, min(n, self.cold_count)), ())
+        if n > 0:
+            self._drop(list(islice(self.items, n)))
+
+    def _cold_dropped(self, keys: list[str], expired: Iterable[str]) -> int:
+        """The cold tier deleted the saved rows of `keys`: count the cold entries among them as fallen off.
+        The others were `expired` from memory just now, or left the cold tier since the last save, or are
+        still in memory (touched out of time order): saved again at the next save."""
+        expired = set(expired)
+        gone = 0
+        for key in keys:
+            if key in self.items:
+                if self.dirty is not None:
+                    self.dirty[key] = False
+            elif key not in expired and key not in self._gone:
+                gone += 1
+        self.cold_count -= gone
+        self.dropped += gone
+        self._probed = {}
+        return gone
 
     def values(self) -> Iterator[V]:
         return (v for _, v in self.items.values())
@@ -82,11 +169,26 @@ class Aging(Generic[V]):
         out of order waits for the next sweep: the walk stops at the first young entry.
         """
         cutoff = now - self.horizon
-        return self._drop([k for k, _ in takewhile(lambda kv: kv[1][0] < cutoff, self.items.items())])
+        expired = [k for k, _ in takewhile(lambda kv: kv[1][0] < cutoff, self.items.items())]
+        values = self._drop(expired)
+        if self.cold_count:
+            self._cold_dropped(self.cold.drop_before(self.name, cutoff), expired)
+        return values
+
+    def evict(self) -> None:
+        """Right after a save: the oldest entries beyond `hot` (and a tenth more, so that this happens
+        once in a while, not at every save) leave memory; they stay in the cold tier."""
+        if self.cold is None or self.dirty is None or self.dirty or len(self.items) <= self.hot:
+            return
+        for key in list(islice(self.items, len(self.items) - self.hot + self.hot // 10)):
+            del self.items[key]
+            self.cold_count += 1
+        self._probed = {}
 
     # ------------------------------------------------------------ saving
 
     def rows(self, encode: Callable[[V], Any]) -> list[list[Any]]:
+        """Every entry in memory (cold ones are in the cold tier already)."""
         return [[k, t, encode(v)] for k, (t, v) in self.items.items()]
 
     def changes(self, encode: Callable[[V], Any]) -> dict[str, Any]:
@@ -95,13 +197,17 @@ class Aging(Generic[V]):
             self.dirty = {}
             return {"full": True, "put": self.rows(encode), "gone": []}
         put = [[k, self.items[k][0], encode(self.items[k][1])] for k in self.dirty if k in self.items]
-        gone = [k for k, existed in self.dirty.items() if existed and k not in self.items]
-        self.dirty = {}
+        gone = [k for k, existed in self.dirty.items()
+                if existed and k not in self.items and self._in_cold(k) is None]
+        self.dirty, self._gone, self._probed = {}, set(), {}
         return {"full": False, "put": put, "gone": gone}
 
-    def load(self, rows: Iterable[list[Any]], decode: Callable[[Any], V]) -> None:
+    def load(self, rows: Iterable[list[Any]], decode: Callable[[Any], V], cold: int = 0) -> None:
+        """`rows` into memory; `cold` more entries saved in the cold tier (then every entry is saved:
+        nothing is dirty; else the next `changes()` is `full`, as on a first save)."""
         self.items = {k: (t, decode(v)) for k, t, v in sorted(rows, key=lambda r: r[1])}
-        self.dirty = None
+        self.cold_count, self._probed = cold, {}
+        self.dirty = {} if cold else None
 
 
 class Space(Protocol):
@@ -208,13 +314,31 @@ class Memory:
         # name -> (aging, encode, decode): what is saved, one flat map per Aging
         self.saved: dict[str, tuple[Aging[Any], Callable[[Any], Any], Callable[[Any], Any]]] = {}
         self.plain: dict[str, dict[str, Any]] = {}
+        self.spillable: list[Aging[Any]] = []
 
     def aging(self, name: str, clock: str, encode: Callable[[Any], Any] = _same,
-              decode: Callable[[Any], Any] = _same) -> Aging[Any]:
+              decode: Callable[[Any], Any] = _same, *, spill: bool = False) -> Aging[Any]:
+        """`spill`: the space is only ever looked up by key, so its older entries may wait in the cold tier."""
         aging: Aging[Any] = Aging(self.horizon, self.max_entries)
+        aging.name, aging.decode = name, decode
         self.spaces[name] = (aging, clock)
         self.saved[name] = (aging, encode, decode)
+        if spill:
+            self.spillable.append(aging)
         return aging
+
+    def spill_to(self, cold: Cold, hot: int) -> None:
+        """Keep at most about `hot` entries of each spillable space in memory, the rest in `cold`."""
+        for aging in self.spillable:
+            aging.cold, aging.hot = cold, hot
+
+    def hot_limits(self) -> dict[str, int]:
+        """Spilled space -> entries to load into memory on restore (the rest stay cold)."""
+        return {aging.name: aging.hot for aging in self.spillable if aging.cold is not None}
+
+    def evict(self) -> None:
+        for aging in self.spillable:
+            aging.evict()
 
     def deadlines(self, name: str, clock: str, grace: float) -> Deadlines:
         deadlines = Deadlines(grace, self.horizon, self.max_entries)
@@ -249,9 +373,11 @@ class Memory:
         return {**self._head(), "changes": {name: a.changes(enc) for name, (a, enc, _) in self.saved.items()}}
 
     def load(self, d: dict[str, Any]) -> None:
+        """`d` as `dump` gives it; `d["cold"]` may count, per space, entries left in the cold tier."""
         for name, (aging, _, decode) in self.saved.items():
-            aging.load(d["entries"][name], decode)
-            aging.dropped = d["dropped"][name]
+            # a space added since the state was saved starts empty
+            aging.load(d["entries"].get(name, []), decode, d.get("cold", {}).get(name, 0))
+            aging.dropped = d["dropped"].get(name, 0)
         for name, values in self.plain.items():
             values.clear()
             values.update(d["plain"].get(name, {}))  # a space added since the state was saved starts empty

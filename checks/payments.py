@@ -13,7 +13,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from oncewatch.checks.findings import EvidenceItem, Findings, row_evidence, values_of, warn_null_key
-from oncewatch.checks.horizon import BINLOG, Memory
+from oncewatch.checks.horizon import BINLOG, Aging, Memory
 from oncewatch.core.domain import Orders, Payments
 from oncewatch.core.names import key_text
 from oncewatch.core.records import OP_DELETE, OP_UPDATE, RowChange, Transaction
@@ -37,9 +37,12 @@ class PaymentChecks:
         self.columns = tuple(c for c in (p.trade_no_column, p.order_column, p.status_column, p.amount_column,
                                          p.callback_status_column) if c)
         # order key -> {trade_no: evidence of the row that made it successful}
-        self.successes = memory.aging("successful_payments", BINLOG)
+        self.successes = memory.aging("successful_payments", BINLOG, spill=True)
         # order key -> (amount as text, evidence of the row that set it)
-        self.order_amounts = memory.aging("order_amounts", BINLOG)
+        self.order_amounts = memory.aging("order_amounts", BINLOG, spill=True)
+        # order key -> what F6 needs of it from the fragments of a transaction read so far
+        # ({"moved": bool, "orders": [evidence], "bad": [[trade_no, callback status, evidence, time]]})
+        self.in_tx = memory.aging("callbacks_in_tx", BINLOG, spill=True)
         self.findings = findings
 
     def on_payment(self, change: RowChange) -> None:
@@ -89,27 +92,51 @@ class PaymentChecks:
                              time=max(payment[2], known[1][2]), evidence=[payment, known[1]])
 
     def check_callbacks(self, tx: Transaction) -> None:
-        """F6 over one transaction: orders whose status changed, payments with a status off the whitelist."""
+        """F6 over one transaction, or over the fragments of one read so far (kept in `in_tx` until its last)."""
+        whole = tx.complete and not len(self.in_tx)
+        if whole and len(tx.rows) < 2:
+            return  # F6 needs an order row and a payment row
+        for order, fact in self._callback_facts(tx.rows, None if whole else self.in_tx).items():
+            if not fact["moved"]:
+                continue
+            for trade_no, callback, payment, at in fact["bad"]:
+                allowed = ", ".join(self.p.callback_status_whitelist)
+                self.findings.raise_(
+                    "F6", (trade_no, tx.rows[0].txid if tx.rows else ""),
+                    keys={"order": order, "trade_no": trade_no, "callback_status": callback},
+                    summary=f"callback status {callback!r} (not in {allowed}) moved order {order}",
+                    time=at, evidence=[payment, *fact["orders"]])
+        if tx.complete and not whole:
+            self.in_tx.clear()
+
+    def _callback_facts(self, rows: tuple[RowChange, ...], kept: Aging | None) -> dict[str, dict[str, Any]]:
+        """Per order of `rows`: did its status change, its rows' evidence, its payments with a callback status
+        off the whitelist. With `kept` (a fragmented transaction), merged with the earlier fragments' and kept
+        for the orders that moved or have such a payment (an order's rows before it moved are not)."""
         o, p = self.orders, self.p
-        moved = {key_text(r.row.get(o.key_column)) for r in tx.rows
-                 if r.qualified_table == o.table and r.op == OP_UPDATE and not r.snapshot
-                 and (r.before or {}).get(o.status_column) != r.row.get(o.status_column)}
-        if not moved:
-            return
-        order_rows = [r for r in tx.rows if r.qualified_table == o.table and key_text(r.row.get(o.key_column)) in moved]
-        for r in tx.rows:
-            if r.qualified_table != p.table or r.op == OP_DELETE or r.snapshot:
+        facts: dict[str, dict[str, Any]] = {}
+
+        def fact(order: str) -> dict[str, Any]:
+            if order not in facts:
+                facts[order] = (kept.get(order) if kept is not None else None) or {"moved": False, "orders": [],
+                                                                                    "bad": []}
+            return facts[order]
+
+        for r in rows:
+            if r.snapshot:
                 continue
-            callback, order = r.row.get(p.callback_status_column), key_text(r.row.get(p.order_column))
-            if order not in moved or callback in p.callback_status_whitelist:
-                continue
-            trade_no = key_text(r.row.get(p.trade_no_column))
-            allowed = ", ".join(p.callback_status_whitelist)
-            self.findings.raise_(
-                "F6", (trade_no, tx.rows[0].txid),
-                keys={"order": order, "trade_no": trade_no, "callback_status": callback},
-                summary=f"callback status {callback!r} (not in {allowed}) moved order {order}",
-                time=r.commit_time,
-                evidence=[row_evidence(r, p.table, self.columns)] + [
-                    row_evidence(x, o.table, (o.key_column, o.status_column)) for x in order_rows
-                    if key_text(x.row.get(o.key_column)) == order])
+            if r.qualified_table == o.table:
+                f = fact(key_text(r.row.get(o.key_column)))
+                f["orders"].append(row_evidence(r, o.table, (o.key_column, o.status_column)))
+                f["moved"] |= r.op == OP_UPDATE and (r.before or {}).get(o.status_column) != r.row.get(o.status_column)
+            elif r.qualified_table == p.table and r.op != OP_DELETE:
+                callback = r.row.get(p.callback_status_column)
+                if callback not in p.callback_status_whitelist:
+                    fact(key_text(r.row.get(p.order_column)))["bad"].append(
+                        [key_text(r.row.get(p.trade_no_column)), callback, row_evidence(r, p.table, self.columns),
+                         r.commit_time])
+        if kept is not None:
+            for order, f in facts.items():
+                if f["moved"] or f["bad"]:
+                    kept.put(order, f, rows[-1].commit_time)
+        return facts

@@ -1,9 +1,12 @@
 """Tails a MariaDB binlog and hands on committed transactions as `RowChange` records.
 
 The collector reads and never decides. It buffers the rows of each transaction and hands
-them on only at its commit (XID, or a standalone DDL), together with the GTID position
-right after it: the caller stores both in one store transaction and passes that position
-back on restart, so resuming is exact at a transaction boundary.
+them on at its commit (XID, or a standalone DDL), together with the GTID position right
+after it: the caller stores both in one store transaction and passes that position back on
+restart, so resuming is exact at a transaction boundary. A transaction of more than
+`fragment_rows` rows is handed on in fragments of about that many (memory holds one
+fragment, whatever the transaction's size), each with a position inside the transaction
+that says how many of its rows are handed on: a resume from it skips those rows.
 
 MariaDB resumes by GTID (pymysqlreplication ignores file/pos with `is_mariadb=True`,
 LIBRARY-NOTES). The library's own reconnect replays from the *original* GTID set, so the
@@ -48,6 +51,8 @@ PURGED_CODES = {ER_MASTER_FATAL_ERROR_READING_BINLOG, ER_GTID_POSITION_NOT_FOUND
 ACCESS_DENIED_CODES = {1045, 1044, 1142, 1227}
 # What a dropped or refused connection raises, from PyMySQL or the socket under it.
 TRANSPORT_ERRORS = (pymysql.err.MySQLError, OSError, EOFError)
+# Rows held before a transaction is handed on in fragments: a few MB of decoded rows.
+FRAGMENT_ROWS = 2000
 
 
 class BinlogError(RuntimeError):
@@ -161,8 +166,9 @@ class BinlogCollector:
     """
 
     def __init__(self, cfg: MySQLConfig, start: BinlogPosition | None, *,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, fragment_rows: int = FRAGMENT_ROWS):
         self.cfg = cfg
+        self.fragment_rows = fragment_rows
         self.status = CollectorStatus(last_position=start)
         self._start = start
         self._stop = threading.Event()
@@ -290,14 +296,18 @@ class BinlogCollector:
     def _read(self, position: BinlogPosition) -> Iterator[Transaction]:
         stream = self._open(position)
         done = gtid_set(position.gtid)
+        # gtid -> rows of it handed on in fragments: skipped when it is read again, after a resume
+        # from inside it or the library's own reconnect from the stream's opening position
+        handed = {position.within_gtid: position.within_rows} if position.within_gtid else {}
         watched = set(self.cfg.tables)
         tx_gtid: str | None = None
         skip_tx = standalone = False
         rows: list[tuple[str, Any, dict | None, dict | None]] = []  # (op, event, before, after)
+        first = skip = 0  # row index of rows[0]; rows of this transaction still to skip
         bad: list[QuarantinedRows] = []
         changes: list[SchemaChange] = []
         log_file = position.file
-        for event in stream:
+        for event in _released(stream):
             if self._stop.is_set():
                 return
             now = self.status.last_alive = time.time()
@@ -318,16 +328,29 @@ class BinlogCollector:
                 domain, server, seq = (int(x) for x in event.gtid.split("-"))
                 skip_tx = domain in done and seq <= done[domain][1]
                 tx_gtid, rows, bad, changes = event.gtid, [], [], []
+                first, skip = 0, handed.get(event.gtid, 0)
                 standalone = bool(event.flags & 0x01)  # FL_STANDALONE: DDL or non-transactional, no XID
                 continue
             if tx_gtid is None:
                 continue  # the tail of a transaction whose start we did not see: cannot happen on GTID resume
             if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
-                if f"{event.schema}.{event.table}" in watched:
+                if f"{event.schema}.{event.table}" in watched and not skip_tx:
                     try:
-                        rows.extend(self._row_tuples(event))
+                        read = list(self._row_tuples(event))
                     except Exception as exc:  # noqa: BLE001 - one event the library cannot decode must not stop the tail
                         bad.append(self._quarantined(event, tx_gtid, log_file, exc))
+                        read = []
+                    if skip:
+                        skipped = min(skip, len(read))
+                        first, skip, read = first + skipped, skip - skipped, read[skipped:]
+                    rows.extend(read)
+                    if len(rows) >= self.fragment_rows:
+                        at = BinlogPosition(gtid=gtid_text(done), file=log_file, pos=stream.log_pos or 0,
+                                            within_gtid=tx_gtid, within_rows=first + len(rows))
+                        yield self._handed_on(self._transaction(tx_gtid, rows, first, at, event.timestamp, bad, [],
+                                                                complete=False))
+                        handed[tx_gtid] = first = first + len(rows)
+                        rows, bad = [], []
                 continue
             if isinstance(event, QueryEvent) and standalone and not skip_tx:
                 default = event.schema.decode("utf-8", "backslashreplace") if isinstance(event.schema, bytes) \
@@ -340,16 +363,20 @@ class BinlogCollector:
             if not is_commit:
                 continue
             domain, server, seq = (int(x) for x in tx_gtid.split("-"))
-            end = BinlogPosition(gtid=gtid_text({**done, domain: (server, seq)}), file=log_file,
-                                 pos=stream.log_pos or 0)
             if not skip_tx:
-                tx = self._transaction(tx_gtid, rows, end, event.timestamp, bad, changes)
+                end = BinlogPosition(gtid=gtid_text({**done, domain: (server, seq)}), file=log_file,
+                                     pos=stream.log_pos or 0)
+                tx = self._transaction(tx_gtid, rows, first, end, event.timestamp, bad, changes)
                 done[domain] = (server, seq)
-                self.status.last_position = end
-                self.status.transactions_read += 1
-                self.status.rows_read += len(tx.rows)
-                yield tx
+                handed.pop(tx_gtid, None)
+                yield self._handed_on(tx)
             tx_gtid, rows, bad, changes, skip_tx = None, [], [], [], False
+
+    def _handed_on(self, tx: Transaction) -> Transaction:
+        self.status.last_position = tx.position
+        self.status.transactions_read += tx.complete
+        self.status.rows_read += len(tx.rows)
+        return tx
 
     @staticmethod
     def _row_tuples(event: Any) -> Iterator[tuple[str, Any, dict | None, dict | None]]:
@@ -373,10 +400,11 @@ class BinlogCollector:
         return QuarantinedRows(txid=gtid, binlog_file=log_file or "", event_pos=event.packet.log_pos, table=table,
                                reason=reason, detail=detail)
 
-    def _transaction(self, gtid: str, rows: list, end: BinlogPosition, header_time: int,
-                     quarantined: list[QuarantinedRows], changes: list[SchemaChange]) -> Transaction:
+    def _transaction(self, gtid: str, rows: list, first: int, end: BinlogPosition, header_time: int,
+                     quarantined: list[QuarantinedRows], changes: list[SchemaChange], *,
+                     complete: bool = True) -> Transaction:
         out = []
-        for i, (op, event, before, after) in enumerate(rows):
+        for i, (op, event, before, after) in enumerate(rows, first):
             table = f"{event.schema}.{event.table}"
             image = after if after is not None else before
             pk_names = event.primary_key if isinstance(event.primary_key, (list, tuple)) else (
@@ -390,15 +418,23 @@ class BinlogCollector:
                 commit_time=row_time if row_time is not None else float(header_time),
                 commit_clock=CLOCK_ROW_COLUMN if row_time is not None else CLOCK_BINLOG_HEADER))
         return Transaction(rows=tuple(out), position=end, commit_time=float(header_time), quarantined=tuple(quarantined),
-                           schema_changes=tuple(changes))
+                           schema_changes=tuple(changes), complete=complete)
+
+
+def _released(stream: BinLogStreamReader) -> Iterator[Any]:
+    """The stream's events, each let go of its packet once the next one is asked for. The library links an
+    event and its packet both ways: that cycle would leave every event, and the rows it decoded, to the
+    cycle collector, which the monitor runs rarely (oncewatch.monitor.loop.tune_gc)."""
+    for event in stream:
+        yield event
+        event.packet = None
 
 
 def bootstrap(cfg: MySQLConfig, chunk: int = 5000) -> Iterator[Transaction]:
     """Read the watched tables consistently with a binlog position (no locks, no RELOAD grant).
 
-    Yields the rows as transactions of at most `chunk` rows, each carrying the snapshot's position
-    (the tail starts there), and always at least one (empty when the tables are), so the last one
-    gives the position.
+    Yields the rows as `snapshot` transactions of at most `chunk` rows, each carrying the snapshot's
+    position (the tail starts there), the last one `complete` (empty when the tables are).
 
     MariaDB's `START TRANSACTION WITH CONSISTENT SNAPSHOT` fixes `binlog_snapshot_file/position`
     to the binlog point the snapshot corresponds to; `BINLOG_GTID_POS()` turns that into the GTID
@@ -433,12 +469,13 @@ def bootstrap(cfg: MySQLConfig, chunk: int = 5000) -> Iterator[Transaction]:
                         commit_clock=CLOCK_ROW_COLUMN if row_time is not None else CLOCK_READ_TIME,
                         snapshot=True))
                     if len(rows) >= chunk:
-                        yield Transaction(rows=tuple(rows), position=position, commit_time=now)
+                        yield Transaction(rows=tuple(rows), position=position, commit_time=now, complete=False,
+                                          snapshot=True)
                         rows = []
             cur.execute("COMMIT")
     finally:
         conn.close()
-    yield Transaction(rows=tuple(rows), position=position, commit_time=now)
+    yield Transaction(rows=tuple(rows), position=position, commit_time=now, snapshot=True)
 
 
 __all__ = ["BinlogCollector", "BinlogError", "BinlogPurgedError", "BinlogAccessError", "CollectorStatus",

@@ -67,6 +67,8 @@ class KafkaConfig:
 @dataclass(frozen=True)
 class StoreConfig:
     path: str
+    # Open-state entries per kind the engine keeps in memory; older ones wait in the store (checks.horizon).
+    memory_entries: int = 100_000
 
 
 @dataclass(frozen=True)
@@ -203,6 +205,7 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     kafka = _kafka(kafka_section) if kafka_section.data else None
     store_s = root.section("store")
     store_path = store_s.str("path", "oncewatch.db")
+    memory_entries = store_s.int("memory_entries", StoreConfig.memory_entries, minimum=1000)
     store_s.done()
     if store_path != ":memory:" and not Path(store_path).is_absolute():
         store_path = str((base / store_path).resolve())
@@ -212,7 +215,7 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     announce = parse_announce(root.sections("announce"), mysql, kafka, domain)
     rules = parse_rules(root.section("rules"))
     root.done()
-    return Config(source=source, mysql=mysql, kafka=kafka, store=StoreConfig(store_path),
+    return Config(source=source, mysql=mysql, kafka=kafka, store=StoreConfig(store_path, memory_entries),
                   metrics=metrics, domain=domain, announce=announce, rules=rules, export=export)
 
 

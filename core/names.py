@@ -71,6 +71,8 @@ BINLOG_QUARANTINE_REASONS = (UNDECODABLE, UNPARSEABLE)
 
 # State rows beside the engine's entries.
 ENGINE_STATS = "engine_stats"
+# While a first start's bootstrap runs: its progress (a store holding it was interrupted mid-way).
+BOOTSTRAP = "bootstrap"
 
 
 def key_text(value: Any) -> str:

@@ -27,27 +27,36 @@ OP_DELETE = "delete"
 
 @dataclass(frozen=True)
 class BinlogPosition:
-    """Where a fully handled transaction ended: the resume point of the binlog collector.
+    """Where the binlog collector resumes: after the last fully handled transaction.
 
     `gtid` is MariaDB's `@@gtid_binlog_pos` style set ("0-1-123"); `file`/`pos` are the
     binlog coordinates of the end of the same transaction, kept for evidence and display.
+    A transaction too large to hold is handed on in fragments: after one that is not its last,
+    `within_gtid` names that transaction and `within_rows` counts its rows handed on so far,
+    which a resume skips (`gtid` still ends before it).
     """
 
     gtid: str
     file: str = ""
     pos: int = 0
+    within_gtid: str = ""
+    within_rows: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"gtid": self.gtid, "file": self.file, "pos": self.pos}
+        d: dict[str, Any] = {"gtid": self.gtid, "file": self.file, "pos": self.pos}
+        if self.within_gtid:
+            d |= {"within_gtid": self.within_gtid, "within_rows": self.within_rows}
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BinlogPosition:
-        return cls(gtid=str(d["gtid"]), file=str(d.get("file", "")), pos=int(d.get("pos", 0)))
+        return cls(gtid=str(d["gtid"]), file=str(d.get("file", "")), pos=int(d.get("pos", 0)),
+                   within_gtid=str(d.get("within_gtid", "")), within_rows=int(d.get("within_rows", 0)))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RowChange:
-    """One row of one committed transaction."""
+    """One row of one committed transaction (slots: a transaction's worth of them is held at a time)."""
 
     schema: str
     table: str
@@ -120,13 +129,21 @@ class SchemaChange:
 @dataclass(frozen=True)
 class Transaction:
     """The rows of one committed transaction and the position right after its commit; rows events
-    that could not be decoded are in `quarantined` instead, DDL on watched tables in `schema_changes`."""
+    that could not be decoded are in `quarantined` instead, DDL on watched tables in `schema_changes`.
+
+    A transaction of more rows than the collector holds at once comes as fragments in binlog order,
+    every one but the last with `complete=False` and a position `within` it (BinlogPosition); a
+    fragment's `commit_time` is the binlog header time of its last rows event, since the commit's
+    own is not read yet. A bootstrap comes the same way: chunks of the watched tables' rows
+    (`snapshot`), the last one `complete` with the snapshot's position, where the tail starts."""
 
     rows: tuple[RowChange, ...]
     position: BinlogPosition
     commit_time: float
     quarantined: tuple[QuarantinedRows, ...] = ()
     schema_changes: tuple[SchemaChange, ...] = ()
+    complete: bool = True
+    snapshot: bool = False
 
 
 @dataclass(frozen=True, init=False)

@@ -63,7 +63,9 @@ class Section:
         if not isinstance(value, int) or isinstance(value, bool):
             raise ConfigError(f"{self.key(name)}: expected an integer, got {value!r}")
         if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-            raise ConfigError(f"{self.key(name)}: must be between {minimum} and {maximum}, got {value}")
+            bounds = (f"between {minimum} and {maximum}" if minimum is not None and maximum is not None
+                      else f"at least {minimum}" if minimum is not None else f"at most {maximum}")
+            raise ConfigError(f"{self.key(name)}: must be {bounds}, got {value}")
         return value
 
     def float(self, name: str, default: float | None = None, *, required: bool = False,

@@ -96,6 +96,15 @@ class Batch:
         self.conn.execute("INSERT INTO state (name, value) VALUES (?, ?) "
                           "ON CONFLICT(name) DO UPDATE SET value=excluded.value", (name, to_json(value)))
 
+    def clear_state(self, name: str) -> None:
+        self.conn.execute("DELETE FROM state WHERE name = ?", (name,))
+
+    def empty(self) -> None:
+        """Every table emptied: the store as it was made, its schema and mark kept."""
+        for (table,) in self.conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table' AND "
+                                          "name NOT LIKE 'sqlite_%'").fetchall():
+            self.conn.execute(f'DELETE FROM "{table}"')
+
     def upsert_findings(self, findings: Iterable[Finding]) -> None:
         """The engine's findings, as facts (open or resolved), kept with a person's review: an
         acknowledged finding stays acknowledged while its fact stands, a closed one stays closed

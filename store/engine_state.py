@@ -1,10 +1,15 @@
-"""The engine's open state in the store, saved as deltas.
+"""The engine's open state in the store, saved as deltas, and the cold tier of its spilled spaces.
 
 Writing the whole state at every checkpoint costs seconds once it holds a day of open
 entries; the engine instead hands over what was put and what went since the last save
 (`Engine.state_delta`). Entries live one row each in `engine_entries`, the rest (version,
 counters, findings not yet drained) in the `state` table, all inside the caller's store
 transaction so they move together with the checkpoints.
+
+Because every entry is in `engine_entries` after a save, the spaces the engine only looks up
+by key need not stay whole in memory: `ColdEntries` reads a missed key back from there and
+drops entries by age, on the writer's own connection, so inside its transaction
+(checks.horizon explains the spilling).
 """
 
 from __future__ import annotations
@@ -25,19 +30,56 @@ def save(tx: Batch, delta: dict[str, Any]) -> None:
             tx.conn.execute("DELETE FROM engine_entries WHERE space = ?", (space,))
         tx.conn.executemany("INSERT INTO engine_entries (space, key, at, value) VALUES (?, ?, ?, ?) "
                             "ON CONFLICT(space, key) DO UPDATE SET at = excluded.at, value = excluded.value",
-                            [(space, to_json(k), t, to_json(v)) for k, t, v in change["put"]])
+                            ((space, to_json(k), t, to_json(v)) for k, t, v in change["put"]))
         tx.conn.executemany("DELETE FROM engine_entries WHERE space = ? AND key = ?",
-                            [(space, to_json(k)) for k in change["gone"]])
+                            ((space, to_json(k)) for k in change["gone"]))
     tx.set_state(HEAD, {k: v for k, v in delta.items() if k != "changes"})
 
 
-def load(store: Store) -> dict[str, Any] | None:
-    """The full state (`Engine.restore` input), or None when nothing was saved yet."""
+def load(store: Store, hot: dict[str, int] | None = None) -> dict[str, Any] | None:
+    """The state to `Engine.restore`, or None when nothing was saved yet. `hot` (`memory.hot_limits()`):
+    of those spaces only the newest entries are read, the rest counted under "cold"."""
     head = store.state(HEAD)
     if head is None:
         return None
+    hot = hot or {}
     entries: dict[str, list[list[Any]]] = {}
-    for space, key, at, value in store.conn.execute("SELECT space, key, at, value FROM engine_entries"):
-        entries.setdefault(space, []).append([from_json(key), at, from_json(value)])
-    spaces = head.get("dropped", {}).keys()
-    return {**head, "entries": {space: entries.get(space, []) for space in spaces | entries.keys()}}
+    cold: dict[str, int] = {}
+    for space in head.get("dropped", {}):  # every space saved
+        if space in hot:
+            rows = store.conn.execute("SELECT key, at, value FROM engine_entries WHERE space = ? "
+                                      "ORDER BY at DESC LIMIT ?", (space, hot[space])).fetchall()
+            (total,), = store.conn.execute("SELECT COUNT(*) FROM engine_entries WHERE space = ?", (space,))
+            cold[space] = total - len(rows)
+        else:
+            rows = store.conn.execute("SELECT key, at, value FROM engine_entries WHERE space = ?", (space,))
+        entries[space] = [[from_json(key), at, from_json(value)] for key, at, value in rows]
+    return {**head, "entries": entries, **({"cold": cold} if cold else {})}
+
+
+class ColdEntries:
+    """checks.horizon.Cold over `engine_entries`."""
+
+    def __init__(self, store: Store):
+        self.conn = store.conn
+
+    def get(self, space: str, key: str) -> tuple[float, Any] | None:
+        row = self.conn.execute("SELECT at, value FROM engine_entries WHERE space = ? AND key = ?",
+                                (space, to_json(key))).fetchone()
+        return None if row is None else (row[0], from_json(row[1]))
+
+    def drop_before(self, space: str, cutoff: float) -> list[str]:
+        return self._keys(self.conn.execute("DELETE FROM engine_entries WHERE space = ? AND at < ? RETURNING key",
+                                            (space, cutoff)))
+
+    def drop_oldest(self, space: str, n: int) -> list[str]:
+        return self._keys(self.conn.execute(
+            "DELETE FROM engine_entries WHERE space = ? AND key IN (SELECT key FROM engine_entries WHERE space = ? "
+            "ORDER BY at LIMIT ?) RETURNING key", (space, space, n)))
+
+    def drop_all(self, space: str) -> None:
+        self.conn.execute("DELETE FROM engine_entries WHERE space = ?", (space,))
+
+    @staticmethod
+    def _keys(cursor: Any) -> list[str]:
+        return [from_json(key) for (key,) in cursor.fetchall()]

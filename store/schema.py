@@ -158,6 +158,7 @@ CREATE TABLE IF NOT EXISTS engine_entries (
     value TEXT NOT NULL,
     PRIMARY KEY (space, key)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS engine_entries_at ON engine_entries (space, at);
 """
 
 

@@ -76,8 +76,8 @@ class Health:
         return all(applied.get(part.key, 0) >= part.end for part in k.status.partitions)
 
     def _binlog_caught_up(self) -> bool:
-        source: BinlogSource | None = self._source(BINLOG)
-        if source is None:
+        source = self._source(BINLOG)
+        if not isinstance(source, BinlogSource):  # none, or still the bootstrap
             return False
         b = source.collector
         if not b.status.connected or b.status.last_position is None or self.progress.binlog is None:

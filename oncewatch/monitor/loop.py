@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -19,26 +18,28 @@ from collections.abc import Callable
 from oncewatch.checks.engine import Engine
 from oncewatch.checks.settings import Settings
 from oncewatch.collectors.binlog import BinlogCollector
-from oncewatch.collectors.kafka_events import EventBatch, KafkaEventCollector
+from oncewatch.collectors.kafka_events import KafkaEventCollector
 from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector
 from oncewatch.core import exposure
 from oncewatch.core.config import Config, ConfigError
 from oncewatch.core.names import BINLOG, KAFKA_EVENTS, KAFKA_OFFSETS
-from oncewatch.core.records import BinlogPosition, PartitionStatus, Transaction
+from oncewatch.core.records import BinlogPosition, PartitionStatus
 from oncewatch.monitor.entities import EntityIndex
 from oncewatch.monitor.health import Health
+from oncewatch.monitor.inbox import Inbox, records
 from oncewatch.monitor.preflight import preflight_kafka, preflight_mysql
-from oncewatch.monitor.readers import (BinlogSource, Item, KafkaEventsSource, OffsetsSource, Reader, ReaderFailed,
-                                       Source)
+from oncewatch.monitor.readers import (BinlogSource, BootstrapSource, Item, KafkaEventsSource, OffsetsSource, Reader,
+                                       ReaderFailed, Source)
 from oncewatch.monitor.writer import Writer
 from oncewatch.store import Store, open_monitor
 
 log = logging.getLogger("oncewatch.monitor")
 
-QUEUE_SIZE = 512
+QUEUE_RECORDS = 8000  # rows and Kafka records read and not yet applied: about 15 MB at most
 BATCH_SECONDS = 0.25
 BATCH_RECORDS = 5000
 KAFKA_LEAD_SECONDS = 10.0
+KAFKA_LEAD_UNMATCHED = 10_000  # events waiting for their change, beyond which the Kafka reader waits for the binlog
 HEALTH_SECONDS = 1.0
 SERIES_SECONDS = 5.0
 JOIN_SECONDS = 10.0
@@ -69,7 +70,7 @@ class Monitor:
         self.store = store or open_monitor(cfg.store.path)
         self.writer = Writer(cfg, self.store, self.engine, EntityIndex(self.settings))
         self.progress = self.writer.progress
-        self.queue: queue.Queue[Item] = queue.Queue(maxsize=QUEUE_SIZE)
+        self.queue = Inbox(QUEUE_RECORDS)
         self._stop = threading.Event()
         self.readers: dict[str, Reader] = {}
         self.health = Health(self.store, self.readers, self.progress, self.engine.stats, cfg.rules, self.engine.shape)
@@ -90,25 +91,25 @@ class Monitor:
 
     def _put(self, item: Item, reader_stop: threading.Event) -> None:
         while not (self._stop.is_set() or reader_stop.is_set()):
-            try:
-                self.queue.put(item, timeout=0.5)
+            if self.queue.put(item, timeout=0.5):
                 return
-            except queue.Full:
-                continue
 
     def _kafka_ahead(self) -> bool:
-        """Kafka read well past the binlog: its events would only wait in the engine for their changes
-        (memory) and crowd the queue the binlog reader needs, so the Kafka reader pauses."""
+        """Kafka read well past the binlog, with many of its events waiting in the engine for their changes:
+        more would only add to them (memory), so the Kafka reader pauses. Only then: while one huge
+        transaction is read, the binlog's time stands still, and Kafka must still be read."""
         p = self.progress
         newest = max(p.newest_event_ms.values(), default=0) / 1000
-        return not p.binlog_caught_up and p.binlog_time > 0 and newest - p.binlog_time > KAFKA_LEAD_SECONDS
+        return (not p.binlog_caught_up and p.binlog_time > 0 and newest - p.binlog_time > KAFKA_LEAD_SECONDS
+                and len(self.engine.announcements.unmatched) > KAFKA_LEAD_UNMATCHED)
 
     def _configure_readers(self) -> None:
         """One reader per collector; each factory starts from what the writer has committed, so a
         reader started again resumes at the checkpoint."""
         kafka = self.cfg.kafka
-        factories: dict[str, Callable[[], Source]] = {
-            BINLOG: lambda: BinlogSource(BinlogCollector(self.cfg.mysql, self.progress.binlog))}
+        factories: dict[str, Callable[[], Source]] = {BINLOG: lambda: (
+            BootstrapSource(self.cfg.mysql) if self.progress.binlog is None
+            else BinlogSource(BinlogCollector(self.cfg.mysql, self.progress.binlog)))}
         if kafka is not None:
             factories[KAFKA_EVENTS] = lambda: KafkaEventsSource(
                 KafkaEventCollector(kafka, dict(self.progress.kafka) or None), self._kafka_ahead)
@@ -128,16 +129,14 @@ class Monitor:
     def _drain_queue(self) -> list[Item]:
         """What is queued, up to BATCH_SECONDS of waiting or BATCH_RECORDS records: one store transaction."""
         items: list[Item] = []
-        records = 0
+        count = 0
         deadline = time.monotonic() + BATCH_SECONDS
-        while records < BATCH_RECORDS:
-            try:
-                item = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
+        while count < BATCH_RECORDS:
+            item = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            if item is None:
                 break
             items.append(item)
-            records += len(item.rows) if isinstance(item, Transaction) else (
-                len(item.events) + len(item.quarantined) if isinstance(item, EventBatch) else 1)
+            count += records(item)
         return items
 
     def _serve_metrics(self) -> Callable[[], None]:
@@ -184,6 +183,7 @@ class Monitor:
                     if failure.fatal:
                         raise failure.error
                     self.readers[failure.reader].failed(failure)
+                self._tail_after_bootstrap()
                 for reader in self.readers.values():
                     reader.restart_if_due(now)
                 if now - last_health >= HEALTH_SECONDS or failures:
@@ -198,6 +198,16 @@ class Monitor:
                 reader.join(JOIN_SECONDS)
             self.health.write(with_series=False)
             close_metrics()
+
+    def _tail_after_bootstrap(self) -> None:
+        """Once the bootstrap's last chunk is committed, the binlog tail takes its reader's place."""
+        reader = self.readers[BINLOG]
+        if isinstance(reader.source, BootstrapSource) and self.progress.binlog is not None:
+            reader.stop()
+            reader.join(JOIN_SECONDS)
+            reader.start()
+            log.info("tailing the binlog from the bootstrap's snapshot", extra={
+                "event": "binlog_tail_start", "gtid": self.progress.binlog.gtid})
 
     def _idle_for(self, seconds: float, now: float) -> bool:
         p = self.progress

@@ -30,12 +30,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from oncewatch.collectors.binlog import BinlogCollector, BinlogError
+from oncewatch.collectors.binlog import BinlogCollector, BinlogError, bootstrap
 from oncewatch.collectors.kafka_events import EventBatch, KafkaEventCollector, KafkaEventsError
 from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector
+from oncewatch.core.config import MySQLConfig
 from oncewatch.core.records import OffsetsSnapshot, Transaction
 
 log = logging.getLogger("oncewatch.monitor.readers")
+
+
+
+class BootstrapInterruptedError(BinlogError):
+    """The first bootstrap failed mid-way: a consistent snapshot cannot be resumed, so the monitor stops and
+    its next start empties the store and bootstraps again."""
+
 
 FATAL = (BinlogError, KafkaEventsError)
 MAX_FAILURES = 3
@@ -98,6 +106,48 @@ class BinlogSource:
 
     def close(self) -> None:
         self.collector.close()
+
+
+class BootstrapSource:
+    """The watched tables' rows, chunk by chunk, in the binlog reader's place until the tail can start
+    (at the snapshot's position, which the last chunk carries); then it waits to be replaced."""
+
+    def __init__(self, cfg: MySQLConfig):
+        self.cfg = cfg
+        self.rows = 0
+        self.table = ""
+        self.done = False
+        self._alive: float | None = None
+
+    def items(self, stop: threading.Event) -> Iterator[Item]:
+        self._alive = time.time()
+        try:
+            for chunk in bootstrap(self.cfg):
+                self._alive = time.time()
+                self.rows += len(chunk.rows)
+                self.table = chunk.rows[-1].qualified_table if chunk.rows else self.table
+                yield chunk
+        except Exception as exc:  # noqa: BLE001 - any failure ends this bootstrap; the message says what next
+            raise BootstrapInterruptedError(
+                f"the bootstrap of the watched tables stopped after {self.rows} rows ({type(exc).__name__}: {exc}); "
+                f"start the monitor again: it empties its new store and bootstraps from a new snapshot") from exc
+        self.done = True
+        while not stop.wait(1.0):
+            self._alive = time.time()
+
+    def alive_at(self) -> float | None:
+        return self._alive
+
+    def health(self) -> dict[str, Any]:
+        return {"connected": True, "bootstrapping": not self.done, "bootstrap_rows": self.rows,
+                "bootstrap_table": self.table, "rows_read": self.rows, "transactions_read": 0,
+                "last_alive": self._alive, "reconnects": 0}
+
+    def stop(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 class KafkaEventsSource:

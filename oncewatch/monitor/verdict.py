@@ -3,8 +3,8 @@
 - failing: a part of the monitor cannot see its stream: a reader is down (failed, restarting) or
   has shown no life for STALE_SECONDS, or a collector is disconnected. Rules fed by that stream
   cannot judge, so nothing the monitor says about it is to be trusted until this clears;
-- degraded: it sees everything but late or partly: a stream read more than
-  `rules.caught_up_seconds` behind, an offsets poll that failed, a watched consumer group lagging
+- degraded: it sees everything but late or partly: the first bootstrap still reading the watched
+  tables (the binlog tail starts after it), a stream read more than `rules.caught_up_seconds` behind, an offsets poll that failed, a watched consumer group lagging
   more than `rules.offset_drift_threshold` records;
 - healthy: none of these.
 
@@ -70,6 +70,9 @@ def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: 
         elif not value.get("connected", True):
             failing.append(f"{name} disconnected ({value.get('last_error') or 'connecting'})")
         else:
+            if value.get("bootstrapping"):
+                degraded.append(f"bootstrapping: {value.get('bootstrap_rows', 0)} rows of the watched tables read, "
+                                f"now {value.get('bootstrap_table') or 'starting'}; the binlog tail starts after it")
             continue
         down.add(name)
     for stream, lag in sorted(lag_seconds.items()):

@@ -4,6 +4,12 @@ Each `apply(items)` is one store transaction holding the records, the entity ind
 state delta, the findings it drained and *both* checkpoints (DESIGN §7), so a kill -9 at any
 instant resumes with nothing lost and nothing doubled. `Progress` is what has been committed:
 the positions a restarted reader resumes from, and the clocks of the absence rules.
+
+A first start's bootstrap comes through `apply` too, chunk by chunk, while Kafka is read and
+health written: a bootstrap of millions of rows is not one store transaction held for minutes
+with nothing else moving. Until its last chunk the store says a bootstrap is under way
+(`BOOTSTRAP`); a start that finds it so empties the store, which held nothing else, and
+bootstraps again (a consistent snapshot cannot be resumed).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from oncewatch.checks.engine import Engine
 from oncewatch.collectors.binlog import bootstrap
 from oncewatch.collectors.kafka_events import EventBatch
 from oncewatch.core.config import Config
-from oncewatch.core.names import BINLOG_CHECKPOINT, ENGINE_STATS, KAFKA_CHECKPOINT, partition_key
+from oncewatch.core.names import BINLOG_CHECKPOINT, BOOTSTRAP, ENGINE_STATS, KAFKA_CHECKPOINT, partition_key
 from oncewatch.core.records import BinlogPosition, OffsetsSnapshot, PartitionStatus, RowChange, Transaction
 from oncewatch.monitor.entities import EntityIndex
 from oncewatch.store import Batch, Store, engine_state, reviews
@@ -41,6 +47,7 @@ class Progress:
     binlog: BinlogPosition | None = None  # the binlog position the engine and the store have taken in
     kafka: dict[str, int] = field(default_factory=dict)  # likewise, partition key -> next offset
     offsets: OffsetsSnapshot | None = None  # the last offsets snapshot applied
+    bootstrapped_rows: int = 0  # rows of the watched tables applied by the bootstrap under way
 
 
 class Writer:
@@ -50,22 +57,32 @@ class Writer:
         self.engine = engine
         self.index = index
         self.progress = Progress()
+        engine.memory.spill_to(engine_state.ColdEntries(store), cfg.store.memory_entries)
 
     # -------------------------------------------------------------- start-up
 
-    def restore(self) -> BinlogPosition:
-        """Engine state and positions from the store; a bootstrap of the watched tables on the first run."""
-        saved_state = engine_state.load(self.store)
+    def restore(self) -> BinlogPosition | None:
+        """Engine state and positions from the store; None when the watched tables are to be bootstrapped
+        first (a new store, or one whose first bootstrap was interrupted: emptied here)."""
+        interrupted = self.store.state(BOOTSTRAP)
+        if interrupted is not None:
+            log.warning("the first bootstrap of this store was interrupted; the store is emptied and the "
+                        "bootstrap begun again", extra={"event": "bootstrap_redone", **interrupted})
+            with self.store.batch() as tx:
+                tx.empty()
+        saved_state = engine_state.load(self.store, self.engine.memory.hot_limits())
         if saved_state is not None:
             self.engine.restore(saved_state)
         self.progress.kafka = self.store.checkpoint(KAFKA_CHECKPOINT) or {}
         saved = self.store.checkpoint(BINLOG_CHECKPOINT)
-        self.progress.binlog = BinlogPosition.from_dict(saved) if saved is not None else self.bootstrap()
+        self.progress.binlog = BinlogPosition.from_dict(saved) if saved is not None else None
         return self.progress.binlog
 
     def bootstrap(self) -> BinlogPosition:
-        """The watched tables' current rows into the engine and the store, streamed in chunks inside one
-        store transaction that ends with the binlog checkpoint of the snapshot."""
+        """`oncewatch bootstrap`: the watched tables' current rows into the engine and the store, streamed in
+        chunks inside one store transaction that ends with the binlog checkpoint of the snapshot, so that a
+        kill before the end leaves the store as it was. The engine's state is saved after every chunk, so
+        that its spilled spaces can forget what is saved (memory stays bounded whatever the tables' size)."""
         log.info("bootstrapping watched tables", extra={"event": "bootstrap_start",
                                                          "tables": list(self.cfg.mysql.tables)})
         count = 0
@@ -74,9 +91,9 @@ class Writer:
                 self._write_rows(tx, snapshot.rows)
                 self.engine.on_transaction(snapshot)
                 count += len(snapshot.rows)
+                self._write_engine(tx)
             position = snapshot.position
             tx.set_checkpoint(BINLOG_CHECKPOINT, position.to_dict())
-            self._write_engine(tx)
         log.info("bootstrap done", extra={"event": "bootstrap_done", "gtid": position.gtid, "rows": count})
         return position
 
@@ -97,6 +114,14 @@ class Writer:
                         p.last_change_at = time.time()
                     tx.add_binlog_quarantined(item.quarantined)
                     p.binlog_time = max(p.binlog_time, item.commit_time)
+                    if item.snapshot:
+                        p.bootstrapped_rows += len(item.rows)
+                        tx.set_state(BOOTSTRAP, {"gtid": item.position.gtid, "rows": p.bootstrapped_rows})
+                        if not item.complete:
+                            continue
+                        tx.clear_state(BOOTSTRAP)
+                        log.info("bootstrap done", extra={"event": "bootstrap_done", "gtid": item.position.gtid,
+                                                          "rows": p.bootstrapped_rows})
                     binlog_at = p.binlog = item.position
                 elif isinstance(item, EventBatch):
                     self.engine.on_events(item.events)

@@ -28,6 +28,8 @@ def with_mysql(**changes):
     (with_mysql(password_file="/x", password_env="Y"), r"^mysql\.password_env: give password_env or"),
     (with_mysql(commit_time_columns={"shop.other": "updated_at"}), r"commit_time_columns\.shop\.other: not one of"),
     ({**BASE, "store": {"path": 3}}, r"^store\.path: expected a non-empty string"),
+    ({**BASE, "store": {"memory_entries": 10}}, r"^store\.memory_entries: must be at least 1000, got 10$"),
+    ({**BASE, "store": {"memory_entries": "all"}}, r"^store\.memory_entries: expected an integer"),
     ({**BASE, "metrics": {"port": "x"}}, r"^metrics\.port: expected an integer"),
 ])
 def test_errors_name_the_key(data, message):

@@ -42,3 +42,40 @@ def test_deltas_saved_batch_by_batch_load_as_the_full_state(tmp_path):
     restored = Engine(settings)
     restored.restore(engine_state.load(store))
     assert canonical(restored.state()) == canonical(engine.state())
+
+
+def test_spilled_spaces_keep_their_newest_entries_in_memory_and_the_rest_in_the_store(tmp_path):
+    settings = shop_settings()
+    store = Store(str(tmp_path / "s.db"))
+    engine = Engine(settings)
+    engine.memory.spill_to(engine_state.ColdEntries(store), 10)
+    for i, record in enumerate(traffic(Shop(), 300)):
+        push(engine, record)
+        if i % 50 == 0:
+            with store.batch() as tx:
+                engine_state.save(tx, engine.state_delta())
+    with store.batch() as tx:
+        engine_state.save(tx, engine.state_delta())
+    spilled = {a.name: a for a in engine.memory.spillable}
+    effects = spilled["effects"]
+    assert len(effects.items) <= 10 and len(effects) == 2 * 200  # a shipment and a grant for 200 of 300 trade_nos
+    (saved,), = store.conn.execute("SELECT COUNT(*) FROM engine_entries WHERE space = 'effects'")
+    assert saved == len(effects)
+    assert effects.get(f"{settings.domain.effects[0].table}\x1fT1") is not None  # read back from the store
+
+    restored = Engine(settings)
+    restored.memory.spill_to(engine_state.ColdEntries(store), 10)
+    restored.restore(engine_state.load(store, restored.memory.hot_limits()))
+    again = {a.name: a for a in restored.memory.spillable}
+    assert len(again["effects"].items) == 10 and len(again["effects"]) == len(effects)
+    assert len(again["order_amounts"]) == len(spilled["order_amounts"]) == 300
+
+    # the horizon drops the cold entries too, in the store, and counts them
+    before = restored.memory.dropped()
+    with store.batch() as tx:
+        restored.tick(1000.0 + settings.rules.horizon_seconds + 500, 1000.0 + settings.rules.horizon_seconds + 500,
+                      1000.0 + settings.rules.horizon_seconds + 500)
+        engine_state.save(tx, restored.state_delta())
+    assert len(again["effects"]) == 0 and restored.memory.dropped() - before >= 400
+    (left,), = store.conn.execute("SELECT COUNT(*) FROM engine_entries WHERE space = 'effects'")
+    assert left == 0

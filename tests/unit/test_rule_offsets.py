@@ -51,6 +51,19 @@ def test_announce_backlog_above_the_threshold_is_f11():
     assert f.status == "resolved"
 
 
+def test_the_backlog_counts_only_changes_kafka_has_been_read_past():
+    """Kafka read only up to 9 s: the changes committed at 10 s may have their events there, unread. Counting
+    them would report the monitor's own lag as the shop's backlog."""
+    shop, engine = Shop(), Engine(shop_settings(offset_drift_threshold=1))
+    feed(engine, shop.tx(10, order("O1", "paid", was="pending"), order("O2", "paid", was="pending")))
+    engine.tick(now=11, binlog_time=11, kafka_time=9)
+    assert engine.drain() == [] and engine.stats()["backlog_by_table"]["shop.orders"] == 0
+    engine.tick(now=12, binlog_time=12, kafka_time=10.5)
+    (f,) = engine.drain()
+    assert (f.rule, f.keys) == ("F11", {"table": "shop.orders", "backlog": 2})
+    assert engine.stats()["backlog_by_table"]["shop.orders"] == 2
+
+
 def test_uneven_lag_across_partitions_is_f12():
     engine = Engine(shop_settings(partition_skew_threshold=3.0, partition_skew_seconds=0))
     engine.on_offsets(snapshot(10, [0, 0, 20, None]))

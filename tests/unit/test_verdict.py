@@ -66,3 +66,11 @@ def test_rules_that_read_a_stream_the_monitor_cannot_see_are_blind() -> None:
     assert set(binlog_dead.blind) == {f"F{i}" for i in range(1, 12)}
     no_offsets = verdict(rows(kafka_offsets={"error": "offsets: timeout", "reader": reader()}))
     assert no_offsets.blind == ("F11", "F12") and no_offsets.verdict == "degraded"
+
+
+def test_a_first_bootstrap_under_way_is_degraded_and_says_how_far_it_is() -> None:
+    v = verdict(rows(binlog={"connected": True, "bootstrapping": True, "bootstrap_rows": 125000,
+                             "bootstrap_table": "shop.payments", "reader": reader()}))
+    assert v.verdict == "degraded" and v.blind == ()
+    assert v.reasons == ("bootstrapping: 125000 rows of the watched tables read, now shop.payments; "
+                         "the binlog tail starts after it",)
