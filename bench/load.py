@@ -9,9 +9,11 @@ services, with `oncewatch run` watching it, and samples once a second:
   moment it is in the store, i.e. visible on /metrics, which is read from the store per scrape;
 - the monitor process's CPU (user+system seconds per wall second) and resident memory.
 Prints p50/p99 of each, RSS at each quarter of the run (flat means no growth), and how much
-the shop really placed. Usage:
+the shop really placed. With `--catch-up`, the monitor then runs on until it has caught up, and
+the findings are held against the shop's ground truth: any the truth does not explain (such as
+an F11 that was only the monitor's own lag) are listed. Usage:
 
-    .venv/bin/python bench/load.py [--minutes 10] [--rate 90]
+    .venv/bin/python bench/load.py [--minutes 10] [--rate 90] [--catch-up]
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=90.0, help="orders per second asked of the shop")
     ap.add_argument("--horizon", type=float, default=300.0,
                     help="rules.horizon_seconds: open state older than this is let go (memory stays flat)")
+    ap.add_argument("--catch-up", action="store_true",
+                    help="after the shop stops, run on until caught up and hold the findings against the truth")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="oncewatch-load-"))
     port = free_port()
@@ -101,14 +105,20 @@ def main() -> None:
     store = Store(str(work / "store.db"), readonly=True)
     delay_of = {"F3": rules.stuck_pending_seconds, "F7": rules.missing_event_grace_seconds,
                 "F8": rules.orphan_event_grace_seconds, "F9": rules.orphan_event_grace_seconds}
-    while runner.is_alive():
+    caught_up_at: float | None = None
+    shop_done_at: float | None = None
+    while runner.is_alive() or (args.catch_up and caught_up_at is None and time.time() - started < 3600):
         time.sleep(1.0)
         now = time.time()
+        if shop_done_at is None and not runner.is_alive():
+            shop_done_at = now
         try:
             m = scrape(port)
             if "oncewatch_binlog_behind_seconds" in m:
                 binlog_lag.append(m["oncewatch_binlog_behind_seconds"])
             kafka_lag.append(max(0.0, now - m.get('oncewatch_stream_time_seconds{stream="kafka"}', now)))
+            if not runner.is_alive() and m.get("oncewatch_monitor_caught_up") == 1.0:
+                caught_up_at = now
         except OSError:
             pass
         c, r = proc_cpu_rss(monitor.pid)
@@ -120,7 +130,9 @@ def main() -> None:
         for finding in store.findings_by_id(new):
             if finding.rule not in ("F11", "F12"):  # offsets findings have no commit behind them
                 latency.setdefault(finding.rule, []).append(now - decidable_at(finding, delay_of))
-    elapsed = time.time() - started
+    elapsed = (shop_done_at or time.time()) - started
+    if caught_up_at is not None:
+        time.sleep(5)  # the last findings of the timer rules
     monitor.terminate()
     monitor.wait(60)
     truth = result["truth"]
@@ -138,6 +150,17 @@ def main() -> None:
         print(f"  {rule}: {len(values)} findings, p50 {pct(values, .5):.2f} s, p99 {pct(values, .99):.2f} s")
     print(f"monitor CPU: mean {statistics.fmean(cpu_rate):.2f} cores, p99 {pct(cpu_rate, .99):.2f}; "
           f"RSS peak {max(rss):.0f} MiB, at 0/25/50/75/100%: {' '.join(f'{q:.0f}' for q in quarters)} MiB")
+    if args.catch_up:
+        found = store.findings()
+        unexplained = [f for f in found if truth.fault_for(f.rule, f.keys) is None]
+        by_rule: dict[str, int] = {}
+        for f in found:
+            by_rule[f.rule] = by_rule.get(f.rule, 0) + 1
+        print(f"caught up {caught_up_at - shop_done_at:.0f} s after the shop stopped" if caught_up_at
+              else "never caught up")
+        print(f"findings by rule {dict(sorted(by_rule.items()))}; not explained by the truth: {len(unexplained)}")
+        for f in unexplained[:20]:
+            print(f"  {f.rule} {f.severity} {f.summary}")
     print(f"work dir (store, logs): {work}")
 
 

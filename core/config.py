@@ -68,7 +68,7 @@ class KafkaConfig:
 class StoreConfig:
     path: str
     # Open-state entries per kind the engine keeps in memory; older ones wait in the store (checks.horizon).
-    memory_entries: int = 100_000
+    memory_entries: int = 20_000
 
 
 @dataclass(frozen=True)

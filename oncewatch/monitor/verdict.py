@@ -11,8 +11,8 @@
 A rule that reads a stream its monitor cannot see (a failing reader or collector, or a failed
 offsets poll) cannot judge: it is *blind* (unknown on /metrics), never green.
 
-"Caught up" is the reading of people and alerts: both streams read to within
-`caught_up_seconds`. (The absence rules' own clocks stay exact: oncewatch.monitor.writer.)
+"Caught up" is the reading of people and alerts: no bootstrap under way, and both streams read
+to within `caught_up_seconds`. (The absence rules' own clocks stay exact: oncewatch.monitor.writer.)
 Plain data in, plain data out, so it is tested without servers.
 """
 
@@ -86,7 +86,8 @@ def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: 
         degraded.append(f"{problem['config_key']}: {problem['what']} ({', '.join(problem['rules'])} cannot judge)")
     shape_blind = {rule for problem in shape for rule in problem["rules"]}
     verdict = FAILING if failing else DEGRADED if degraded else HEALTHY
-    caught_up = not failing and all(lag <= caught_up_seconds for lag in lag_seconds.values())
+    bootstrapping = any(value.get("bootstrapping") for value in components.values())
+    caught_up = not failing and not bootstrapping and all(lag <= caught_up_seconds for lag in lag_seconds.values())
     blind = tuple(rule for rule, inputs in RULE_INPUTS.items()
                   if down & {i for i in inputs if i in components} or rule in shape_blind)
     return Verdict(verdict, tuple(failing + degraded), caught_up, dict(lag_seconds), blind)
