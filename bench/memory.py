@@ -23,15 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import tomllib
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -42,25 +39,21 @@ from kafka import KafkaAdminClient, KafkaProducer  # noqa: E402
 
 from devservices import stack  # noqa: E402
 from devservices.shop_monitor import SCHEMA, free_port, new_topic, shop_config, shop_settings  # noqa: E402
+from load import proc_cpu_rss, scrape  # noqa: E402 - bench/load.py, beside this script
 from oncewatch.shop.schema import prepare_tables, prepare_topic  # noqa: E402
 from oncewatch.store import Store  # noqa: E402
 
-PAGE = os.sysconf("SC_PAGE_SIZE")
-METRIC = re.compile(r'^([a-z_]+)(\{[^}]*\})? (\S+)$')
-
 
 def rss_mib(pid: int) -> float:
-    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE / 2**20
+    return proc_cpu_rss(pid)[1]
 
 
-def scrape(port: int) -> dict[str, float]:
-    """name{labels} -> value; {} when /metrics does not answer (yet)."""
+def read_metrics(port: int) -> dict[str, float]:
+    """/metrics as name{labels} -> value; {} when it does not answer (yet)."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            text = r.read().decode()
+        return scrape(port)
     except OSError:
         return {}
-    return {m[1] + (m[2] or ""): float(m[3]) for line in text.splitlines() if (m := METRIC.match(line))}
 
 
 def total(metrics: dict[str, float], name: str) -> float:
@@ -99,7 +92,7 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop.wait(0.5):
             now, rss = time.time(), rss_mib(self.pid)
-            m = scrape(self.port)
+            m = read_metrics(self.port)
             peak = self.peaks.setdefault(self.phase, {"rss": 0.0, "kafka_behind": 0.0, "health_age": 0.0})
             peak["rss"] = max(peak["rss"], rss)
             if m:

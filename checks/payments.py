@@ -96,13 +96,13 @@ class PaymentChecks:
         whole = tx.complete and not len(self.in_tx)
         if whole and len(tx.rows) < 2:
             return  # F6 needs an order row and a payment row
+        allowed = ", ".join(self.p.callback_status_whitelist)
         for order, fact in self._callback_facts(tx.rows, None if whole else self.in_tx).items():
             if not fact["moved"]:
                 continue
-            for trade_no, callback, payment, at in fact["bad"]:
-                allowed = ", ".join(self.p.callback_status_whitelist)
+            for trade_no, callback, payment, at in fact["bad"]:  # facts come from rows: tx.rows is not empty
                 self.findings.raise_(
-                    "F6", (trade_no, tx.rows[0].txid if tx.rows else ""),
+                    "F6", (trade_no, tx.rows[0].txid),
                     keys={"order": order, "trade_no": trade_no, "callback_status": callback},
                     summary=f"callback status {callback!r} (not in {allowed}) moved order {order}",
                     time=at, evidence=[payment, *fact["orders"]])

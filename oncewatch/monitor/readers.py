@@ -39,7 +39,6 @@ from oncewatch.core.records import OffsetsSnapshot, Transaction
 log = logging.getLogger("oncewatch.monitor.readers")
 
 
-
 class BootstrapInterruptedError(BinlogError):
     """The first bootstrap failed mid-way: a consistent snapshot cannot be resumed, so the monitor stops and
     its next start empties the store and bootstraps again."""

@@ -123,11 +123,11 @@ path = "{store or tmp_path / 'store.db'}"
 {extra}""", tmp_path)
 
 
-def wait_for(what: str, cond: Callable[[], bool], timeout: float = 90.0) -> None:
-    """Poll `cond` every half second until it holds; fail naming `what` after `timeout` seconds."""
+def wait_for(what: str, cond: Callable[[], bool], timeout: float = 90.0, every: float = 0.5) -> None:
+    """Poll `cond` every `every` seconds until it holds; fail naming `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
             return
-        time.sleep(0.5)
+        time.sleep(every)
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")

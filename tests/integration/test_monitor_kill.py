@@ -10,9 +10,9 @@ import sys
 import threading
 import time
 
-from oncewatch.store import Store
+from oncewatch.store import Store, StoreError
 
-from .conftest import admin_connection, monitor_config_toml
+from .conftest import admin_connection, monitor_config_toml, wait_for
 
 
 def start_monitor(config_path, tmp_path) -> subprocess.Popen:
@@ -71,9 +71,10 @@ def test_kill_9_at_random_points_loses_and_doubles_nothing(table_name, tmp_path)
 
 
 def checkpoint(tmp_path) -> dict:
+    """The monitor's binlog checkpoint and bootstrap progress as committed now ({} before the store exists)."""
     try:
         store = Store(str(tmp_path / "store.db"), readonly=True)
-    except Exception:  # noqa: BLE001 - not made yet
+    except StoreError:
         return {}
     try:
         return {**(store.checkpoint("binlog") or {}), "bootstrap": store.state("bootstrap")}
@@ -81,11 +82,9 @@ def checkpoint(tmp_path) -> dict:
         store.close()
 
 
-def poll(what: str, cond, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+def poll(what: str, cond) -> None:
+    """Often enough to kill the monitor between two fragments or chunks of a few thousand rows."""
+    wait_for(what, cond, timeout=60.0, every=0.05)
 
 
 def test_kill_9_inside_a_transaction_too_large_to_hold_resumes_inside_it(table_name, tmp_path):
