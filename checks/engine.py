@@ -46,7 +46,6 @@ API (the monitor loop calls these):
    "delay": {commit_clock: {"buckets": {"0.005": n, ..., "+Inf": n} (cumulative, upper bounds
              in seconds), "sum": seconds, "count": n}},
    "found_total": {"F1": n, ..., "F12": n},
-   "open_by_rule_severity": [{"rule", "severity", "count"}] (open findings held in memory),
    "horizon_dropped_total": n}
 
 Bounded memory: every piece of open state ages out after `rules.horizon_seconds` of its
@@ -250,5 +249,4 @@ class Engine:
         return {**self.announcements.stats(), "backlog_by_table": dict(backlog),
                 "found_total": dict(self.findings.found_total),
                 "suppressed_total": dict(self.findings.suppressed), "shape_problems": self.shape(),
-                "open_by_rule_severity": self.findings.open_by_rule_severity(),
                 "horizon_dropped_total": self.memory.dropped()}

@@ -113,7 +113,8 @@ class Findings:
 
     def __init__(self, memory: Memory):
         # findings that may still change, by id; they age on the later of the two stream clocks
-        self.live = memory.aging("findings", STREAMS, encode=to_dict, decode=from_dict)
+        # only ever looked up by id (the store counts them for /metrics), so older ones may spill
+        self.live = memory.aging("findings", STREAMS, encode=to_dict, decode=from_dict, spill=True)
         self.found_total = memory.counters("found_total", dict.fromkeys(RULES, 0))
         # Rules blind to a shape change (checks.shape): what they would have raised meanwhile, counted.
         self.blind: frozenset[str] = frozenset()
@@ -168,10 +169,3 @@ class Findings:
     def drain(self) -> list[Finding]:
         out, self.changed = list(self.changed.values()), {}
         return out
-
-    def open_by_rule_severity(self) -> list[dict[str, Any]]:
-        counts: dict[tuple[str, str], int] = {}
-        for f in self.live.values():
-            if f.status == OPEN:
-                counts[f.rule, f.severity] = counts.get((f.rule, f.severity), 0) + 1
-        return [{"rule": r, "severity": s, "count": n} for (r, s), n in sorted(counts.items())]

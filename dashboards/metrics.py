@@ -166,7 +166,7 @@ def _monitor(value: dict[str, Any]) -> Iterator[Metric]:
     yield from (started, caught_up, verdict, lag, stream_time, threshold, judging)
 
 
-def _engine(stats: dict[str, Any]) -> Iterator[Metric]:
+def _engine(stats: dict[str, Any], counts: list[tuple[str, str, str, int]]) -> Iterator[Metric]:
     backlog = _gauge("backlog_changes", "Committed changes still within their grace, waiting for their Kafka event "
                      "(those past it are F7 findings).", ("table",))
     for table, n in sorted(stats.get("backlog_by_table", {}).items()):
@@ -178,9 +178,10 @@ def _engine(stats: dict[str, Any]) -> Iterator[Metric]:
         delay.add_metric([clock], [(b if b == "+Inf" else floatToGoString(float(b)), n) for b, n in buckets],
                          stats["delay"][clock]["sum"])
     yield delay
-    open_ = _gauge("findings_open", "Findings currently open.", ("rule", "severity"))
-    for r in stats.get("open_by_rule_severity", []):
-        open_.add_metric([r["rule"], r["severity"]], r["count"])
+    open_ = _gauge("findings_open", "Findings whose fact still stands (not resolved), reviewed or not.",
+                   ("rule", "severity"))
+    for (rule, severity), n in sorted(views.standing(counts).items()):
+        open_.add_metric([rule, severity], n)
     yield open_
     found = _counter("findings_found", "Findings found since the store was created, by rule.", ("rule",))
     # Every rule is present from the start so that increase() sees the first finding of a rule.
@@ -274,7 +275,7 @@ class StoreCollector(Collector):
         yield from _health(health)
         yield _quarantine(quarantine, health[names.KAFKA_EVENTS].value if names.KAFKA_EVENTS in health else {})
         yield _binlog_quarantine(binlog_quarantine)
-        yield from _engine(stats)
+        yield from _engine(stats, counts)
         yield _lifecycle(counts)
 
 

@@ -9,7 +9,7 @@ import base64
 import datetime as dt
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,8 +89,18 @@ def engine_stats(store: Store) -> dict[str, Any]:
     return store.state(names.ENGINE_STATS, {}) or {}
 
 
-def open_critical(stats: dict[str, Any]) -> int:
-    return sum(r["count"] for r in stats.get("open_by_rule_severity", []) if r["severity"] == "critical")
+def standing(counts: Iterable[tuple[str, str, str, int]]) -> dict[tuple[str, str], int]:
+    """(rule, severity) -> findings whose fact still stands (not resolved, whoever reviewed them),
+    from `Store.finding_counts`: the store holds every finding, the engine only those it may change."""
+    out: dict[tuple[str, str], int] = {}
+    for rule, severity, status, n in counts:
+        if status != names.RESOLVED:
+            out[rule, severity] = out.get((rule, severity), 0) + n
+    return out
+
+
+def open_critical(counts: Iterable[tuple[str, str, str, int]]) -> int:
+    return sum(n for (_, severity), n in standing(counts).items() if severity == "critical")
 
 
 def backlog_total(stats: dict[str, Any]) -> int:

@@ -117,6 +117,8 @@ CREATE TABLE IF NOT EXISTS findings (
 );
 CREATE INDEX IF NOT EXISTS findings_rule ON findings (rule, status);
 CREATE INDEX IF NOT EXISTS findings_seen ON findings (first_seen);
+-- covers the GROUP BY of /metrics' counts, read at every scrape
+CREATE INDEX IF NOT EXISTS findings_counts ON findings (rule, severity, status);
 -- A person's acknowledgement or close of a finding while it stands (see store.reviews).
 CREATE TABLE IF NOT EXISTS reviews (
     finding_id TEXT PRIMARY KEY,

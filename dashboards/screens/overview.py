@@ -61,6 +61,7 @@ def live() -> None:
     with ui.store() as store:
         comps = views.components(store, now)
         stats = views.engine_stats(store)
+        counts = store.finding_counts()
         p99 = queries.latest(store, "delay_p99")
         points = {name: queries.series(store, name, now - ui.CHART_WINDOW_SECONDS) for name, _, _ in CHARTS}
     ui.stale_banner(comps)
@@ -75,7 +76,7 @@ def live() -> None:
         col.metric(label, value, help=help_, border=True)
 
     cols = st.columns(3)
-    cols[0].metric("Open critical findings", f"{views.open_critical(stats):,}", border=True)
+    cols[0].metric("Open critical findings", f"{views.open_critical(counts):,}", border=True)
     cols[1].metric("Backlog", f"{views.backlog_total(stats):,}", help="Committed changes still within their grace, "
                    "waiting for their Kafka event, all tables (those past it are F7 findings)", border=True)
     cols[2].metric("p99 event delay", ui.duration(p99), help="Kafka time minus commit time", border=True)

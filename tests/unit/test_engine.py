@@ -73,13 +73,12 @@ def test_stats_shape():
     feed(engine, shop.tx(T, shipment("S1", "T1"), shipment("S2", "T1")), shop.tx(T, order("O1", "paid", was="pending")),
          shop.event("order.paid", T + 0.01, order_no="O1"))
     stats = engine.stats()
-    assert set(stats) == {"backlog_by_table", "delay", "found_total", "open_by_rule_severity", "horizon_dropped_total",
+    assert set(stats) == {"backlog_by_table", "delay", "found_total", "horizon_dropped_total",
                           "suppressed_total", "shape_problems"}
     assert (stats["suppressed_total"], stats["shape_problems"]) == ({}, [])
     assert stats["backlog_by_table"] == {"shop.orders": 0, "shop.shipments": 2, "shop.points_grants": 0}
     assert list(stats["delay"]["gtid_commit_ts"]["buckets"])[-1] == "+Inf"
     assert stats["found_total"] == {f"F{i}": int(i == 1) for i in range(1, 13)}
-    assert stats["open_by_rule_severity"] == [{"rule": "F1", "severity": "critical", "count": 1}]
     assert stats["horizon_dropped_total"] == 0
 
 

@@ -107,14 +107,21 @@ def test_a_resolved_finding_cannot_be_acknowledged(store: Store) -> None:
 def test_the_page_follows_the_status(store: Store, tmp_path: Path) -> None:
     engine_writes(store, finding("F1-z"))
 
-    def by_status() -> dict[str, float]:
+    def f1(name: str, label: str) -> dict[str, float]:
         text = generate_latest(metrics.registry(store.path)).decode()
-        family = next(f for f in text_string_to_metric_families(text) if f.name == "oncewatch_findings_by_status")
-        return {s.labels["status"]: s.value for s in family.samples if s.labels["rule"] == "F1"}
+        family = next(f for f in text_string_to_metric_families(text) if f.name == name)
+        return {s.labels[label]: s.value for s in family.samples if s.labels["rule"] == "F1"}
+
+    def by_status() -> dict[str, float]:
+        return f1("oncewatch_findings_by_status", "status")
 
     assert by_status() == {"open": 2}
     reviews.acknowledge(store, ["F1-z"], by="ana", note="on it", until=T + 60, now=T)
     assert by_status() == {"open": 1, "acknowledged": 1}
+    # the fact stands whoever looks at it; only its end takes it out of findings_open
+    assert f1("oncewatch_findings_open", "severity") == {"critical": 2}
+    engine_writes(store, dataclasses.replace(finding(), status="resolved", resolved_at=T + 1, resolution="shipped"))
+    assert f1("oncewatch_findings_open", "severity") == {"critical": 1}
 
 
 def test_ack_and_close_from_the_command_line(store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
