@@ -26,11 +26,19 @@ class JsonFormatter(logging.Formatter):
 
 
 def setup(level: str | None = None) -> None:
-    """JSON lines on stderr at `level`, else $ONCEWATCH_LOG_LEVEL, else INFO."""
+    """JSON lines on stderr at `level`, else $ONCEWATCH_LOG_LEVEL, else INFO.
+
+    The Kafka client logs every connection and metadata refresh at INFO; its loggers stay at
+    $ONCEWATCH_KAFKA_LOG_LEVEL, else WARNING (DEBUG when the whole log is), so that what the
+    monitor says is not drowned. Python
+    warnings of the libraries become log lines too (logger "py.warnings"), never bare text."""
     level = (level or os.environ.get("ONCEWATCH_LOG_LEVEL") or "INFO").upper()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    kafka = os.environ.get("ONCEWATCH_KAFKA_LOG_LEVEL") or ("DEBUG" if level == "DEBUG" else "WARNING")
+    logging.getLogger("kafka").setLevel(kafka.upper())
+    logging.captureWarnings(True)
     logging.Formatter.converter = time.gmtime

@@ -1,0 +1,56 @@
+"""The terminal shows the monitor's own JSON lines: Kafka client chatter and library warnings are
+kept down or made log lines (issue 14, item 4)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from collections.abc import Iterator
+
+import pytest
+
+from oncewatch.core import logs
+
+
+@pytest.fixture
+def restored() -> Iterator[None]:
+    root, kafka = logging.getLogger(), logging.getLogger("kafka")
+    handlers, level, kafka_level = root.handlers[:], root.level, kafka.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    kafka.setLevel(kafka_level)
+    logging.captureWarnings(False)
+
+
+def lines(err: str) -> list[dict]:
+    return [json.loads(line) for line in err.splitlines()]
+
+
+@pytest.mark.parametrize("level, kafka_env, kafka_info_shown", [
+    ("INFO", None, False), ("DEBUG", None, True), ("INFO", "INFO", True)])
+def test_kafka_client_chatter_stays_below_warning_unless_asked_for(
+        restored, capsys, monkeypatch, level, kafka_env, kafka_info_shown) -> None:
+    monkeypatch.setenv("ONCEWATCH_LOG_LEVEL", level)
+    if kafka_env:
+        monkeypatch.setenv("ONCEWATCH_KAFKA_LOG_LEVEL", kafka_env)
+    else:
+        monkeypatch.delenv("ONCEWATCH_KAFKA_LOG_LEVEL", raising=False)
+    logs.setup()
+    logging.getLogger("kafka.cluster").info("Updated cluster metadata")
+    logging.getLogger("kafka.conn").warning("connection lost")
+    logging.getLogger("oncewatch.monitor").info("started")
+    shown = [(d["logger"], d["msg"]) for d in lines(capsys.readouterr().err)]
+    assert ("kafka.conn", "connection lost") in shown and ("oncewatch.monitor", "started") in shown
+    assert (("kafka.cluster", "Updated cluster metadata") in shown) is kafka_info_shown
+
+
+def test_a_library_warning_is_a_json_log_line(restored, capsys, monkeypatch) -> None:
+    monkeypatch.delenv("ONCEWATCH_LOG_LEVEL", raising=False)
+    logs.setup()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("Unknown table 'x'", UserWarning, stacklevel=1)
+    [line] = lines(capsys.readouterr().err)
+    assert line["logger"] == "py.warnings" and line["level"] == "warning" and "Unknown table 'x'" in line["msg"]
