@@ -38,8 +38,10 @@ log = logging.getLogger("oncewatch.monitor")
 QUEUE_RECORDS = 8000  # rows and Kafka records read and not yet applied: about 15 MB at most
 BATCH_SECONDS = 0.25
 BATCH_RECORDS = 5000
-KAFKA_LEAD_SECONDS = 10.0
-KAFKA_LEAD_UNMATCHED = 10_000  # events waiting for their change, beyond which the Kafka reader waits for the binlog
+# One stream read this far ahead of the other, with this many of its records waiting in the engine for
+# their counterpart, waits for the other (memory stays bounded while the monitor is behind).
+LEAD_SECONDS = 10.0
+LEAD_WAITING = 10_000
 HEALTH_SECONDS = 1.0
 SERIES_SECONDS = 5.0
 JOIN_SECONDS = 10.0
@@ -100,8 +102,21 @@ class Monitor:
         transaction is read, the binlog's time stands still, and Kafka must still be read."""
         p = self.progress
         newest = max(p.newest_event_ms.values(), default=0) / 1000
-        return (not p.binlog_caught_up and p.binlog_time > 0 and newest - p.binlog_time > KAFKA_LEAD_SECONDS
-                and len(self.engine.announcements.unmatched) > KAFKA_LEAD_UNMATCHED)
+        return (not p.binlog_caught_up and p.binlog_time > 0 and newest - p.binlog_time > LEAD_SECONDS
+                and len(self.engine.announcements.unmatched) > LEAD_WAITING)
+
+    def _binlog_ahead(self) -> bool:
+        """The mirror image: the binlog read well past the Kafka clock (`kafka_time`, which the changes waiting
+        for their events wait for), many of them waiting. Never while Kafka is read to its end (events late
+        in the shop are late: waiting changes nothing), while its reader is down or disconnected (the
+        binlog's own rules, F1, F2, F5, must go on), nor while the Kafka reader pauses itself (one partition
+        read far behind the others can make both true: the binlog goes first)."""
+        p = self.progress
+        kafka = self.readers.get(KAFKA_EVENTS)
+        source = kafka.source if kafka is not None and kafka.running else None
+        return (isinstance(source, KafkaEventsSource) and source.collector.status.connected
+                and not p.kafka_caught_up and p.kafka_time > 0 and p.binlog_time - p.kafka_time > LEAD_SECONDS
+                and len(self.engine.announcements.waiting) > LEAD_WAITING and not self._kafka_ahead())
 
     def _configure_readers(self) -> None:
         """One reader per collector; each factory starts from what the writer has committed, so a
@@ -109,7 +124,7 @@ class Monitor:
         kafka = self.cfg.kafka
         factories: dict[str, Callable[[], Source]] = {BINLOG: lambda: (
             BootstrapSource(self.cfg.mysql) if self.progress.binlog is None
-            else BinlogSource(BinlogCollector(self.cfg.mysql, self.progress.binlog)))}
+            else BinlogSource(BinlogCollector(self.cfg.mysql, self.progress.binlog), self._binlog_ahead))}
         if kafka is not None:
             factories[KAFKA_EVENTS] = lambda: KafkaEventsSource(
                 KafkaEventCollector(kafka, dict(self.progress.kafka) or None), self._kafka_ahead)

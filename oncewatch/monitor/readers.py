@@ -88,14 +88,27 @@ class Source(Protocol):
 
 
 class BinlogSource:
-    def __init__(self, collector: BinlogCollector):
+    """Reads the binlog collector; after a transaction, pauses while `ahead()` says the binlog is read far
+    past Kafka, for PAUSE_SECONDS at most at a time: a binlog dump the monitor does not read for
+    longer than the server's net_write_timeout (60 s by default) is dropped by the server."""
+
+    PAUSE_SECONDS = 20.0
+
+    def __init__(self, collector: BinlogCollector, ahead: Callable[[], bool] = lambda: False):
         self.collector = collector
+        self._ahead = ahead
+        self._paused_at: float | None = None  # alive while paused, though nothing is read
 
     def items(self, stop: threading.Event) -> Iterator[Item]:
-        yield from self.collector.transactions()
+        for tx in self.collector.transactions():
+            yield tx
+            until = time.monotonic() + self.PAUSE_SECONDS
+            while self._ahead() and time.monotonic() < until and not stop.is_set():
+                self._paused_at = time.time()
+                stop.wait(0.2)
 
     def alive_at(self) -> float | None:
-        return self.collector.status.last_alive
+        return max(filter(None, (self.collector.status.last_alive, self._paused_at)), default=None)
 
     def health(self) -> dict[str, Any]:
         return self.collector.status.as_dict()
