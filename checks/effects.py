@@ -42,7 +42,7 @@ class DuplicateEffects:
             return  # an update of a row without a primary key cannot be told from another row: no new effect
         rows = self.rows.get(key) or {}
         if pk not in rows:
-            rows[pk] = row_evidence(change, effect.table, (effect.trade_no_column,))
+            rows[pk] = row_evidence(change, effect.table, (effect.trade_no_column,), with_id=True)
         self.rows.put(key, rows, change.commit_time)
         if len(rows) > 1:
             duplicated = {t: r for t in self.tables if len(r := self.rows.get(f"{t}\x1f{trade_no}") or {}) > 1}

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from oncewatch.checks.horizon import STREAMS, Memory
-from oncewatch.core.names import OPEN, RESOLVED, RULES, SEVERITY_RANK
+from oncewatch.core.names import OPEN, RESOLVED, RULES, SEVERITY_RANK, key_text
 from oncewatch.core.records import EmittedEvent, Evidence, Finding, RowChange
 
 # (kind, coordinates, time, names, values): lists once through JSON. Held by the hundred
@@ -57,14 +57,18 @@ def _interned(names: tuple[str, ...]) -> tuple[str, ...]:
     return _NAMES.setdefault(names, names)
 
 
-def row_evidence(change: RowChange, table: str, columns: Sequence[str]) -> EvidenceItem:
-    """The change with the columns a rule looked at (and their old values where they changed).
+def row_evidence(change: RowChange, table: str, columns: Sequence[str], *, with_id: bool = False) -> EvidenceItem:
+    """The change with the columns a rule looked at (and their old values where they changed);
+    `with_id`: and the row's primary key as "row_id" (a list for a composite key, None without one).
 
     `table` is the configured name, passed in so that every item shares that one string."""
     after, before = change.after, change.before
     row = after if after is not None else before or {}
     names = _ROW_NAMES.get(columns) or _ROW_NAMES.setdefault(columns, ("table", "op", "commit_clock", *columns))
     values = (table, change.op, change.commit_clock, *map(row.get, columns))
+    if with_id:
+        pk = [key_text(v) if isinstance(v, bytes) else v for v in change.pk]  # bytes are not JSON
+        names, values = _interned((*names, "row_id")), (*values, pk[0] if len(pk) == 1 else pk or None)
     if after is not None and before is not None:
         changed = [c for c in columns if before.get(c) != after.get(c)]
         if changed:

@@ -60,9 +60,7 @@ class PaymentChecks:
         trades[trade_no] = row_evidence(change, self.p.table, self.columns)
         self.successes.put(order, trades, change.commit_time)
         if len(trades) > 1:
-            self.findings.raise_("F2", (order,), keys={"order": order, "trade_nos": sorted(trades)},
-                                 summary=f"order {order} paid successfully {len(trades)} times",
-                                 time=change.commit_time, evidence=trades.values())
+            self._double_charge(order, trades, change.commit_time)
         known = self.order_amounts.get(order)
         if self.compare_amounts and known is not None:
             self._compare(order, trade_no, trades[trade_no], known)
@@ -83,11 +81,25 @@ class PaymentChecks:
         for trade_no, payment in (self.successes.get(order) or {}).items():
             self._compare(order, trade_no, payment, known)
 
+    def _double_charge(self, order: str, trades: dict[str, EvidenceItem], time: float) -> None:
+        """F2, with the amounts when the payments table has them: `amount_involved` is what was charged beyond
+        the largest single payment (the money to give back)."""
+        keys: dict[str, Any] = {"order": order, "trade_nos": sorted(trades)}
+        summary = f"order {order} paid successfully {len(trades)} times"
+        amounts = [money(values_of(trades[t]).get(self.p.amount_column)) for t in sorted(trades)] \
+            if self.p.amount_column else []
+        if amounts and None not in amounts:
+            charged = sum(amounts, Decimal(0))
+            keys.update(charged=charged, amount_involved=charged - max(amounts))
+            summary += f": {' + '.join(map(str, amounts))} = {charged}"
+        self.findings.raise_("F2", (order,), keys=keys, summary=summary, time=time, evidence=trades.values())
+
     def _compare(self, order: str, trade_no: str, payment: EvidenceItem, known: tuple[str, EvidenceItem]) -> None:
         paid, expected = money(values_of(payment).get(self.p.amount_column)), Decimal(known[0])
         if paid is None or paid == expected:
             return
-        self.findings.raise_("F5", (trade_no,), keys={"order": order, "trade_no": trade_no},
+        self.findings.raise_("F5", (trade_no,), keys={"order": order, "trade_no": trade_no,
+                                                       "amount_involved": abs(paid - expected)},
                              summary=f"trade_no {trade_no} paid {paid}, order {order} is for {expected}",
                              time=max(payment[2], known[1][2]), evidence=[payment, known[1]])
 

@@ -9,6 +9,7 @@ the TOML itself: `password_env` names an environment variable, `password_file` a
 from __future__ import annotations
 
 import hashlib
+import json
 import tomllib
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
@@ -112,10 +113,10 @@ class Config:
     announce: tuple[Announce, ...]
     rules: Rules
     export: ExportConfig = ExportConfig()
-
-    def fingerprint(self) -> str:
-        """SHA-256 of the resolved config (secrets masked), printed on exports."""
-        return hashlib.sha256(repr(describe(self)).encode()).hexdigest()
+    # The config hash on exports and in `oncewatch check-config`: SHA-256 of the file's content as parsed (canonical JSON: sorted keys, no spaces): the same
+    # settings give the same hash whatever path, layout or comments the file has. The file holds
+    # no secret (only where each comes from), so nothing needs masking first.
+    content_sha256: str = ""
 
 
 JSON_PATH_KEYS = ("event_type", "trade_no", "order_key", "effect_id", "amount", "status")
@@ -216,7 +217,14 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     rules = parse_rules(root.section("rules"))
     root.done()
     return Config(source=source, mysql=mysql, kafka=kafka, store=StoreConfig(store_path, memory_entries),
-                  metrics=metrics, domain=domain, announce=announce, rules=rules, export=export)
+                  metrics=metrics, domain=domain, announce=announce, rules=rules, export=export,
+                  content_sha256=content_sha256(data))
+
+
+def content_sha256(data: dict[str, Any]) -> str:
+    """SHA-256 of a parsed config file as canonical JSON (TOML dates and times as ISO text)."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def load(path: str | Path) -> Config:

@@ -1,27 +1,33 @@
 """Auditors' reports: findings with their evidence as CSV, JSON or XLSX, checkable later (DESIGN §1).
 
-`export()` makes one report; `oncewatch export` and the dashboard's Reports page both call it.
-`oncewatch findings` prints the same finding dicts (`findings_json`) or a table (`findings_table`).
-A finding carries its history: every change of its status after it opened, by the monitor (the
-fact that ended it, a lapse) or by a person (an acknowledgement, a close with its reason).
-`verify()` checks a report file against the hash it carries.
+`export()` makes one report; `oncewatch export` and the dashboard's Reports page both call it
+(through `report()`). `oncewatch findings` prints the same finding dicts (`findings_json`) or a
+table (`findings_table`). A finding carries its history: every change of its status after it
+opened, by the monitor (the fact that ended it, a lapse) or by a person (an acknowledgement, a
+close with its reason). `check()` / `verify()` recompute a report's two hashes (`oncewatch verify`).
 
 A report is a header and a data section.
 
-Header (CSV: the leading lines `# field: value`; JSON: "header"; XLSX: sheet "Report"):
-  report            format version of the report, "oncewatch-report/2" (2 added the history)
+Header (CSV: the leading lines `# field: value`; JSON: "header"; XLSX: sheet "Report"), in this order:
+  report            format version of the report, "oncewatch-report/3" (2 added the history; 3 the
+                    evidence columns, amount_involved, the covered range and report_sha256)
   generated_at      when the report was made
-  since, until      the requested time range, empty = unbounded; a finding is in it when it was
-                    seen during [since, until): last_seen >= since and first_seen < until
+  since, until      the range the report covers: the requested bounds, else the earliest first_seen
+                    of its findings and generated_at; a finding is in it when it was seen during
+                    [since, until): last_seen >= since and first_seen < until
   rule, status      the other filters, empty = all
   mask              "off", "***" (masked values replaced) or "hmac-sha256" (replaced by a keyed
                     hash, so equal values give equal tokens and reports can be compared)
   masked_fields     the field names masked wherever they occur inside keys and evidence values
   binlog_position   how far the monitor had read the binlog: {"gtid", "file", "pos"}
   kafka_positions   how far it had read each partition: {"topic/partition": next offset}
-  config_sha256     Config.fingerprint() of the config in use (its secrets masked before hashing)
+  config_sha256     Config.content_sha256: the SHA-256 of the config file's content as parsed, the
+                    same for one file wherever it lies (`oncewatch check-config` prints it)
   findings, evidence_rows   counts
   data_sha256       SHA-256 of the data section, as defined below
+  report_sha256     SHA-256 of the header: canonical JSON (sorted keys, no spaces, UTF-8) of the list of
+                    [field, text] pairs of every field above, text as the CSV header holds it; since
+                    data_sha256 is one of them, it covers the whole report
 The header and the data are read in one store transaction, so the positions are the ones the
 findings were produced at. In JSON, empty header values are null and positions are objects; in
 CSV and XLSX, they are empty text and compact JSON text.
@@ -30,15 +36,24 @@ Data section: one row per evidence item (a finding without evidence gives one ro
 evidence columns empty); findings ordered by first_seen then id, evidence in the order the rule
 gave it; columns COLUMNS:
   finding_id, rule, name, severity, status, first_seen, last_seen, resolved_at, resolution,
-  keys, summary, history, evidence_kind, coordinates, evidence_time, values
-history is a JSON list, oldest first, of {"at", "status" (the status it changed to), "by"
-("oncewatch" or the person), "reason" (a close's reason, else null), "note"}; XLSX also lays it
-out on a sheet "History", one row per change (not hashed: it repeats the data section).
+  keys, summary, amount_involved, history, evidence_kind, evidence_table, evidence_key,
+  evidence_amount, evidence_status, coordinates, evidence_time, values
+amount_involved is the money a finding is about, where the rule knows it (F2: what was charged
+beyond one payment; F5: the difference from the order's amount). evidence_table is the watched
+table (a topic for an event); evidence_key, _amount and _status are the values of the columns
+the config's domain names for that table (`roles_of`), or an event's record key and payload
+amount and status. history is a JSON list, oldest first, of {"at", "status" (the status it
+changed to), "by" ("oncewatch" or the person), "reason" (a close's reason, else null), "note"}.
 Times are ISO-8601 UTC with microseconds ("2024-05-01T12:00:00.123456Z"). keys and values are
 JSON with sorted keys, no spaces and non-ASCII characters as they are; exact decimals are
 strings ("12.50"). Empty cells are empty strings. Control characters other than tab and line
 feed, and U+FFFE/U+FFFF, are written as \\uXXXX in every cell, so that XLSX (XML, which cannot
 hold them, and turns CR into LF) keeps the same text as CSV.
+
+XLSX sheets: Report (the header), Summary (per rule: findings, those still standing, amount
+involved), Findings (one row per finding, dates and amounts typed), Evidence (the data section,
+every cell text: what data_sha256 covers), History (one row per change). Summary and Findings are
+for people and not hashed: they repeat the data section.
 
 data_sha256 = SHA-256 of the data section written as CSV: the COLUMNS row, then the data rows,
 every cell a string, as RFC 4180 and Python's default csv.writer write it: cells separated by
@@ -47,7 +62,7 @@ commas, CRLF after every row, a cell in double quotes only when it holds a comma
 the three formats of one report. To recompute it:
   CSV   hash the bytes from the first line that does not start with '#' to the end of the file
         (`sed -n '/^[^#]/,$p' report.csv | sha256sum`);
-  XLSX  write the "Evidence" sheet (the data section, every cell text) as above and hash that;
+  XLSX  write the "Evidence" sheet as above and hash that;
   JSON  flatten "findings" into rows as `rows()` does, write them as above and hash that.
 """
 
@@ -61,18 +76,21 @@ import io
 import json
 import re
 import zipfile
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
 from openpyxl import Workbook, load_workbook
 from openpyxl.cell import WriteOnlyCell
 from openpyxl.cell.cell import ERROR_CODES
+from openpyxl.utils import get_column_letter
 
 from oncewatch.core.config import Config
+from oncewatch.core.domain import Announce, Domain
 from oncewatch.core.exact_json import from_json, plain
-from oncewatch.core.names import BINLOG_CHECKPOINT, KAFKA_CHECKPOINT, split_partition_key
+from oncewatch.core.names import BINLOG_CHECKPOINT, KAFKA_CHECKPOINT, RESOLVED, split_partition_key
 from oncewatch.store import Store, open_reader
 from oncewatch.store.codec import HistoryEntry
 from oncewatch.store.queries import FindingFilter, findings_with_history
@@ -80,14 +98,23 @@ from oncewatch.store.queries import FindingFilter, findings_with_history
 if TYPE_CHECKING:
     from openpyxl.worksheet._write_only import WriteOnlyWorksheet
 
-REPORT_VERSION = "oncewatch-report/2"
+REPORT_VERSION = "oncewatch-report/3"
 FORMATS = ("csv", "json", "xlsx")
 
 FINDING_FIELDS = ("id", "rule", "name", "severity", "status", "first_seen", "last_seen", "resolved_at",
-                  "resolution", "keys", "summary", "history")
-EVIDENCE_FIELDS = ("kind", "coordinates", "time", "values")
-COLUMNS = ("finding_id", *FINDING_FIELDS[1:], "evidence_kind", "coordinates", "evidence_time", "values")
+                  "resolution", "keys", "summary", "amount_involved", "history")
+EVIDENCE_FIELDS = ("kind", "table", "key", "amount", "status", "coordinates", "time", "values")
+COLUMNS = ("finding_id", *FINDING_FIELDS[1:], "evidence_kind", "evidence_table", "evidence_key", "evidence_amount",
+           "evidence_status", "coordinates", "evidence_time", "values")
 HISTORY_COLUMNS = HistoryEntry._fields  # XLSX sheet "History"
+SUMMARY_COLUMNS = ("rule", "name", "findings", "standing", "amount_involved")  # XLSX sheet "Summary"
+TIME_FIELDS = frozenset({"first_seen", "last_seen", "resolved_at"})
+# Typed sheets: widths in characters by column name, the rest DEFAULT_WIDTH.
+WIDTHS = {"id": 26, "finding_id": 26, "summary": 60, "keys": 40, "history": 40, "values": 60, "coordinates": 34,
+          "name": 22, "first_seen": 22, "last_seen": 22, "resolved_at": 22, "resolution": 30}
+DEFAULT_WIDTH = 14
+DATETIME_FORMAT = "yyyy-mm-dd hh:mm:ss.000"
+AMOUNT_FORMAT = "#,##0.00"
 # What XML 1.0 cannot hold or does not keep (CR becomes LF when read back).
 NOT_IN_XML = re.compile(r"[\x00-\x08\x0b-\x1f\ufffe\uffff]")
 # The CSV of the data section is hashed (and, for a CSV report, kept) in pieces of about this many characters.
@@ -182,6 +209,42 @@ class Mask:
         return value
 
 
+# ---------------------------------------------------------------- what an evidence item is about
+
+@dataclass(frozen=True)
+class Roles:
+    """Which columns of one watched table hold its key, amount and status (from the config's domain)."""
+
+    key: str | None = None
+    amount: str | None = None
+    status: str | None = None
+
+
+def roles_of(domain: Domain, announce: Iterable[Announce] = ()) -> dict[str, Roles]:
+    """Table -> Roles, for the evidence columns of a report: the domain's tables, then those only announced."""
+    out = {a.table: Roles(key=a.key_column) for a in announce}
+    out.update({e.table: Roles(key=e.trade_no_column) for e in domain.effects})
+    if (p := domain.payments) is not None:
+        out[p.table] = Roles(p.trade_no_column, p.amount_column, p.status_column)
+    if (o := domain.orders) is not None:
+        out[o.table] = Roles(o.key_column, o.amount_column, o.status_column)
+    return out
+
+
+def _about(kind: str, coordinates: str, values: dict[str, Any], roles: Mapping[str, Roles]) -> dict[str, Any]:
+    """An evidence item's table (a topic for an event), key, amount and status: from the columns its table's
+    Roles name for a row change, from the payload's logical keys (and the record key) for an event."""
+    if kind == "row_change":
+        table = values.get("table")
+        r = roles.get(table) or Roles()
+        return {"table": table, "key": values.get(r.key) if r.key else None,
+                "amount": values.get(r.amount) if r.amount else None,
+                "status": values.get(r.status) if r.status else None}
+    topic = values.get("topic") or (coordinates.rsplit("/", 1)[0] if "/" in coordinates else None)
+    return {"table": topic, "key": values.get("key", values.get("group")), "amount": values.get("amount"),
+            "status": values.get("status")}
+
+
 # ---------------------------------------------------------------- reading the store
 
 def _filter(rule: str | None, status: str | None, since: dt.datetime | None,
@@ -196,30 +259,40 @@ def _history(entries: list[HistoryEntry]) -> list[dict[str, Any]]:
 
 
 def _finding_dict(row: tuple, history: list[HistoryEntry], plain_of: Callable[[Any], Any],
-                  hide: Callable[[Any], Any]) -> dict[str, Any]:
+                  hide: Callable[[Any], Any], roles: Mapping[str, Roles]) -> dict[str, Any]:
     """A finding as plain JSON data for people, from its store row (FINDING_COLUMNS) and history:
-    ISO times, exact decimals as strings (`plain_of` makes keys and evidence plain), masked by `hide`."""
+    ISO times, exact decimals as strings (`plain_of` makes keys and evidence plain), masked by `hide`;
+    each evidence item with what it is about (`_about`), the finding with the money it involves."""
     fid, rule, name, severity, status, keys, summary, first_seen, last_seen, resolved_at, resolution, evidence = row
+    keys = plain_of(keys)
+    items = []
+    for e in plain_of(evidence):
+        values = hide(e["values"])
+        items.append({"kind": e["kind"], **_about(e["kind"], e["coordinates"], values, roles),
+                      "coordinates": e["coordinates"], "time": iso(e["time"]), "values": values})
     return {
         "id": fid, "rule": rule, "name": name, "severity": severity, "status": status,
         "first_seen": iso(first_seen), "last_seen": iso(last_seen), "resolved_at": iso(resolved_at),
-        "resolution": resolution, "keys": hide(plain_of(keys)), "summary": summary, "history": _history(history),
-        "evidence": [{"kind": e["kind"], "coordinates": e["coordinates"], "time": iso(e["time"]),
-                      "values": hide(e["values"])} for e in plain_of(evidence)],
+        "resolution": resolution, "keys": hide(keys), "summary": summary,
+        "amount_involved": keys.get("amount_involved") if isinstance(keys, dict) else None,
+        "history": _history(history), "evidence": items,
     }
 
 
-def _findings(store: Store, flt: FindingFilter, hide: Callable[[Any], Any]) -> Iterator[dict[str, Any]]:
+def _findings(store: Store, flt: FindingFilter, hide: Callable[[Any], Any],
+              roles: Mapping[str, Roles]) -> Iterator[dict[str, Any]]:
     for row, history in findings_with_history(store, flt):
-        yield _finding_dict(row, history, _plain_json, hide)
+        yield _finding_dict(row, history, _plain_json, hide, roles)
 
 
 def findings_json(store: Store, *, rule: str | None = None, status: str | None = None,
-                  since: dt.datetime | None = None, until: dt.datetime | None = None) -> list[dict[str, Any]]:
+                  since: dt.datetime | None = None, until: dt.datetime | None = None,
+                  roles: Mapping[str, Roles] | None = None) -> list[dict[str, Any]]:
     """What `oncewatch findings --format json` prints, and the "findings" of a JSON report: findings
-    by rule and status, seen during [since, until), ordered by first_seen then id, with their history."""
+    by rule and status, seen during [since, until), ordered by first_seen then id, with their history.
+    `roles` (`roles_of` the config's domain) says which columns hold each table's key, amount, status."""
     with store.snapshot():
-        return list(_findings(store, _filter(rule, status, since, until), _unchanged))
+        return list(_findings(store, _filter(rule, status, since, until), _unchanged, roles or {}))
 
 
 def findings_table(findings: list[dict[str, Any]]) -> str:
@@ -301,6 +374,12 @@ def _header_items(header: dict[str, Any]) -> list[tuple[str, str]]:
     return [(k, _text(v)) for k, v in header.items()]
 
 
+def header_sha256(items: Iterable[tuple[str, str]]) -> str:
+    """report_sha256: SHA-256 of the header's fields before it, as the text the file holds them in
+    (module docstring); data_sha256 is one of them, so it covers the whole report."""
+    return _sha256(canonical_json([[k, v] for k, v in items if k != "report_sha256"]).encode())
+
+
 class _Writer(Protocol):
     """One format: takes the findings one by one (as `findings_json` output, and as their cells and
     rows of the data section), then the header, which counts and hashes them."""
@@ -361,39 +440,96 @@ def _as_text(ws: WriteOnlyWorksheet, line: Iterable[Any]) -> list[Any]:
     return out
 
 
+def _typed(name: str, value: Any) -> Any:
+    """A cell of a typed sheet: times as dates (UTC, to the millisecond Excel keeps), amounts and counts
+    as numbers, the rest as the data section's text."""
+    if value is None or value == "":
+        return None
+    if name in TIME_FIELDS:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).replace(tzinfo=None)
+    if name == "amount_involved" or isinstance(value, (int, float)) and not isinstance(value, bool):
+        return Decimal(str(value))
+    return _text(value)
+
+
+class _Sheet:
+    """One write-only sheet: its header row frozen, widths by column name, rows counted for the autofilter."""
+
+    def __init__(self, book: Workbook, title: str, columns: Sequence[str]):
+        self.ws = book.create_sheet(title)
+        self.ws.freeze_panes = "A2"
+        for i, name in enumerate(columns, start=1):
+            self.ws.column_dimensions[get_column_letter(i)].width = WIDTHS.get(name, DEFAULT_WIDTH)
+        self.width, self.rows = len(columns), -1
+        self.append(columns)
+
+    def append(self, line: Iterable[Any]) -> None:
+        self.ws.append(_as_text(self.ws, line))
+        self.rows += 1
+
+    def cell(self, value: Any, number_format: str | None = None) -> WriteOnlyCell:
+        cell = WriteOnlyCell(self.ws, value)
+        if number_format:
+            cell.number_format = number_format
+        return cell
+
+    def filter(self) -> None:
+        self.ws.auto_filter.ref = f"A1:{get_column_letter(self.width)}{self.rows + 1}"
+
+
+def _typed(sheet: _Sheet, name: str, value: Any) -> Any:
+    """A cell of a typed sheet: times as dates (UTC, to the millisecond Excel keeps), amounts as numbers."""
+    if name in TIME_FIELDS:
+        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00")).replace(tzinfo=None) if value else None
+        return sheet.cell(when, DATETIME_FORMAT)
+    if name == "amount_involved":
+        return sheet.cell(Decimal(value) if value not in (None, "") else None, AMOUNT_FORMAT)
+    return value
+
+
+def _rule_order(rule: str) -> tuple[int, str]:
+    return len(rule), rule  # F2 before F10
+
+
 class _XlsxWriter:
-    """Sheets Report, Findings, Evidence and History, streamed to openpyxl's temporary files (write-only
-    mode); the Report sheet, first in the book, is filled last, when the hash is known."""
+    """Sheets Report, Summary, Findings, Evidence and History, streamed to openpyxl's temporary files
+    (write-only mode); Report and Summary, first in the book, are filled last.
+
+    Evidence is the data section as text, every cell as the CSV holds it: what data_sha256 covers.
+    Summary and Findings are for people: dates and numbers typed, widths, an autofilter."""
 
     keeps_section = False
 
     def __init__(self) -> None:
         self.book = Workbook(write_only=True)
-        self.report, self.findings, self.evidence, self.history = map(
-            self._sheet, ("Report", "Findings", "Evidence", "History"))
-        self._append(self.findings, [*COLUMNS[:len(FINDING_FIELDS)], "evidence_items"])
-        self._append(self.evidence, COLUMNS)
-        self._append(self.history, HISTORY_COLUMNS)
-
-    def _sheet(self, title: str) -> WriteOnlyWorksheet:
-        ws = self.book.create_sheet(title)
-        ws.freeze_panes = "A2"
-        return ws
-
-    @staticmethod
-    def _append(ws: WriteOnlyWorksheet, line: Iterable[Any]) -> None:
-        ws.append(_as_text(ws, line))
+        self.report = _Sheet(self.book, "Report", ("field", "value"))
+        self.summary = _Sheet(self.book, "Summary", SUMMARY_COLUMNS)
+        self.findings = _Sheet(self.book, "Findings", (*FINDING_FIELDS, "evidence_items"))
+        self.evidence = _Sheet(self.book, "Evidence", COLUMNS)
+        self.history = _Sheet(self.book, "History", HISTORY_COLUMNS)
+        self.by_rule: dict[str, list[Any]] = {}  # rule -> [name, findings, standing, amount involved]
 
     def add(self, finding: dict[str, Any], cells: list[str], lines: list[list[str]]) -> None:
-        self._append(self.findings, [*cells, len(finding["evidence"])])
+        self.findings.append([*(_typed(self.findings, name, finding[name]) if name in TIME_FIELDS
+                                or name == "amount_involved" else cell for name, cell in zip(FINDING_FIELDS, cells)),
+                              len(finding["evidence"])])
+        rule = self.by_rule.setdefault(finding["rule"], [finding["name"], 0, 0, Decimal(0)])
+        rule[1] += 1
+        rule[2] += finding["status"] != RESOLVED
+        rule[3] += Decimal(finding["amount_involved"] or 0)
         for line in lines:
-            self._append(self.evidence, line)
+            self.evidence.append(line)
         for h in finding["history"]:
-            self._append(self.history, [finding["id"], *_cells(h[name] for name in HISTORY_COLUMNS[1:])])
+            self.history.append([finding["id"], *_cells(h[name] for name in HISTORY_COLUMNS[1:])])
 
     def finish(self, header: dict[str, Any], section: _Section) -> bytes:
-        for line in [("field", "value"), *_header_items(header)]:
-            self._append(self.report, line)
+        for line in _header_items(header):
+            self.report.append(line)
+        for rule in sorted(self.by_rule, key=_rule_order):
+            name, count, standing, amount = self.by_rule[rule]
+            self.summary.append([rule, name, count, standing, self.summary.cell(amount, AMOUNT_FORMAT)])
+        for sheet in (self.summary, self.findings, self.evidence, self.history):
+            sheet.filter()
         out = io.BytesIO()
         self.book.save(out)
         return out.getvalue()
@@ -409,13 +545,13 @@ def _kafka_order(item: tuple[str, int]) -> tuple[str, int]:
 def export(store: Store, fmt: str, *, rule: str | None = None, status: str | None = None,
            since: dt.datetime | None = None, until: dt.datetime | None = None, mask: bool = False,
            mask_fields: Collection[str] = (), mask_key: bytes | None = None, config_fingerprint: str,
-           now: dt.datetime | None = None) -> bytes:
+           roles: Mapping[str, Roles] | None = None, now: dt.datetime | None = None) -> bytes:
     """One report as the bytes of a file of format `fmt` (module docstring).
 
     `mask=True` masks the values of `mask_fields` (the config's export.mask_fields) with a keyed
-    hash when `mask_key` (export.mask_key) is given, else with "***".
-    SQL selects the findings; they are read and written one at a time, so only the file being
-    made grows with their number.
+    hash when `mask_key` (export.mask_key) is given, else with "***". `roles`: `roles_of` the
+    config's domain, for the evidence columns. SQL selects the findings; they are read and written
+    one at a time, so only the file being made grows with their number.
     """
     if fmt not in WRITERS:
         raise ValueError(f"unknown report format {fmt!r}: use one of {', '.join(FORMATS)}")
@@ -425,20 +561,22 @@ def export(store: Store, fmt: str, *, rule: str | None = None, status: str | Non
     hide = masking.apply if masking else _unchanged
     writer = WRITERS[fmt]()
     section = _Section(keep=writer.keeps_section)
-    found = 0
+    found, earliest = 0, None
+    generated_at = _epoch(now or dt.datetime.now(dt.timezone.utc))
     with store.snapshot():
         binlog = store.checkpoint(BINLOG_CHECKPOINT)
         kafka = store.checkpoint(KAFKA_CHECKPOINT) or {}
-        for finding in _findings(store, _filter(rule, status, since, until), hide):
+        for finding in _findings(store, _filter(rule, status, since, until), hide, roles or {}):
             cells, lines = _finding_rows(finding)
             section.add(lines)
             writer.add(finding, cells, lines)
             found += 1
+            earliest = earliest or finding["first_seen"]  # they come by first_seen
     header = {
         "report": REPORT_VERSION,
-        "generated_at": iso(_epoch(now or dt.datetime.now(dt.timezone.utc))),
-        "since": iso(_epoch(since)) if since else None,
-        "until": iso(_epoch(until)) if until else None,
+        "generated_at": iso(generated_at),
+        "since": iso(_epoch(since)) if since else earliest,
+        "until": iso(_epoch(until)) if until else iso(generated_at),
         "rule": rule, "status": status,
         "mask": masking.kind if masking else "off",
         "masked_fields": sorted(masking.fields) if masking else [],
@@ -448,52 +586,72 @@ def export(store: Store, fmt: str, *, rule: str | None = None, status: str | Non
         "findings": found, "evidence_rows": section.rows,
         "data_sha256": section.sha256(),
     }
+    header["report_sha256"] = header_sha256(_header_items(header))
     return writer.finish(header, section)
 
 
 # ---------------------------------------------------------------- verification
 
-def _read_csv(data: bytes) -> tuple[str | None, bytes]:
-    pos, claimed = 0, None
+# Each reader gives the header as (field, text) pairs in the file's order, and the data section's bytes.
+Parts = tuple[list[tuple[str, str]], bytes]
+
+
+def _read_csv(data: bytes) -> Parts:
+    pos, header = 0, []
     while data.startswith(b"#", pos):
         end = data.find(b"\n", pos) + 1 or len(data)  # find() gives -1 on a last line without newline
         name, _, value = data[pos:end].decode(errors="replace").removeprefix("#").partition(":")
-        claimed = value.strip() if name.strip() == "data_sha256" else claimed
+        header.append((name.strip(), value.strip()))
         pos = end
-    return claimed, data[pos:]
+    return header, data[pos:]
 
 
-def _read_json(data: bytes) -> tuple[str | None, bytes]:
+def _read_json(data: bytes) -> Parts:
     try:
         doc = json.loads(data)
-        return doc["header"].get("data_sha256"), data_section(rows(doc["findings"]))
-    except (ValueError, KeyError, TypeError) as exc:
+        return _header_items(doc["header"]), data_section(rows(doc["findings"]))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ReportError(f"not an oncewatch JSON report ({exc}); was it written by `oncewatch export`?") from exc
 
 
-def _read_xlsx(data: bytes) -> tuple[str | None, bytes]:
+def _read_xlsx(data: bytes) -> Parts:
     try:
         wb = load_workbook(io.BytesIO(data), read_only=True)
-        header = dict(wb["Report"].iter_rows(min_row=2, values_only=True))
+        header = [("" if k is None else str(k), "" if v is None else str(v))
+                  for k, v in wb["Report"].iter_rows(min_row=2, max_col=2, values_only=True)]
         table = [["" if v is None else str(v) for v in line] for line in wb["Evidence"].iter_rows(values_only=True)]
         wb.close()
     except (zipfile.BadZipFile, KeyError, ValueError) as exc:
         raise ReportError(f"not an oncewatch XLSX report ({exc}); was it written by `oncewatch export`?") from exc
-    return header.get("data_sha256"), _csv(table)
+    return header, _csv(table)
 
 
-READERS: dict[str, Callable[[bytes], tuple[str | None, bytes]]] = {
-    "csv": _read_csv, "json": _read_json, "xlsx": _read_xlsx}
+READERS: dict[str, Callable[[bytes], Parts]] = {"csv": _read_csv, "json": _read_json, "xlsx": _read_xlsx}
+
+
+def check(data: bytes, fmt: str) -> list[str]:
+    """What in a report no longer matches the hashes its header states (empty: it is as written).
+    data_sha256 is recomputed over the data section, report_sha256 over the header."""
+    if fmt not in READERS:
+        raise ValueError(f"unknown report format {fmt!r}: use one of {', '.join(FORMATS)}")
+    header, section = READERS[fmt](data)
+    claimed = dict(header)
+    if not claimed.get("data_sha256"):
+        raise ReportError(f"no data_sha256 in the header: not an oncewatch {fmt} report")
+    problems = []
+    if not hmac.compare_digest(claimed["data_sha256"], _sha256(section)):
+        problems.append("the data section does not have the data_sha256 the header states: a cell was changed, "
+                        "added or removed")
+    if "report_sha256" not in claimed:
+        problems.append("no report_sha256 in the header: a report of format 1 or 2, whose header no hash covers")
+    elif not hmac.compare_digest(claimed["report_sha256"], header_sha256(header)):
+        problems.append("the header does not have the report_sha256 it states: a header field was changed")
+    return problems
 
 
 def verify(data: bytes, fmt: str) -> bool:
-    """Whether the data section of a report still has the SHA-256 its header states."""
-    if fmt not in READERS:
-        raise ValueError(f"unknown report format {fmt!r}: use one of {', '.join(FORMATS)}")
-    claimed, section = READERS[fmt](data)
-    if not claimed:
-        raise ReportError(f"no data_sha256 in the header: not an oncewatch {fmt} report")
-    return hmac.compare_digest(claimed, _sha256(section))
+    """Whether a report still has both hashes its header states (`check` says what differs)."""
+    return not check(data, fmt)
 
 
 # ---------------------------------------------------------------- for the dashboard
@@ -504,4 +662,4 @@ def report(cfg: Config, fmt: str, *, rule: str | None = None, status: str | None
     with closing(open_reader(cfg.store.path)) as store:
         return export(store, fmt, rule=rule, status=status, since=since, until=until, mask=mask,
                       mask_fields=cfg.export.mask_fields, mask_key=cfg.export.key() if mask else None,
-                      config_fingerprint=cfg.fingerprint())
+                      config_fingerprint=cfg.content_sha256, roles=roles_of(cfg.domain, cfg.announce))

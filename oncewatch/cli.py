@@ -26,13 +26,14 @@ import time
 from collections.abc import Callable
 from contextlib import closing
 from importlib import resources
+from pathlib import Path
 
 from oncewatch import __version__
 from oncewatch.core import exposure, logs, names
 from oncewatch.core.config import ConfigError, describe, load
 from oncewatch.store import StoreError, StoreFullError, is_store_file, open_reader, open_writer, reviews
 
-EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_SOURCE, EXIT_DISK_FULL = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_SOURCE, EXIT_DISK_FULL, EXIT_TAMPERED = 0, 1, 2, 3, 4, 5
 
 
 class OutRefusedError(ValueError):
@@ -106,11 +107,11 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
 
 def cmd_findings(args: argparse.Namespace) -> int:
     """Print the findings with their evidence, as a table or as the JSON that exports carry."""
-    from oncewatch.dashboards.reports import findings_json, findings_table
+    from oncewatch.dashboards.reports import findings_json, findings_table, roles_of
 
     cfg = load(args.config)
     with closing(open_reader(cfg.store.path)) as store:
-        found = findings_json(store, rule=args.rule, status=args.status)
+        found = findings_json(store, rule=args.rule, status=args.status, roles=roles_of(cfg.domain, cfg.announce))
     print(json.dumps(found, indent=2, ensure_ascii=False) if args.format == "json" else findings_table(found))
     return EXIT_OK
 
@@ -137,7 +138,7 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Write an auditor's report (dashboards.reports describes its header and hash)."""
-    from oncewatch.dashboards.reports import export
+    from oncewatch.dashboards.reports import report
 
     if args.since and args.until and args.since >= args.until:
         print("oncewatch: --since must be earlier than --until", file=sys.stderr)
@@ -147,11 +148,35 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise OutRefusedError(f"--out {args.out} is the store's own file ({cfg.store.path}): an export never "
                               f"writes over the store; give another --out path")
     _refuse_existing(args.out, args.force)
-    with closing(open_reader(cfg.store.path)) as store:
-        data = export(store, args.format, rule=args.rule, status=args.status, since=args.since, until=args.until,
-                      mask=args.mask, mask_fields=cfg.export.mask_fields,
-                      mask_key=cfg.export.key() if args.mask else None, config_fingerprint=cfg.fingerprint())
+    data = report(cfg, args.format, rule=args.rule, status=args.status, since=args.since, until=args.until,
+                  mask=args.mask)
     return _write_out(args.out, data, args.force)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Recompute a report's two hashes: exit 0 when both match, EXIT_TAMPERED (each difference said) when not."""
+    from oncewatch.dashboards.reports import FORMATS, ReportError, check
+
+    fmt = args.format or Path(args.report).suffix.lstrip(".").lower()
+    if fmt not in FORMATS:
+        print(f"oncewatch verify: cannot tell the format of {args.report}: give --format {'|'.join(FORMATS)}",
+              file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        data = Path(args.report).read_bytes()
+    except OSError as exc:
+        print(f"oncewatch verify: cannot read {args.report} ({exc.strerror})", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        problems = check(data, fmt)
+    except ReportError as exc:
+        print(f"oncewatch verify: {args.report}: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    for problem in problems:
+        print(f"oncewatch verify: {args.report}: {problem}", file=sys.stderr)
+    if not problems:
+        print(f"{args.report}: data_sha256 and report_sha256 match")
+    return EXIT_TAMPERED if problems else EXIT_OK
 
 
 def _refuse_existing(out: str, force: bool) -> None:
@@ -317,6 +342,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", required=True, metavar="FILE")
     _force_arg(e)
     e.set_defaults(func=cmd_export)
+    v = sub.add_parser("verify", help="recompute a report's data and header hashes (exit 0: unchanged, 5: changed)")
+    v.add_argument("report", metavar="REPORT")
+    v.add_argument("--format", choices=("csv", "json", "xlsx"), help="when the file name does not end in it")
+    v.set_defaults(func=cmd_verify)
     a = sub.add_parser("ack", help="acknowledge open findings: their alert ends while someone handles them")
     _review_args(a)
     a.set_defaults(func=cmd_ack)

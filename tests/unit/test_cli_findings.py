@@ -13,7 +13,7 @@ from pathlib import Path
 import openpyxl
 import pytest
 
-from oncewatch.cli import EXIT_CONFIG, EXIT_OK, main
+from oncewatch.cli import EXIT_CONFIG, EXIT_OK, EXIT_TAMPERED, main
 from oncewatch.core.config import DEFAULT_MASK_FIELDS, ConfigError, load
 from oncewatch.core.records import QuarantinedRecord
 from oncewatch.dashboards import reports
@@ -71,7 +71,7 @@ def test_exports_agree_with_findings_json(capsys, config, tmp_path):
     doc = json.loads(files["json"].read_text())
     assert doc["findings"] == expected
     assert doc["header"]["binlog_position"] == BINLOG
-    assert doc["header"]["config_sha256"] == load(config).fingerprint()
+    assert doc["header"]["config_sha256"] == load(config).content_sha256
 
     # CSV: one row per evidence item, in order, each carrying its finding's fields.
     lines = [line for line in files["csv"].read_text().splitlines(keepends=True) if not line.startswith("#")]
@@ -81,13 +81,15 @@ def test_exports_agree_with_findings_json(capsys, config, tmp_path):
         mine = [r for r in table if r["finding_id"] == f["id"]]
         assert all((r["rule"], r["status"], r["first_seen"], r["resolved_at"] or None, json.loads(r["keys"]))
                    == (f["rule"], f["status"], f["first_seen"], f["resolved_at"], f["keys"]) for r in mine)
-        assert [{"kind": r["evidence_kind"], "coordinates": r["coordinates"], "time": r["evidence_time"],
+        assert [{"kind": r["evidence_kind"], "table": r["evidence_table"] or None, "key": r["evidence_key"] or None,
+                 "amount": r["evidence_amount"] or None, "status": r["evidence_status"] or None,
+                 "coordinates": r["coordinates"], "time": r["evidence_time"],
                  "values": json.loads(r["values"])} for r in mine if r["evidence_kind"]] == f["evidence"]
 
     wb = openpyxl.load_workbook(files["xlsx"])
-    sheet = [dict(zip(reports.COLUMNS, row)) for row in wb["Findings"].iter_rows(min_row=2, values_only=True)]
-    assert [(r["finding_id"], r["status"], r["last_seen"]) for r in sheet] == \
-        [(f["id"], f["status"], f["last_seen"]) for f in expected]
+    sheet = [dict(zip(reports.FINDING_FIELDS, row)) for row in wb["Findings"].iter_rows(min_row=2, values_only=True)]
+    assert [(r["id"], r["status"], r["last_seen"].isoformat(timespec="milliseconds")) for r in sheet] == \
+        [(f["id"], f["status"], f["last_seen"][:23]) for f in expected]
     evidence = [row for row in wb["Evidence"].iter_rows(min_row=2, values_only=True)]
     assert [r[0] for r in evidence] == [r["finding_id"] for r in table]
 
@@ -230,3 +232,46 @@ def test_check_config_takes_config_as_every_command_does_and_the_old_bare_file(c
     assert run(capsys, "check-config", str(config))[0] == EXIT_OK
     code, _, err = run(capsys, "check-config")
     assert code == EXIT_CONFIG and "give the config once, as --config FILE" in err
+
+
+def test_one_config_file_gives_one_hash_from_any_path(capsys, config, tmp_path, monkeypatch):
+    """The hash is of the file's content: by absolute path, relative path or a copy elsewhere with other
+    comments and layout, one hash; a changed setting, another (issue 14)."""
+    expected = load(config).content_sha256
+    monkeypatch.chdir(tmp_path)
+    elsewhere = tmp_path / "copy"
+    elsewhere.mkdir()
+    (elsewhere / "oncewatch.toml").write_text("# a copy\n" + config.read_text().replace("\n\n", "\n\n\n"))
+    assert {load(p).content_sha256 for p in (config, Path("oncewatch.toml"), Path("copy/../oncewatch.toml"),
+                                             elsewhere / "oncewatch.toml")} == {expected}
+    code, out, _ = run(capsys, "check-config", "--config", "oncewatch.toml")
+    assert code == EXIT_OK and json.loads(out)["content_sha256"] == expected
+    (elsewhere / "oncewatch.toml").write_text(config.read_text().replace("oncewatch.db", "other.db"))
+    assert load(elsewhere / "oncewatch.toml").content_sha256 != expected
+
+
+@pytest.mark.parametrize("fmt", reports.FORMATS)
+def test_verify_accepts_a_fresh_export_and_rejects_one_changed_cell(capsys, config, tmp_path, fmt):
+    out = tmp_path / f"report.{fmt}"
+    assert run(capsys, "export", "--config", str(config), "--format", fmt, "--out", str(out))[0] == EXIT_OK
+    code, said, _ = run(capsys, "verify", str(out))
+    assert code == EXIT_OK and "match" in said
+    changed = tmp_path / f"changed.{fmt}"
+    if fmt == "xlsx":
+        wb = openpyxl.load_workbook(out)
+        wb["Evidence"]["B2"] = "F2"  # the rule of the first row
+        wb.save(changed)
+    elif fmt == "csv":
+        changed.write_bytes(out.read_bytes().replace(b"13800000000", b"13800000001", 1))
+    else:
+        changed.write_bytes(out.read_bytes().replace(b'"F1"', b'"F2"', 1))
+    code, _, err = run(capsys, "verify", str(changed))
+    assert code == EXIT_TAMPERED and "data section does not have the data_sha256" in err
+
+
+def test_verify_says_what_it_cannot_read(capsys, tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    assert run(capsys, "verify", str(tmp_path / "notes.txt"))[0] == EXIT_CONFIG
+    (tmp_path / "fake.csv").write_text("a,b\r\n")
+    code, _, err = run(capsys, "verify", str(tmp_path / "fake.csv"))
+    assert code == EXIT_CONFIG and "no data_sha256" in err

@@ -98,7 +98,7 @@ def all_formats(store: Store, **kw) -> dict[str, bytes]:
 
 def as_text(fmt: str, data: bytes) -> str:
     """Everything a reader of the file sees (XLSX is zipped, so its cells)."""
-    return json.dumps(xlsx_sheets(data), ensure_ascii=False) if fmt == "xlsx" else data.decode()
+    return json.dumps(xlsx_sheets(data), ensure_ascii=False, default=str) if fmt == "xlsx" else data.decode()
 
 
 # ---------------------------------------------------------------- tests
@@ -240,13 +240,13 @@ def test_no_secret_of_the_config_reaches_a_report(store, monkeypatch):
     monkeypatch.setenv("OW_TEST_MYSQL_PASSWORD", "hunter2-very-secret")
     cfg = parse({"mysql": {"user": "oncewatch", "tables": ["shop.orders"], "password_env": "OW_TEST_MYSQL_PASSWORD"}})
     for fmt in reports.FORMATS:
-        text = as_text(fmt, reports.export(store, fmt, config_fingerprint=cfg.fingerprint()))
-        assert cfg.fingerprint() in text and "hunter2" not in text
+        text = as_text(fmt, reports.export(store, fmt, config_fingerprint=cfg.content_sha256))
+        assert cfg.content_sha256 in text and "hunter2" not in text
 
 
 def test_xlsx_keeps_text_as_text(store):
     wb = openpyxl.load_workbook(io.BytesIO(make(store, "xlsx")))
-    assert wb.sheetnames == ["Report", "Findings", "Evidence", "History"]
+    assert wb.sheetnames == ["Report", "Summary", "Findings", "Evidence", "History"]
     memo = wb["Evidence"].cell(5, reports.COLUMNS.index("values") + 1)
     assert memo.data_type == "s" and "=HYPERLINK" in memo.value
 
@@ -338,7 +338,7 @@ def test_every_format_carries_each_findings_history(store):
     }
     out = all_formats(store)
     doc = json.loads(out["json"])
-    assert doc["header"]["report"] == "oncewatch-report/2"
+    assert doc["header"]["report"] == "oncewatch-report/3"
     assert {f["id"]: f["history"] for f in doc["findings"]} == expected
     assert {f["id"]: f["history"] for f in reports.findings_json(store)} == expected
     _, table = csv_parts(out["csv"])
@@ -352,3 +352,74 @@ def test_every_format_carries_each_findings_history(store):
         ("f-drift", "2024-05-03T10:01:30.000000Z", "open", "oncewatch")]
     for fmt, data in out.items():
         assert reports.verify(data, fmt), fmt
+
+
+# ---------------------------------------------------------------- format 3: for finance (issue 14, item 2)
+
+ROLES = {"shop.payments": reports.Roles(key="trade_no", amount="amount", status="status")}
+MONEY = [Finding(id="f-double", rule="F2", name="double_charge", severity="critical",
+                 keys={"order": "O9", "trade_nos": ["T8", "T9"], "charged": Decimal("40.00"),
+                       "amount_involved": Decimal("20.00")},
+                 summary="order O9 paid successfully 2 times: 20.00 + 20.00 = 40.00", first_seen=T0, last_seen=T0 + 1,
+                 evidence=(Evidence("row_change", "binlog.000003:99#0-1-9/0", T0,
+                                    {"table": "shop.payments", "trade_no": "T8", "amount": Decimal("20.00"),
+                                     "status": "success"}),
+                           Evidence("event", "shop.events/2@41", T0 + 1,
+                                    {"key": "O9", "amount": Decimal("20.00"), "status": "paid"}))),
+         Finding(id="f-short", rule="F5", name="amount_mismatch", severity="critical",
+                 keys={"order": "O8", "trade_no": "T7", "amount_involved": Decimal("0.50")}, summary="short",
+                 first_seen=T0 + 2, last_seen=T0 + 2, evidence=())]
+
+
+def test_evidence_in_columns_and_the_money_involved(store):
+    with store.batch() as tx:
+        tx.upsert_findings(MONEY)
+    out = make(store, "csv", roles=ROLES, rule="F2")
+    _, table = csv_parts(out)
+    rows = [dict(zip(table[0], r)) for r in table[1:]]
+    assert [(r["evidence_table"], r["evidence_key"], r["evidence_amount"], r["evidence_status"]) for r in rows] == [
+        ("shop.payments", "T8", "20.00", "success"), ("shop.events", "O9", "20.00", "paid")]
+    assert {r["amount_involved"] for r in rows} == {"20.00"}
+    assert reports.verify(out, "csv")
+
+
+def test_xlsx_is_typed_for_people_with_a_summary(store):
+    with store.batch() as tx:
+        tx.upsert_findings(MONEY)
+    wb = openpyxl.load_workbook(io.BytesIO(make(store, "xlsx", roles=ROLES)))
+    summary = {r[0]: r[1:] for r in wb["Summary"].iter_rows(min_row=2, values_only=True)}
+    assert summary["F2"] == ("double_charge", 1, 1, 20)
+    assert summary["F5"] == ("amount_mismatch", 2, 1, 0.5)  # f-amount (resolved, no amount) and f-short
+    assert list(summary) == ["F1", "F2", "F5", "F11"]
+    findings = wb["Findings"]
+    head = [c.value for c in findings[1]]
+    first = {name: cell for name, cell in zip(head, findings[2])}
+    assert first["first_seen"].is_date and first["first_seen"].value == dt.datetime(2024, 5, 1, 10, 0)
+    assert first["evidence_items"].data_type == "n"
+    double = next(row for row in findings.iter_rows(min_row=2) if row[0].value == "f-double")
+    assert double[head.index("amount_involved")].value == 20 and double[head.index("amount_involved")].data_type == "n"
+    for sheet in ("Summary", "Findings", "Evidence", "History"):
+        assert wb[sheet].auto_filter.ref.startswith("A1:"), sheet
+    assert findings.column_dimensions["K"].width == reports.WIDTHS["summary"]  # summary is the 11th column
+
+
+def test_the_header_states_the_range_it_covers(store):
+    header = json.loads(make(store, "json"))["header"]
+    assert (header["since"], header["until"]) == ("2024-05-01T10:00:00.000000Z", "2024-06-01T00:00:00.000000Z")
+    since = dt.datetime(2024, 5, 2, tzinfo=dt.timezone.utc)
+    assert json.loads(make(store, "json", since=since))["header"]["since"] == "2024-05-02T00:00:00.000000Z"
+
+
+def test_the_report_hash_covers_the_header(store):
+    out = all_formats(store)
+    tampered = out["csv"].replace(b"# config_sha256: c0ffee", b"# config_sha256: c0ffef")
+    assert tampered != out["csv"] and reports.check(tampered, "csv") == [
+        "the header does not have the report_sha256 it states: a header field was changed"]
+    doc = json.loads(out["json"])
+    doc["header"]["binlog_position"]["pos"] = 1
+    assert not reports.verify(json.dumps(doc).encode(), "json")
+    wb = openpyxl.load_workbook(io.BytesIO(out["xlsx"]))
+    wb["Report"]["B3"] = "2099-01-01T00:00:00.000000Z"  # generated_at
+    changed = io.BytesIO()
+    wb.save(changed)
+    assert len(reports.check(changed.getvalue(), "xlsx")) == 1

@@ -19,6 +19,7 @@ def test_two_shipments_for_one_trade_no_is_one_f1_with_both_rows():
     assert [e.coordinates for e in f.evidence] == [first.rows[0].coordinates, second.rows[0].coordinates]
     assert [e.time for e in f.evidence] == [10, 11] and f.first_seen == 11
     assert f.evidence[0].kind == "row_change" and f.evidence[0].values["trade_no"] == "T1"
+    assert [e.values["row_id"] for e in f.evidence] == ["S1", "S2"]  # which rows to take back
 
 
 def test_a_third_row_updates_the_same_finding():

@@ -1,5 +1,7 @@
 """F2 double_charge, F5 amount_mismatch, F6 invalid_callback_status."""
 
+from decimal import Decimal
+
 from devservices.samples import Shop, feed, order, payment, rules_of, shop_settings
 from oncewatch.checks.engine import Engine
 from oncewatch.checks.findings import finding_id
@@ -16,6 +18,9 @@ def test_two_successful_trade_nos_for_one_order_is_f2():
     f = found[0]
     assert f.id == finding_id("F2", "O1") and f.keys["trade_nos"] == ["T1", "T2"]
     assert [e.values["trade_no"] for e in f.evidence] == ["T1", "T2"]
+    # what finance needs: the amounts, and what was charged beyond one payment
+    assert f.summary == "order O1 paid successfully 2 times: 10.00 + 10.00 = 20.00"
+    assert (f.keys["charged"], f.keys["amount_involved"]) == (Decimal("20.00"), Decimal("10.00"))
 
 
 def test_near_miss_two_trade_nos_where_only_one_succeeded():
@@ -38,7 +43,7 @@ def test_successful_amount_differs_from_the_order_is_f5():
     found = feed(engine, shop.tx(1, order("O1", "pending", amount="99.90")), paid(shop, 2, "T1", "O1", amount="9.99"))
     assert rules_of(found) == ["F5"]
     assert found[0].id == finding_id("F5", "T1") and "9.99" in found[0].summary and "99.90" in found[0].summary
-    assert len(found[0].evidence) == 2
+    assert len(found[0].evidence) == 2 and found[0].keys["amount_involved"] == Decimal("89.91")
 
 
 def test_f5_when_the_order_row_comes_after_the_payment():
