@@ -70,6 +70,8 @@ class StoreConfig:
     path: str
     # Open-state entries per kind the engine keeps in memory; older ones wait in the store (checks.horizon).
     memory_entries: int = 20_000
+    # Raw row changes, events and chart points older than this are pruned (store.retention); 0 keeps them all.
+    retention_hours: float = 168.0
 
 
 @dataclass(frozen=True)
@@ -207,6 +209,7 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     store_s = root.section("store")
     store_path = store_s.str("path", "oncewatch.db")
     memory_entries = store_s.int("memory_entries", StoreConfig.memory_entries, minimum=1000)
+    retention_hours = store_s.float("retention_hours", StoreConfig.retention_hours)
     store_s.done()
     if store_path != ":memory:" and not Path(store_path).is_absolute():
         store_path = str((base / store_path).resolve())
@@ -216,9 +219,9 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     announce = parse_announce(root.sections("announce"), mysql, kafka, domain)
     rules = parse_rules(root.section("rules"))
     root.done()
-    return Config(source=source, mysql=mysql, kafka=kafka, store=StoreConfig(store_path, memory_entries),
-                  metrics=metrics, domain=domain, announce=announce, rules=rules, export=export,
-                  content_sha256=content_sha256(data))
+    return Config(source=source, mysql=mysql, kafka=kafka,
+                  store=StoreConfig(store_path, memory_entries, retention_hours), metrics=metrics, domain=domain,
+                  announce=announce, rules=rules, export=export, content_sha256=content_sha256(data))
 
 
 def content_sha256(data: dict[str, Any]) -> str:

@@ -26,7 +26,7 @@ from oncewatch import __version__
 from oncewatch.core import histogram, names
 from oncewatch.core.records import OffsetsSnapshot
 from oncewatch.dashboards import views
-from oncewatch.store import StoreError
+from oncewatch.store import StoreError, retention
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9464
@@ -213,6 +213,14 @@ def _lifecycle(counts: list[tuple[str, str, str, int]]) -> Metric:
     return by_status
 
 
+def _pruned(pruned: dict[str, int]) -> Metric:
+    counter = _counter("store_pruned_rows", "Raw records pruned from the store past store.retention_hours, by "
+                       "table (findings keep their own evidence).", ("table",))
+    for table, n in pruned.items():
+        counter.add_metric([table], n)
+    return counter
+
+
 def _health(health: dict[str, views.Component]) -> Iterator[Metric]:
     updated = _gauge("health_updated_timestamp_seconds", "When the monitor last wrote this component's health "
                      "(unix time); an old value means a stale monitor.", ("component",))
@@ -263,6 +271,7 @@ class StoreCollector(Collector):
                 counts = store.finding_counts()
                 quarantine = store.quarantine_counts()
                 binlog_quarantine = store.binlog_quarantine_counts()
+                pruned = retention.pruned_total(store)
         except (StoreError, sqlite3.Error):  # missing, not yet initialised, or unreadable
             store_up.add_metric([], 0)
             yield store_up
@@ -277,6 +286,7 @@ class StoreCollector(Collector):
         yield _binlog_quarantine(binlog_quarantine)
         yield from _engine(stats, counts)
         yield _lifecycle(counts)
+        yield _pruned(pruned)
 
 
 def registry(store_path: str) -> CollectorRegistry:

@@ -1,9 +1,10 @@
 """The store box: the monitor's own memory, and the only code that touches its database.
 
 It owns the schema (store.schema), every write (store.batch: one transaction per batch of input,
-checkpoints included), the engine's open state (store.engine_state), every read the pages,
-/metrics, the CLI and the exports make (store.store, store.queries), and the store's files on
-disk: their modes, the monitor's lock and a full disk (store.files, store.lock, store.errors).
+checkpoints included), the engine's open state (store.engine_state), retention (store.retention),
+every read the pages, /metrics, the CLI and the exports make (store.store, store.queries), and
+the store's files on disk: their modes, the monitor's lock and a full disk (store.files,
+store.lock, store.errors).
 """
 
 from oncewatch.store.batch import Batch

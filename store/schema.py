@@ -53,6 +53,8 @@ CREATE TABLE IF NOT EXISTS entity_index (
     ref TEXT NOT NULL,         -- row_changes.seq or 'topic/partition@offset'
     PRIMARY KEY (entity, kind, ref)
 ) WITHOUT ROWID;
+-- what retention (store.retention) finds the entries of pruned records by
+CREATE INDEX IF NOT EXISTS entity_index_ref ON entity_index (kind, ref);
 CREATE TABLE IF NOT EXISTS events (
     topic TEXT NOT NULL,
     partition INTEGER NOT NULL,

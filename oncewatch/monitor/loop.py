@@ -43,6 +43,7 @@ BATCH_RECORDS = 5000
 LEAD_SECONDS = 10.0
 LEAD_WAITING = 10_000
 HEALTH_SECONDS = 1.0
+PRUNE_SECONDS = 60.0  # between looks for records past the retention; slices follow each other while some remain
 SERIES_SECONDS = 5.0
 JOIN_SECONDS = 10.0
 # Young generation collected every 50,000 allocations instead of 700, the whole heap a tenth as
@@ -184,7 +185,7 @@ class Monitor:
         kafka_partitions = self._kafka_partitions if KAFKA_EVENTS in self.readers else None
         for reader in self.readers.values():
             reader.start()
-        last_health = last_series = 0.0
+        last_health = last_series = next_prune = 0.0
         try:
             while not self._stop.is_set():
                 items = self._drain_queue()
@@ -199,6 +200,8 @@ class Monitor:
                         raise failure.error
                     self.readers[failure.reader].failed(failure)
                 self._tail_after_bootstrap()
+                if now >= next_prune:
+                    next_prune = now if self.writer.prune(now) else now + PRUNE_SECONDS
                 for reader in self.readers.values():
                     reader.restart_if_due(now)
                 if now - last_health >= HEALTH_SECONDS or failures:

@@ -27,7 +27,7 @@ from oncewatch.core.config import Config
 from oncewatch.core.names import BINLOG_CHECKPOINT, BOOTSTRAP, ENGINE_STATS, KAFKA_CHECKPOINT, partition_key
 from oncewatch.core.records import BinlogPosition, OffsetsSnapshot, PartitionStatus, RowChange, Transaction
 from oncewatch.monitor.entities import EntityIndex
-from oncewatch.store import Batch, Store, engine_state, reviews
+from oncewatch.store import Batch, Store, engine_state, retention, reviews
 
 log = logging.getLogger("oncewatch.monitor.writer")
 
@@ -144,6 +144,16 @@ class Writer:
             if kafka_at is not None:
                 tx.set_checkpoint(KAFKA_CHECKPOINT, kafka_at)
             self._write_engine(tx)
+
+    def prune(self, now: float) -> bool:
+        """One slice of retention (store.retention); True while older records remain to be pruned."""
+        hours = self.cfg.store.retention_hours
+        if not hours:
+            return False
+        pruned = retention.prune(self.store, now - hours * 3600)
+        if any(pruned.values()):
+            log.debug("pruned", extra={"event": "pruned", **pruned})
+        return any(pruned.values())
 
     def _tick(self, kafka_partitions: Callable[[], Sequence[PartitionStatus]] | None) -> None:
         now = time.time()

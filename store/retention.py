@@ -1,0 +1,55 @@
+"""Retention: the store's raw records older than `store.retention_hours`, pruned a slice at a time.
+
+Row changes, Kafka events, their entity-index entries (the drill-down's way in) and the chart
+series are kept for the retention; a finding keeps its own evidence for as long as it is kept,
+so pruning loses no finding and no evidence. The monitor calls `prune` from its loop: each call
+is one short store transaction that deletes at most `limit` of the oldest rows of each table, so
+the writer is never held for long, and the file's freed pages are reused: its size levels off.
+The rows pruned so far are counted in the state row PRUNED (by table), which /metrics shows.
+
+Oldest first is by insertion order (row_changes.seq, the events' rowid), which follows commit and
+record time; within the oldest slice only rows older than the cut-off go.
+"""
+
+from __future__ import annotations
+
+from oncewatch.store.store import Store
+
+PRUNED = "pruned"  # state row: {"row_changes": n, "events": n, "entity_index": n, "series": n}
+TABLES = ("row_changes", "events", "entity_index", "series")
+
+
+def prune(store: Store, before: float, limit: int = 5000) -> dict[str, int]:
+    """Delete up to `limit` of the oldest row changes, events and series points stamped before `before`
+    (unix time), with the index entries that point at them; returns what went, by table (all zero:
+    nothing is older, the next call can wait)."""
+    with store.batch() as tx:
+        conn = tx.conn
+        seqs = [str(seq) for (seq,) in conn.execute(
+            "DELETE FROM row_changes WHERE seq IN (SELECT seq FROM row_changes ORDER BY seq LIMIT ?) "
+            "AND commit_time < ? RETURNING seq", (limit, before))]
+        refs = [f"{t}/{p}@{o}" for t, p, o in conn.execute(
+            "DELETE FROM events WHERE rowid IN (SELECT rowid FROM events ORDER BY rowid LIMIT ?) "
+            "AND timestamp_ms < ? RETURNING topic, partition, \"offset\"", (limit, before * 1000))]
+        entries = 0
+        for kind, gone in (("row_change", seqs), ("event", refs)):
+            for i in range(0, len(gone), 500):
+                chunk = gone[i:i + 500]
+                entries += conn.execute(f"DELETE FROM entity_index WHERE kind = ? AND ref IN "
+                                        f"({','.join('?' * len(chunk))})", (kind, *chunk)).rowcount
+        points = conn.execute("DELETE FROM series WHERE rowid IN (SELECT rowid FROM series ORDER BY rowid LIMIT ?) "
+                              "AND at < ?", (limit, before)).rowcount
+        pruned = {"row_changes": len(seqs), "events": len(refs), "entity_index": entries, "series": points}
+        if any(pruned.values()):
+            total = store.state(PRUNED, {}) or {}
+            tx.set_state(PRUNED, {t: total.get(t, 0) + pruned[t] for t in TABLES})
+    return pruned
+
+
+def pruned_total(store: Store) -> dict[str, int]:
+    """The rows pruned since the store was made, by table."""
+    total = store.state(PRUNED, {}) or {}
+    return {t: int(total.get(t, 0)) for t in TABLES}
+
+
+__all__ = ["PRUNED", "TABLES", "prune", "pruned_total"]
