@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,17 +190,20 @@ class KafkaEventCollector:
         self._consumer: KafkaConsumer | None = None
         self._admin: KafkaAdminClient | None = None
         self._assigned: set[TopicPartition] = set()
+        self._held: set[TopicPartition] = set()  # paused: read far ahead of the binlog (see poll's `hold`)
         self._next_refresh = 0.0
         self._last_positions: dict[str, int] = {}
 
     # -------------------------------------------------------------- public
 
-    def poll(self, timeout_ms: int = 1000, max_records: int = 500) -> EventBatch:
-        """Read what is there (waiting up to `timeout_ms`); never raises for transport errors."""
+    def poll(self, timeout_ms: int = 1000, max_records: int = 500, hold: Collection[str] = ()) -> EventBatch:
+        """Read what is there (waiting up to `timeout_ms`); never raises for transport errors. The
+        partitions `hold` names ('topic/partition') are left unread this time (paused), the others read."""
         if time.monotonic() >= self._next_refresh:
             self._refresh()
-        if self._consumer is None or not self._assigned:
-            time.sleep(timeout_ms / 1000)  # nothing to read yet: keep the caller's loop from spinning
+        held = self._hold(hold)
+        if self._consumer is None or not self._assigned or held == self._assigned:
+            time.sleep(timeout_ms / 1000)  # nothing to read now: keep the caller's loop from spinning
             return self._batch([], [])
         try:
             records = self._consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
@@ -395,6 +398,7 @@ class KafkaEventCollector:
         assert consumer is not None
         gone = self._assigned - current
         if current != self._assigned:
+            self._held = set()  # assign() forgets what was paused
             if current:
                 consumer.assign(sorted(current))
             else:
@@ -418,6 +422,18 @@ class KafkaEventCollector:
                 "event": "kafka_assigned", "new": {tp_key(tp): o for tp, o in sorted(starts.items())},
                 "gone": sorted(tp_key(tp) for tp in gone), "partitions": len(current)})
 
+    def _hold(self, keys: Collection[str]) -> set[TopicPartition]:
+        """Pause the assigned partitions `keys` names and resume the others; what the fetcher already
+        holds of a paused partition is not handed on, and its position does not move, so nothing is lost."""
+        held = {tp for tp in self._assigned if tp_key(tp) in keys}
+        if self._consumer is not None and held != self._held:
+            if self._held - held:
+                self._consumer.resume(*(self._held - held))
+            if held - self._held:
+                self._consumer.pause(*(held - self._held))
+            self._held = held
+        return held
+
     def _drop_consumer(self) -> None:
         if self._consumer is not None:
             try:
@@ -426,6 +442,7 @@ class KafkaEventCollector:
                 pass  # a consumer of a dead connection may fail to close; nothing is lost
             self._consumer = None
             self._assigned = set()
+            self._held = set()
 
     # -------------------------------------------------------------- health
 

@@ -34,7 +34,13 @@ def quantile(buckets: list[tuple[str, float]], q: float) -> float | None:
     return lower
 
 
-def delay_p99(stats: dict[str, Any]) -> float | None:
-    """The worst 99th percentile of event delay over the commit clocks in use."""
-    values = [q for b in delay_buckets(stats).values() if (q := quantile(b, 0.99)) is not None]
+def delay_p99(stats: dict[str, Any], earlier: dict[str, Any] | None = None) -> float | None:
+    """The worst 99th percentile of event delay over the commit clocks in use: since the start, or of
+    the pairs matched since `earlier` (stats taken then), as Prometheus' rate() over a window would."""
+    before = delay_buckets(earlier or {})
+    values = []
+    for clock, buckets in delay_buckets(stats).items():
+        then = dict(before.get(clock, ()))
+        if (q := quantile([(b, n - then.get(b, 0)) for b, n in buckets], 0.99)) is not None:
+            values.append(q)
     return max(values) if values else None

@@ -2,7 +2,8 @@
 
 Assumes the dev services run (`make demo` starts them first). Resets the shop's tables and
 topic and the demo's store, starts the monitor (which bootstraps on the empty shop), then the
-shop at a few orders per second with the default fault mix, then the Streamlit dashboard;
+shop at a few orders per second with the default fault mix (and a small second shop that sends its
+events from inside its transactions, the only way to show F8), then the Streamlit dashboard;
 prints one line per address and stops everything it started on Ctrl-C.
 """
 
@@ -28,6 +29,8 @@ CONFIG = ROOT / "examples" / "shop.toml"
 LOGS = ROOT / ".devstack" / "demo"
 # A mix where every rule shows within the first minutes at a few orders per second.
 DEFAULT_FAULTS = "all"
+IN_TRANSACTION_RATE = 0.5
+IN_TRANSACTION_FAULTS = "send_then_rollback=0.2"
 
 
 def wait_http(url: str, what: str, proc: subprocess.Popen, timeout: float = 90.0) -> None:
@@ -89,6 +92,14 @@ def main(argv: list[str] | None = None) -> int:
         procs.append(spawn([str(bin_dir / "oncewatch-shop"), "--duration", str(args.minutes * 60),
                             "--rate", str(args.rate), "--faults", args.faults,
                             "--truth", str(LOGS / "truth.json")], "shop"))
+        # One style cannot show every rule: an event sent inside a transaction that then rolls back (F8)
+        # needs the in-transaction style, a slow send (F10) another. A second, small shop beside the first
+        # (its own order numbers, its own consumer groups, which the monitor does not watch) sends that way.
+        procs.append(spawn([str(bin_dir / "oncewatch-shop"), "--duration", str(args.minutes * 60),
+                            "--rate", str(IN_TRANSACTION_RATE), "--style", "in_transaction", "--seed", "2",
+                            "--groups", "shipping-service-tx,points-service-tx",
+                            "--faults", IN_TRANSACTION_FAULTS, "--truth", str(LOGS / "truth-in-transaction.json")],
+                           "shop-in-transaction"))
         dashboard = launch.launch(config=str(CONFIG), log=LOGS / "dashboard.log")
         procs.append(dashboard)
         launch.wait_ready(dashboard, launch.url())

@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--database", default=d.mysql.database, help="schema of the shop tables")
     p.add_argument("--bootstrap", default=d.kafka.bootstrap_servers, help="Kafka bootstrap servers")
     p.add_argument("--topic", default=d.kafka.topic, help="the shop's event topic")
+    p.add_argument("--groups", default=",".join(d.kafka.groups), metavar="SHIPPING,POINTS",
+                   help="the two downstream consumer groups (default %(default)s); two shops on one topic "
+                        "need their own, or their consumers share the partitions")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -72,7 +75,15 @@ def settings_from(args: argparse.Namespace) -> ShopSettings:
     return ShopSettings(seed=args.seed, orders=args.orders, duration=args.duration, rate=args.rate,
                         faults=args.faults, style=args.style, truth_path=args.truth, reset=args.reset,
                         workers=args.workers, mysql=mysql,
-                        kafka=KafkaTarget(bootstrap_servers=args.bootstrap, topic=args.topic))
+                        kafka=KafkaTarget(bootstrap_servers=args.bootstrap, topic=args.topic,
+                                          groups=_groups(args.groups)))
+
+
+def _groups(text: str) -> tuple[str, str]:
+    groups = tuple(g.strip() for g in text.split(","))
+    if len(groups) != 2 or not all(groups):
+        raise SettingsError(f"--groups: two consumer group names, comma-separated, got {text!r}")
+    return groups[0], groups[1]
 
 
 def _interrupt(signum: int, frame: object) -> None:

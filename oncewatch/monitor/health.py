@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,8 @@ from oncewatch.monitor.readers import BinlogSource, KafkaEventsSource, Reader
 from oncewatch.monitor.verdict import judge
 from oncewatch.monitor.writer import Progress
 from oncewatch.store import Store
+
+DELAY_WINDOW_SECONDS = 60.0  # the dashboard's p99 event delay is of the pairs matched this recently
 
 log = logging.getLogger("oncewatch.monitor.health")
 
@@ -51,6 +54,7 @@ class Health:
         self.stats = stats  # the engine's stats(), called when series are written
         self.started_at = time.time()
         self.probe_error: str | None = None
+        self._delays: deque[tuple[float, dict[str, Any]]] = deque()  # (when, delay histograms then)
 
     # -------------------------------------------------------------- caught up
 
@@ -131,12 +135,22 @@ class Health:
                 tx.add_series(self._series_points(time.time()))
 
     def _series_points(self, now: float) -> list[tuple[str, dict[str, str], float, float]]:
+        """The dashboard's time series: backlog per table, the p99 event delay of the pairs matched in the
+        last DELAY_WINDOW_SECONDS (not since the start: a burst of late events must show), and per
+        consumer group and topic its lag and the spread of its partitions' lag (F12's stddev)."""
         stats = self.stats()
         points = [("backlog", {"table": t}, now, float(n)) for t, n in stats.get("backlog_by_table", {}).items()]
-        p99 = delay_p99(stats)
+        # a copy: the engine counts on in the same dicts
+        delay = {clock: {"buckets": dict(h["buckets"])} for clock, h in stats.get("delay", {}).items()}
+        self._delays.append((now, {"delay": delay}))
+        while len(self._delays) > 1 and self._delays[1][0] <= now - DELAY_WINDOW_SECONDS:
+            self._delays.popleft()
+        p99 = delay_p99(stats, self._delays[0][1] if len(self._delays) > 1 else None)
         if p99 is not None:
             points.append(("delay_p99", {}, now, p99))
         for g in self.progress.offsets.groups if self.progress.offsets else ():
             points += [("group_lag", {"group": g.group, "topic": t}, now, float(sum(lags)))
                        for t, lags in g.lags_by_topic().items()]
+            points += [("lag_stddev", {"group": g.group, "topic": t}, now, skew.stddev)
+                       for t, skew in g.skew_by_topic().items()]
         return points

@@ -97,27 +97,28 @@ class Monitor:
             if self.queue.put(item, timeout=0.5):
                 return
 
-    def _kafka_ahead(self) -> bool:
-        """Kafka read well past the binlog, with many of its events waiting in the engine for their changes:
-        more would only add to them (memory), so the Kafka reader pauses. Only then: while one huge
-        transaction is read, the binlog's time stands still, and Kafka must still be read."""
+    def _kafka_ahead(self) -> frozenset[str]:
+        """The partitions read well past the binlog while many of their events wait in the engine for their
+        changes: reading more of them would only add to those (memory), so they wait. Only they: one
+        partition read behind the others must go on, or the Kafka clock (the slowest partition) stands
+        still. Only then: while one huge transaction is read, the binlog's time stands still, and Kafka
+        must still be read."""
         p = self.progress
-        newest = max(p.newest_event_ms.values(), default=0) / 1000
-        return (not p.binlog_caught_up and p.binlog_time > 0 and newest - p.binlog_time > LEAD_SECONDS
-                and len(self.engine.announcements.unmatched) > LEAD_WAITING)
+        if p.binlog_caught_up or not p.binlog_time or len(self.engine.announcements.unmatched) <= LEAD_WAITING:
+            return frozenset()
+        return frozenset(key for key, ms in p.newest_event_ms.items() if ms / 1000 - p.binlog_time > LEAD_SECONDS)
 
     def _binlog_ahead(self) -> bool:
-        """The mirror image: the binlog read well past the Kafka clock (`kafka_time`, which the changes waiting
-        for their events wait for), many of them waiting. Never while Kafka is read to its end (events late
-        in the shop are late: waiting changes nothing), while its reader is down or disconnected (the
-        binlog's own rules, F1, F2, F5, must go on), nor while the Kafka reader pauses itself (one partition
-        read far behind the others can make both true: the binlog goes first)."""
+        """The mirror image: the binlog read well past the Kafka clock (`kafka_time`, the slowest partition,
+        which the changes waiting for their events wait for), many of them waiting. Never while Kafka is
+        read to its end (events late in the shop are late: waiting changes nothing), nor while its reader
+        is down or disconnected (the binlog's own rules, F1, F2, F5, must go on)."""
         p = self.progress
         kafka = self.readers.get(KAFKA_EVENTS)
         source = kafka.source if kafka is not None and kafka.running else None
         return (isinstance(source, KafkaEventsSource) and source.collector.status.connected
                 and not p.kafka_caught_up and p.kafka_time > 0 and p.binlog_time - p.kafka_time > LEAD_SECONDS
-                and len(self.engine.announcements.waiting) > LEAD_WAITING and not self._kafka_ahead())
+                and len(self.engine.announcements.waiting) > LEAD_WAITING)
 
     def _configure_readers(self) -> None:
         """One reader per collector; each factory starts from what the writer has committed, so a

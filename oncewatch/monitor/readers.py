@@ -163,9 +163,9 @@ class BootstrapSource:
 
 
 class KafkaEventsSource:
-    """Polls the events collector; pauses while `ahead()` says Kafka is read far past the binlog."""
+    """Polls the events collector, leaving unread the partitions `ahead()` names: read far past the binlog."""
 
-    def __init__(self, collector: KafkaEventCollector, ahead: Callable[[], bool]):
+    def __init__(self, collector: KafkaEventCollector, ahead: Callable[[], frozenset[str]]):
         self.collector = collector
         self._ahead = ahead
         self._alive: float | None = None
@@ -173,10 +173,7 @@ class KafkaEventsSource:
     def items(self, stop: threading.Event) -> Iterator[Item]:
         while not stop.is_set():
             self._alive = time.time()
-            if self._ahead():
-                stop.wait(0.2)
-                continue
-            batch = self.collector.poll(timeout_ms=500, max_records=2000)
+            batch = self.collector.poll(timeout_ms=500, max_records=2000, hold=self._ahead())
             if batch.events or batch.quarantined or batch.positions_changed:
                 yield batch
 

@@ -4,6 +4,7 @@ appear later, first-run start, restart from the checkpoint and offsets lost to r
 from __future__ import annotations
 
 import json
+import time
 from decimal import Decimal
 
 from kafka import TopicPartition
@@ -179,6 +180,27 @@ def test_restarted_collector_resumes_exactly_from_the_checkpoint(kafka_admin, tm
         resume_and_check_exactly_once(cfg, store, sent)
     finally:
         store.close()
+
+
+def test_a_held_partition_waits_unread_and_then_reads_on_with_nothing_lost(kafka_admin):
+    """The monitor holds partitions read far past the binlog (issue 12): the others are read meanwhile."""
+    topic = create_topic(kafka_admin, "hold", 2)
+    sent = produce(topic, [(i % 2, None, jsonb({**PAID, "order_no": f"O{i}"})) for i in range(10)])
+    collector = KafkaEventCollector(kafka_config([json_topic(topic)]))
+    try:
+        held, deadline, read = {f"{topic}/0"}, time.monotonic() + 20, []
+        while len(read) < 5 and time.monotonic() < deadline:
+            read += collector.poll(timeout_ms=300, hold=held).events
+        assert sorted((e.partition, e.offset) for e in read) == [(1, o) for o in range(5)]
+        for _ in range(3):
+            assert collector.poll(timeout_ms=300, hold=held).events == ()
+        assert collector.positions() == {f"{topic}/0": 0, f"{topic}/1": 5}
+        assert collector.poll(timeout_ms=100, hold={f"{topic}/0", f"{topic}/1"}).events == ()  # all held: waits
+        events, _ = drain(collector, 5)
+        assert [(e.partition, e.offset) for e in events] == [(0, o) for o in range(5)]
+        assert sorted((e.partition, e.offset) for e in read + events) == sorted((p, o) for p, o, _ in sent)
+    finally:
+        collector.close()
 
 
 def test_offsets_deleted_before_they_were_read_are_a_counted_gap(kafka_admin):

@@ -63,6 +63,16 @@ def test_quantile_interpolates_like_histogram_quantile() -> None:
     assert histogram.quantile([("+Inf", 0.0)], 0.5) is None
 
 
+def test_the_p99_of_a_window_shows_a_burst_the_cumulative_one_hides() -> None:
+    """1000 pairs at 10 ms, then 5 at 2 s: since the start the p99 stays low; over the window it is 2 s."""
+    def stats(fast: int, slow: int) -> dict:
+        return {"delay": {"gtid_commit_ts": {"buckets": {"0.025": fast, "2.5": fast + slow, "+Inf": fast + slow}}}}
+    then, now = stats(1000, 0), stats(1000, 5)
+    assert histogram.delay_p99(now) < 0.03
+    assert histogram.delay_p99(now, then) > 2.0
+    assert histogram.delay_p99(then, then) is None  # nothing matched in the window
+
+
 def test_store_location(tmp_path: Path) -> None:
     assert views.store_path({views.ENV_STORE: "/x/s.db"}) == "/x/s.db"
     cfg = tmp_path / "c.toml"
