@@ -5,10 +5,12 @@ from __future__ import annotations
 import datetime as dt
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from typing import Any
 
+import pandas as pd
+import plotly.express as px
 import streamlit as st
 
 from oncewatch.core import names
@@ -18,10 +20,17 @@ from oncewatch.core.exact_json import plain
 from oncewatch.dashboards import auth, views
 from oncewatch.store import Store, StoreError, open_writer, reviews
 
-# How often the Overview's live panel reruns; st.fragment(run_every=...) takes seconds.
+# How often every page's live part reruns; st.fragment(run_every=...) takes seconds.
 REFRESH_SECONDS = float(os.environ.get("ONCEWATCH_REFRESH_SECONDS", "5"))
-# The small charts show this much history.
-CHART_WINDOW_SECONDS = 3600.0
+# The charts' window, picked in the sidebar; every page's charts share it.
+WINDOWS = {"15 min": 900.0, "1 h": 3600.0, "6 h": 21600.0, "24 h": 86400.0}
+DEFAULT_WINDOW = "1 h"
+SEVERITY_COLORS = {"critical": "#c62828", "warning": "#ef6c00", "info": "#1565c0"}
+THRESHOLD_COLOR = "#c62828"
+UTC_AXIS = "time (UTC)"
+VERDICT_BOXES = {"healthy": st.success, "degraded": st.warning, "failing": st.error}
+
+live = st.fragment(run_every=REFRESH_SECONDS)  # a page's part that reruns by itself, without reloading the page
 
 
 @contextmanager
@@ -85,14 +94,69 @@ def text(value: Any) -> str:
     return value if isinstance(value, str) else "NULL" if value is None else str(value)
 
 
-def stale_banner(components: dict[str, views.Component]) -> None:
-    """Say loudly when the monitor has stopped writing: every figure below is then old."""
+def monitor_banner(components: dict[str, views.Component]) -> None:
+    """The monitor's verdict on itself and its reasons, at the top of every page; loudly stale when the
+    monitor has stopped writing (every figure below is then old)."""
     monitor = components.get(names.MONITOR)
     if monitor is None:
         st.warning("The monitor has not written its health yet: figures appear once `oncewatch run` is running.")
     elif monitor.stale:
         st.error(f"The monitor is stale: its last health report is {duration(monitor.age_seconds)} old "
                  f"(at {when(monitor.value['updated_at'])}). Figures below are as of then.")
+    else:
+        verdict = monitor.value.get("verdict") or "unknown"
+        reasons = list(monitor.value.get("reasons") or [])
+        if monitor.value.get("blind_rules"):
+            reasons.append(f"cannot judge now: {', '.join(monitor.value['blind_rules'])}")
+        VERDICT_BOXES.get(verdict, st.info)(f"**Monitor {verdict}**" + (": " + "; ".join(reasons) if reasons else
+                                                                          ": both streams read, every rule judging"))
+
+
+@live
+def banner(count: Callable[[Store], int] | None = None, shown: int = 0, what: str = "findings") -> None:
+    """`monitor_banner`, refreshed by itself, for a page that reads nothing else of the monitor's health.
+    A page whose list a person works on (selects a row, acknowledges it) does not reorder it under their
+    hand: `count` says how many the filters match now, and the banner says when more came than `shown`."""
+    with store() as opened:
+        monitor_banner(views.components(opened, time.time()))
+        now = count(opened) if count else 0
+    if count and now > shown:
+        st.info(f"{now - shown:,} more {what} match since this list was read: change a filter or reload to see them.")
+
+
+def window() -> float:
+    """Seconds of history the charts show, as picked in the sidebar."""
+    return WINDOWS[st.sidebar.selectbox("Chart window", list(WINDOWS), index=list(WINDOWS).index(DEFAULT_WINDOW),
+                                        key="window")]
+
+
+def threshold(components: dict[str, views.Component], rule: str, name: str) -> float | None:
+    """A `[rules]` threshold as the monitor runs with it (from its health), for a chart's threshold line."""
+    monitor = components.get(names.MONITOR)
+    return (monitor.value.get("thresholds", {}).get(rule, {}).get(name)) if monitor else None
+
+
+def series_chart(points: list[dict[str, Any]], title: str, color: str | None, limit: float | None, key: str,
+                 window_seconds: float, height: int = 260) -> None:
+    """One stored series as a line chart over the window, UTC on its axis, with its threshold as a dashed line."""
+    frame = pd.DataFrame(points)
+    if frame.empty:
+        st.caption(f"{title}: no points in the last {duration(window_seconds)}")
+        return
+    frame["at"] = pd.to_datetime(frame["at"], unit="s", utc=True)
+    fig = px.line(frame, x="at", y="value", color=color, title=title, height=height)
+    if limit is not None:
+        fig.add_hline(y=limit, line_dash="dash", line_color=THRESHOLD_COLOR, annotation_text=f"threshold {limit:g}",
+                      annotation_position="top left")
+    fig.update_layout(margin={"l": 10, "r": 10, "t": 40, "b": 10}, xaxis_title=UTC_AXIS, yaxis_title=None,
+                      legend_title=None)
+    st.plotly_chart(fig, key=key, config={"displayModeBar": False})
+
+
+def severity_style(frame: pd.DataFrame) -> Any:
+    """A findings table with its severity column in the severity's colour."""
+    return frame.style.map(lambda s: f"color: {SEVERITY_COLORS[s]}; font-weight: 600" if s in SEVERITY_COLORS else "",
+                           subset=["severity"])
 
 
 def review(ids: list[str], action: str, *, reason: str, note: str, until_day: dt.date | None,

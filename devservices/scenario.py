@@ -183,6 +183,7 @@ def seed(path: str, now: float | None = None) -> Store:
         tx.add_series([("backlog", {"table": "shop.orders"}, t0 + 30 * i, float(min(i, 7))) for i in ramp]
                       + [("backlog", {"table": "shop.shipments"}, t0 + 30 * i, float(i % 3)) for i in ramp]
                       + [("delay_p99", {}, t0 + 30 * i, 0.2 + 0.275 * i / 20) for i in ramp]
-                      + [("group_lag", {"group": GROUP, "topic": TOPIC}, t0 + 30 * i, float(12 + i)) for i in ramp])
+                      + [("group_lag", {"group": GROUP, "topic": TOPIC}, t0 + 30 * i, float(12 + i)) for i in ramp]
+                      + [("lag_stddev", {"group": GROUP, "topic": TOPIC}, t0 + 30 * i, i * 0.3) for i in ramp])
     write_health(store, now)
     return store

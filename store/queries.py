@@ -94,6 +94,15 @@ def finding_rows(store: Store, flt: FindingFilter) -> Iterator[tuple]:
     yield from store.conn.execute(f"SELECT {FINDING_COLUMNS} FROM findings{where} ORDER BY first_seen, id", params)
 
 
+def finding_marks(store: Store, since: float, limit: int = 5000) -> list[dict[str, Any]]:
+    """The newest findings first seen since a time, without their evidence (a timeline's marks):
+    [{'first_seen', 'rule', 'severity', 'status', 'summary'}], newest first."""
+    return [{"first_seen": t, "rule": r, "severity": sev, "status": st, "summary": summary}
+            for t, r, sev, st, summary in store.conn.execute(
+                "SELECT first_seen, rule, severity, status, summary FROM findings WHERE first_seen >= ? "
+                "ORDER BY first_seen DESC LIMIT ?", (since, limit))]
+
+
 def recent_findings(store: Store, flt: FindingFilter, limit: int) -> list[Finding]:
     """The newest `limit` findings `flt` selects, newest first, with their evidence."""
     where, params = flt.where()

@@ -12,94 +12,105 @@ import streamlit as st
 from oncewatch.core import histogram, names
 from oncewatch.core.records import CLOCK_BINLOG_HEADER, CLOCK_GTID_COMMIT_TS, CLOCK_READ_TIME, CLOCK_ROW_COLUMN
 from oncewatch.dashboards import ui, views
+from oncewatch.store import queries
 
 CLOCKS = (CLOCK_GTID_COMMIT_TS, CLOCK_ROW_COLUMN, CLOCK_BINLOG_HEADER, CLOCK_READ_TIME)
 
 
-def bar(frame: pd.DataFrame, key: str, **kwargs) -> None:
-    fig = px.bar(frame, height=280, **kwargs)
+def bar(frame: pd.DataFrame, key: str, log_y: bool = False, **kwargs) -> None:
+    fig = px.bar(frame, height=280, log_y=log_y, **kwargs)
     fig.update_layout(margin={"l": 10, "r": 10, "t": 40, "b": 10}, legend_title=None)
     fig.update_xaxes(type="category")
     st.plotly_chart(fig, key=key, config={"displayModeBar": False})
 
 
-st.title("Drift")
-with ui.store() as store:
-    comps = views.components(store, time.time())
-    stats = views.engine_stats(store)
-    quarantined = store.quarantine_counts()
-ui.stale_banner(comps)
-offsets = views.offsets_of(comps)
-events = comps[names.KAFKA_EVENTS].value if names.KAFKA_EVENTS in comps else {}
+@ui.live
+def live(window_seconds: float) -> None:
+    now = time.time()
+    with ui.store() as store:
+        comps = views.components(store, now)
+        stats = views.engine_stats(store)
+        quarantined = store.quarantine_counts()
+        spread = queries.series(store, "lag_stddev", now - window_seconds)
+    ui.monitor_banner(comps)
+    offsets = views.offsets_of(comps)
+    events = comps[names.KAFKA_EVENTS].value if names.KAFKA_EVENTS in comps else {}
 
-skews = views.lag_skew(offsets)
-worst = max(skews, key=lambda s: s["stddev"], default=None)
-histograms = histogram.delay_buckets(stats)
-# The tile shows the best clock present (DESIGN §6); the table below has every clock.
-clock = next((c for c in CLOCKS if c in histograms), None)
-cols = st.columns(4)
-cols[0].metric("Max group lag", f"{views.max_lag(offsets):,}", border=True)
-cols[1].metric("Worst lag stddev", f"{worst['stddev']:.2f}" if worst else "–", border=True,
-               help=f"{worst['group']} on {worst['topic']}" if worst else None)
-cols[2].metric("Unread by the monitor", f"{views.unread_records(events):,}", border=True)
-cols[3].metric(f"p99 delay ({clock or 'no pairs'})",
-               ui.duration(histogram.quantile(histograms[clock], 0.99)) if clock else "–", border=True)
+    skews = views.lag_skew(offsets)
+    worst = max(skews, key=lambda s: s["stddev"], default=None)
+    histograms = histogram.delay_buckets(stats)
+    # The tile shows the best clock present (DESIGN §6); the table below has every clock.
+    clock = next((c for c in CLOCKS if c in histograms), None)
+    cols = st.columns(4)
+    cols[0].metric("Max group lag", f"{views.max_lag(offsets):,}", border=True)
+    cols[1].metric("Worst lag stddev", f"{worst['stddev']:.2f}" if worst else "–", border=True,
+                   help=f"{worst['group']} on {worst['topic']}" if worst else None)
+    cols[2].metric("Unread by the monitor", f"{views.unread_records(events):,}", border=True)
+    cols[3].metric(f"p99 delay ({clock or 'no pairs'})",
+                   ui.duration(histogram.quantile(histograms[clock], 0.99)) if clock else "–", border=True)
 
-st.subheader("Consumer-group lag")
-if offsets.error:
-    st.error(f"Last offsets poll failed: {offsets.error}")
-lags = pd.DataFrame(views.lag_rows(offsets))
-if lags.empty:
-    st.info("No consumer group is watched (kafka.consumer_groups) or the offsets have not been polled yet.")
-else:
-    st.caption(f"Polled {ui.when(offsets.polled_at or None)}. A partition the group never committed on has no lag.")
-    lags["committed"] = lags["committed"].map(lambda v: "no commit" if pd.isna(v) else f"{int(v):,}")
-    st.dataframe(lags, hide_index=True, column_config={
-        "lag_seconds": st.column_config.NumberColumn("lag (s)", format="%.1f")})
-    skew = pd.DataFrame(skews)
-    if not skew.empty:
-        st.dataframe(skew.rename(columns={"stddev": "lag stddev (F12)", "max_lag": "max lag"}), hide_index=True,
-                     column_config={"lag stddev (F12)": st.column_config.NumberColumn(format="%.2f")})
-    known = lags.dropna(subset=["lag"]).assign(partition=lambda f: f["partition"].astype(str))
+    st.subheader("Consumer-group lag")
+    if offsets.error:
+        st.error(f"Last offsets poll failed: {offsets.error}")
+    lags = pd.DataFrame(views.lag_rows(offsets))
+    if lags.empty:
+        st.info("No consumer group is watched (kafka.consumer_groups) or the offsets have not been polled yet.")
+    else:
+        st.caption(f"Polled {ui.when(offsets.polled_at or None)}. A partition the group never committed on has no lag.")
+        lags["committed"] = lags["committed"].map(lambda v: "no commit" if pd.isna(v) else f"{int(v):,}")
+        st.dataframe(lags, hide_index=True, column_config={
+            "lag_seconds": st.column_config.NumberColumn("lag (s)", format="%.1f")})
+        ui.series_chart(spread, "Partition lag spread over time, stddev (records)", "group",
+                        ui.threshold(comps, "F12", "partition_skew_threshold"), "spread", window_seconds)
+        skew = pd.DataFrame(skews)
+        if not skew.empty:
+            st.dataframe(skew.rename(columns={"stddev": "lag stddev (F12)", "max_lag": "max lag"}), hide_index=True,
+                         column_config={"lag stddev (F12)": st.column_config.NumberColumn(format="%.2f")})
+        known = lags.dropna(subset=["lag"]).assign(partition=lambda f: f["partition"].astype(str))
+        cols = st.columns(2)
+        with cols[0]:
+            bar(known, "lag", x="partition", y="lag", color="group", barmode="group", facet_col="topic",
+                title="Lag per partition (records)")
+        with cols[1]:
+            bar(known.dropna(subset=["lag_seconds"]), "lag-seconds", x="partition", y="lag_seconds", color="group",
+                barmode="group", facet_col="topic", title="Lag per partition (seconds)")
+
+    st.subheader("The monitor's own position")
     cols = st.columns(2)
     with cols[0]:
-        bar(known, "lag", x="partition", y="lag", color="group", barmode="group", facet_col="topic",
-            title="Lag per partition (records)")
+        read = pd.DataFrame(events.get("partitions", []))
+        if read.empty:
+            st.caption("The Kafka events collector has not reported partitions yet.")
+        else:
+            st.dataframe(read.assign(unread=read["end"] - read["position"])[["topic", "partition", "position", "end",
+                                                                               "unread"]], hide_index=True)
+        if quarantined:
+            st.caption("Quarantined records (kept in the store with their offsets; the Quarantine page lists them)")
+            st.dataframe(pd.DataFrame([{"topic": t, "reason": r, "records": n}
+                                       for (t, r), n in sorted(quarantined.items())]), hide_index=True)
     with cols[1]:
-        bar(known.dropna(subset=["lag_seconds"]), "lag-seconds", x="partition", y="lag_seconds", color="group",
-            barmode="group", facet_col="topic", title="Lag per partition (seconds)")
+        backlog = pd.DataFrame(sorted(stats.get("backlog_by_table", {}).items()), columns=["table", "waiting"])
+        if backlog.empty:
+            st.caption("No change is waiting for its event.")
+        else:
+            bar(backlog, "backlog", x="table", y="waiting", title="Changes waiting for their event (backlog)")
 
-st.subheader("The monitor's own position")
-cols = st.columns(2)
-with cols[0]:
-    read = pd.DataFrame(events.get("partitions", []))
-    if read.empty:
-        st.caption("The Kafka events collector has not reported partitions yet.")
+    st.subheader("Event delay distribution")
+    if not histograms:
+        st.caption("No change has been matched with its event yet.")
     else:
-        st.dataframe(read.assign(unread=read["end"] - read["position"])[["topic", "partition", "position", "end",
-                                                                           "unread"]], hide_index=True)
-    if quarantined:
-        st.caption("Quarantined records (kept in the store with their offsets; the Quarantine page lists them)")
-        st.dataframe(pd.DataFrame([{"topic": t, "reason": r, "records": n} for (t, r), n in sorted(quarantined.items())]),
-                     hide_index=True)
-with cols[1]:
-    backlog = pd.DataFrame(sorted(stats.get("backlog_by_table", {}).items()), columns=["table", "waiting"])
-    if backlog.empty:
-        st.caption("No change is waiting for its event.")
-    else:
-        bar(backlog, "backlog", x="table", y="waiting", title="Changes waiting for their event (backlog)")
+        st.dataframe(pd.DataFrame([{"clock": clock, "pairs": int(buckets[-1][1]),
+                                    "p50": ui.duration(histogram.quantile(buckets, 0.5)),
+                                    "p99": ui.duration(histogram.quantile(buckets, 0.99))}
+                                   for clock, buckets in histograms.items()]), hide_index=True)
+        per_bucket = [{"clock": clock, "delay": "more" if bound == "+Inf" else f"≤ {ui.duration(float(bound))}",
+                       "pairs": count - previous}
+                      for clock, buckets in histograms.items()
+                      for (bound, count), previous in zip(buckets, [0] + [c for _, c in buckets[:-1]])]
+        # log scale: a few pairs 2 s late beside thousands within 10 ms must still show
+        bar(pd.DataFrame(per_bucket), "delay", log_y=True, x="delay", y="pairs", color="clock", barmode="group",
+            title="Matched pairs by delay bucket, by commit clock (log scale)")
 
-st.subheader("Event delay distribution")
-if not histograms:
-    st.caption("No change has been matched with its event yet.")
-else:
-    st.dataframe(pd.DataFrame([{"clock": clock, "pairs": int(buckets[-1][1]),
-                                "p50": ui.duration(histogram.quantile(buckets, 0.5)),
-                                "p99": ui.duration(histogram.quantile(buckets, 0.99))}
-                               for clock, buckets in histograms.items()]), hide_index=True)
-    per_bucket = [{"clock": clock, "delay": "more" if bound == "+Inf" else f"≤ {ui.duration(float(bound))}",
-                   "pairs": count - previous}
-                  for clock, buckets in histograms.items()
-                  for (bound, count), previous in zip(buckets, [0] + [c for _, c in buckets[:-1]])]
-    bar(pd.DataFrame(per_bucket), "delay", x="delay", y="pairs", color="clock", barmode="group",
-        title="Matched pairs by delay bucket, by commit clock")
+
+st.title("Drift")
+live(ui.window())

@@ -35,6 +35,7 @@ def event_entry(event: EmittedEvent) -> dict:
 
 
 st.title("Drill-down")
+ui.banner()
 query = st.text_input("trade_no or order (or kind:value, e.g. trade_no:T1)", value=st.query_params.get("q", ""))
 if not query.strip():
     st.info("Give a trade_no or an order to see everything oncewatch holds about it; the Findings page links here.")
@@ -60,7 +61,7 @@ if entries:
     fig = px.scatter(frame, x="at", y="lane", color="source", hover_data=["what", "coordinates", "change"],
                      height=120 + 40 * frame["lane"].nunique())
     fig.update_traces(marker={"size": 12})
-    fig.update_layout(margin={"l": 10, "r": 10, "t": 10, "b": 10}, xaxis_title=None, yaxis_title=None)
+    fig.update_layout(margin={"l": 10, "r": 10, "t": 10, "b": 10}, xaxis_title=ui.UTC_AXIS, yaxis_title=None)
     st.plotly_chart(fig, key="timeline", config={"displayModeBar": False})
     frame["time"] = frame["time"].map(ui.when)
     st.dataframe(frame[["time", "source", "what", "coordinates", "clock", "change"]], hide_index=True,

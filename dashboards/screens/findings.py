@@ -46,6 +46,7 @@ with ui.store() as store:
     page = st.number_input(f"Page (of {pages:,})", min_value=1, max_value=pages, value=1) if pages > 1 else 1
     rows = queries.findings_page(store, flt, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
 
+ui.banner(lambda store: queries.count_findings(store, flt), total)
 first = (page - 1) * PAGE_SIZE
 st.caption(f"{total:,} findings match; showing {first + 1 if rows else 0:,}–{first + len(rows):,}, newest first.")
 table = pd.DataFrame([table_row(r) for r in rows])
@@ -53,7 +54,7 @@ if table.empty:
     st.info("No finding matches these filters.")
     st.stop()
 selection = st.dataframe(
-    table, hide_index=True, on_select="rerun", selection_mode="single-row", key="findings",
+    ui.severity_style(table), hide_index=True, on_select="rerun", selection_mode="single-row", key="findings",
     column_config={"drill-down": st.column_config.LinkColumn("drill-down", display_text="open ↗"),
                    "summary": st.column_config.TextColumn(width="large")})
 st.caption("Select a row for the link to its drill-down, or follow its ↗ link (opens a new tab).")

@@ -30,8 +30,10 @@ payments = cfg.domain.payments if cfg is not None else None
 flt = queries.FindingFilter(statuses=tuple(statuses), since=ui.epoch(ui.day_start(since)), search=search)
 with ui.store() as store:
     found = queries.recent_findings(store, flt, READ_LIMIT)
+    matching = queries.count_findings(store, flt)
     listed = views.incidents_of(store, found, fields)
 
+ui.banner(lambda store: queries.count_findings(store, flt), matching)
 st.caption(f"{len(listed):,} incidents from {len(found):,} findings"
            + (f" (the newest {READ_LIMIT:,}: narrow the filters for older ones)" if len(found) == READ_LIMIT else "")
            + "." + ("" if payments else " A trade_no is not joined to its order: "
@@ -43,7 +45,8 @@ if not listed:
 table = pd.DataFrame([{"incident": f"{i.kind} {i.value}", "status": i.status, "severity": i.severity,
                        "rules": " + ".join(i.rules), "findings": len(i.findings), "first seen": ui.when(i.first_seen),
                        "last seen": ui.when(i.last_seen)} for i in listed])
-selection = st.dataframe(table, hide_index=True, on_select="rerun", selection_mode="single-row", key="incidents")
+selection = st.dataframe(ui.severity_style(table), hide_index=True, on_select="rerun", selection_mode="single-row",
+                         key="incidents")
 incident = listed[selection.selection.rows[0] if selection.selection.rows else 0]
 with ui.store() as store:
     trail = reviews.history(store, [f.id for f in incident.findings])

@@ -16,9 +16,13 @@ from oncewatch.core.records import OffsetsSnapshot
 from oncewatch.dashboards import ui, views
 from oncewatch.store import queries
 
-CHARTS = (("backlog", "Backlog (changes waiting for their event)", "table"),
-          ("delay_p99", "p99 event delay (s)", None),
-          ("group_lag", "Consumer-group lag (records)", "group"))
+# (series, title, colour by, the threshold drawn: rule and name in the monitor's thresholds). The seed's
+# three signals: consumer-group backlog against 5000 (F11), event delay against 500 ms (F10), partition
+# lag spread against 3.0 (F12); and the changes waiting for their event.
+CHARTS = (("group_lag", "Consumer-group lag (records)", "group", ("F11", "offset_drift_threshold")),
+          ("delay_p99", "p99 event delay over the last minute (s)", None, ("F10", "event_delay_seconds")),
+          ("lag_stddev", "Partition lag spread, stddev (records)", "group", ("F12", "partition_skew_threshold")),
+          ("backlog", "Changes waiting for their event", "table", None))
 
 
 def collector_tile(c: views.Component | None, title: str) -> tuple[str, str, str | None]:
@@ -55,16 +59,33 @@ def verdict_help(monitor: views.Component | None) -> str | None:
     return f"{'; '.join(reasons)}. {lags}. Started {ui.when(monitor.value.get('started_at'))}."
 
 
-@st.fragment(run_every=ui.REFRESH_SECONDS)
-def live() -> None:
+def timeline(marks: list[dict], window_seconds: float) -> None:
+    """Findings by first sight over the window, one lane per rule, coloured by severity."""
+    if not marks:
+        st.caption(f"Findings timeline: none first seen in the last {ui.duration(window_seconds)}")
+        return
+    frame = pd.DataFrame(marks)
+    frame["at"] = pd.to_datetime(frame["first_seen"], unit="s", utc=True)
+    order = sorted(frame["rule"].unique(), key=lambda r: (len(r), r))
+    fig = px.scatter(frame, x="at", y="rule", color="severity", color_discrete_map=ui.SEVERITY_COLORS,
+                     hover_data=["status", "summary"], category_orders={"rule": order}, height=300,
+                     title=f"Findings timeline ({len(frame):,} first seen in the window)")
+    fig.update_layout(margin={"l": 10, "r": 10, "t": 40, "b": 10}, xaxis_title=ui.UTC_AXIS, yaxis_title=None,
+                      legend_title=None)
+    st.plotly_chart(fig, key="chart-timeline", config={"displayModeBar": False})
+
+
+@ui.live
+def live(window_seconds: float) -> None:
     now = time.time()
     with ui.store() as store:
         comps = views.components(store, now)
         stats = views.engine_stats(store)
         counts = store.finding_counts()
         p99 = queries.latest(store, "delay_p99")
-        points = {name: queries.series(store, name, now - ui.CHART_WINDOW_SECONDS) for name, _, _ in CHARTS}
-    ui.stale_banner(comps)
+        points = {name: queries.series(store, name, now - window_seconds) for name, *_ in CHARTS}
+        marks = queries.finding_marks(store, now - window_seconds)
+    ui.monitor_banner(comps)
 
     monitor = comps.get(names.MONITOR)
     cols = st.columns(4)
@@ -79,20 +100,17 @@ def live() -> None:
     cols[0].metric("Open critical findings", f"{views.open_critical(counts):,}", border=True)
     cols[1].metric("Backlog", f"{views.backlog_total(stats):,}", help="Committed changes still within their grace, "
                    "waiting for their Kafka event, all tables (those past it are F7 findings)", border=True)
-    cols[2].metric("p99 event delay", ui.duration(p99), help="Kafka time minus commit time", border=True)
+    cols[2].metric("p99 event delay", ui.duration(p99), help="Kafka time minus commit time, of the changes and "
+                   "events matched in the last minute", border=True)
 
-    for col, (name, title, color) in zip(st.columns(3), CHARTS):
-        frame = pd.DataFrame(points[name])
-        if frame.empty:
-            col.caption(f"{title}: no points in the last hour")
-            continue
-        frame["at"] = pd.to_datetime(frame["at"], unit="s", utc=True)
-        fig = px.line(frame, x="at", y="value", color=color, title=title, height=260)
-        fig.update_layout(margin={"l": 10, "r": 10, "t": 40, "b": 10}, xaxis_title=None, yaxis_title=None,
-                          legend_title=None)
-        col.plotly_chart(fig, key=f"chart-{name}", config={"displayModeBar": False})
-    st.caption(f"Refreshed {ui.when(now)} every {ui.duration(ui.REFRESH_SECONDS)}.")
+    for row in (CHARTS[:2], CHARTS[2:]):
+        for col, (name, title, color, limit) in zip(st.columns(2), row):
+            with col:
+                ui.series_chart(points[name], title, color, ui.threshold(comps, *limit) if limit else None,
+                                f"chart-{name}", window_seconds)
+    timeline(marks, window_seconds)
+    st.caption(f"Refreshed {ui.when(now)} every {ui.duration(ui.REFRESH_SECONDS)}; times in UTC.")
 
 
 st.title("Overview")
-live()
+live(ui.window())

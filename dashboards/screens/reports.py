@@ -19,6 +19,7 @@ FORMATS = {"csv": "text/csv", "json": "application/json",
            "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"}
 
 st.title("Reports")
+ui.banner()
 cfg = ui.config()
 if cfg is None:
     st.info(f"Reports carry the hash of the monitor's config and mask the personal fields it names: start the "
@@ -38,8 +39,9 @@ with ui.store() as store:
         rules=(rule,) if rule else (), statuses=(status,) if status else (),
         since=ui.epoch(since), until=ui.epoch(until)))
 st.metric("Findings in this report", f"{count:,}")
-st.caption("Each report has a header with the time range, the binlog and Kafka positions reached, the config's "
-           "SHA-256 and a SHA-256 of the data, so it can be checked later (`dashboards.reports.verify`).")
+st.caption("Each report has a header with the range it covers, the binlog and Kafka positions reached, the config's "
+           "SHA-256, a SHA-256 of the data and one of the header, so it can be checked later (`oncewatch verify "
+           "REPORT`). The XLSX has a Summary sheet (per rule: findings, still standing, amount involved).")
 
 stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 for col, (fmt, mime) in zip(st.columns(len(FORMATS)), FORMATS.items()):

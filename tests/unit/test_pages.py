@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,9 +71,20 @@ def test_overview_tiles_and_charts(env: Path) -> None:
         "Monitor": "degraded", "Binlog — up": "2.5 s behind", "Kafka events — up": "4 unread",
         "Kafka offsets — up": "max lag 22", "Open critical findings": "3", "Backlog": "9",
         "p99 event delay": "475 ms"}
-    assert plotly_count(at) == 3
+    assert plotly_count(at) == 5  # the three signals, the backlog, the findings timeline
     assert not at.error
     assert at.sidebar.caption[0].value == "No login configured: the dashboard is bound to 127.0.0.1 only."
+    # the verdict and its reasons at the top; each of the seed's three signals drawn with its threshold
+    assert at.warning[0].value.startswith("**Monitor degraded**: kafka read 7.0 s behind")
+    lines = {json.loads(c.proto.spec)["layout"]["title"]["text"]: [
+        (shape["y0"], shape["line"]["dash"]) for shape in json.loads(c.proto.spec)["layout"].get("shapes", [])]
+        for c in at.get("plotly_chart")}
+    assert lines["Consumer-group lag (records)"] == [(5000.0, "dash")]
+    assert lines["p99 event delay over the last minute (s)"] == [(0.5, "dash")]
+    assert lines["Partition lag spread, stddev (records)"] == [(3.0, "dash")]
+    assert lines["Changes waiting for their event"] == []
+    axes = {json.loads(c.proto.spec)["layout"]["xaxis"]["title"]["text"] for c in at.get("plotly_chart")}
+    assert axes == {"time (UTC)"}
 
 
 def test_overview_says_when_the_monitor_is_stale_or_a_collector_down(env: Path, store_path: str) -> None:
@@ -177,7 +190,12 @@ def test_drift_lag_skew_and_delay(env: Path) -> None:
     assert delay.to_dict("records") == [
         {"clock": "gtid_commit_ts", "pairs": 100, "p50": "48 ms", "p99": "475 ms"},
         {"clock": "row_column", "pairs": 20, "p50": "250 ms", "p99": "2.4 s"}]
-    assert plotly_count(at) == 4
+    assert plotly_count(at) == 5  # the spread over time, lag in records and seconds, backlog, delay buckets
+    specs = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)["layout"]
+             for c in at.get("plotly_chart")}
+    spread = specs["Partition lag spread over time, stddev (records)"]
+    assert [s["y0"] for s in spread["shapes"]] == [3.0] and spread["xaxis"]["title"]["text"] == "time (UTC)"
+    assert specs["Matched pairs by delay bucket, by commit clock (log scale)"]["yaxis"]["type"] == "log"
 
 
 # ---------------------------------------------------------------- Reports
