@@ -166,8 +166,11 @@ def lag_skew(offsets: OffsetsSnapshot) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- findings
 
 def entity_of(keys: dict[str, Any]) -> str:
-    """The value the drill-down should open for a finding ('' for findings about no one entity,
-    e.g. F12 on a consumer group)."""
+    """What the drill-down should open for a finding ('' for findings about no one entity, e.g. F12 on a
+    consumer group): an announcement's key with its table (F7-F10: 'key:shop.shipments:S1', since a bare
+    id could be any table's), else its trade_no or order."""
+    if keys.get("event_type") is not None and keys.get("table") and keys.get("key") is not None:
+        return f"key:{keys['table']}:{keys['key']}"
     return next((str(keys[k]) for k in FINDING_ENTITY_KEYS if keys.get(k) is not None), "")
 
 

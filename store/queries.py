@@ -161,12 +161,18 @@ class Timeline:
     truncated: bool = False
 
 
+TABLE_KINDS = ("pk", "key")  # entities named by table and value: 'pk:shop.shipments:7', 'key:shop.shipments:S1'
+
+
 def entity_keys(value: str) -> tuple[str, ...]:
     """'T1' -> ('trade_no:T1', 'order_key:T1'); an explicit 'kind:value' is taken as it is."""
     value = value.strip()
     if not value:
         return ()
     kind = value.split(":", 1)[0]
+    if ":" in value and kind == "key":  # an announced key: its rows and events, and the order or trade it may be
+        bare = value.split(":", 2)[-1]
+        return (value, *(f"{k}:{bare}" for k in ENTITY_KINDS))
     if ":" in value and (kind in ENTITY_KINDS or kind == "pk"):
         return (value,)
     return tuple(f"{k}:{value}" for k in ENTITY_KINDS)
@@ -188,7 +194,10 @@ def timeline(store: Store, value: str) -> Timeline:
         topic_partition, offset = ref.rsplit("@", 1)
         topic, partition = split_partition_key(topic_partition)
         events += store.events('topic = ? AND partition = ? AND "offset" = ?', (topic, partition, int(offset)))
-    bare = keys[0].split(":", 1)[1] if len(keys) == 1 else value.strip()
+    # the value alone, which the findings' keys hold ('pk:' and 'key:' name a table before it)
+    kind = keys[0].split(":", 1)[0]
+    bare = keys[0].split(":", 2 if kind in TABLE_KINDS else 1)[-1] if len(keys) == 1 or kind == "key" \
+        else value.strip()
     where, params = FindingFilter(search=bare).where()
     findings = [finding_from_row(r) for r in store.conn.execute(
         f"SELECT {FINDING_COLUMNS} FROM findings{where} ORDER BY first_seen LIMIT ?", [*params, TIMELINE_LIMIT])]

@@ -114,7 +114,8 @@ def test_findings_table_filters_and_links(env: Path) -> None:
     table = at.dataframe[0].value
     assert len(table) == 7 and at.caption[0].value.startswith("7 findings match")
     assert table["rule"].tolist()[0] == "F9" and table["entity"].tolist()[-1] == "T1001"  # newest first
-    assert at.get("page_link")[0].proto.label == "Drill-down for O507"
+    # an announcement's finding opens its key with its table (a bare id could be any table's)
+    assert at.get("page_link")[0].proto.label == "Drill-down for key:shop.orders:O507"
 
     at.multiselect[2].set_value(["open"]).run()
     assert len(at.dataframe[0].value) == 5
@@ -167,6 +168,14 @@ def test_drilldown_of_an_order_shows_value_diffs(env: Path) -> None:
     changes = at.dataframe[0].value["change"].tolist()
     assert "status: pending → paid" in changes
     assert "+ amount=99.00, order_no=O501, status=pending" in changes
+
+
+def test_drilldown_of_an_announced_key_with_its_table(env: Path) -> None:
+    """The link of an F9 on order.paid O507: the order's two events, and the finding."""
+    at = run("drilldown", q="key:shop.orders:O507")
+    assert metrics(at) == {"Row changes": "0", "Kafka events": "2", "Findings": "1"}
+    assert any(e.label.startswith("F9 duplicate_event") for e in at.expander)
+    assert not at.error
 
 
 def test_drilldown_of_an_unknown_entity(env: Path) -> None:

@@ -42,7 +42,9 @@ def test_filters_and_newest_first(store_path: str) -> None:
 def test_entity_of_a_finding() -> None:
     assert views.entity_of({"table": "shop.shipments", "trade_no": "T1"}) == "T1"
     assert views.entity_of({"from": "refunded", "order": "O1", "to": "paid"}) == "O1"
-    assert views.entity_of({"event_type": "order.paid", "key": "O2", "table": "shop.orders"}) == "O2"
+    assert views.entity_of({"event_type": "order.paid", "key": "O2", "table": "shop.orders"}) == "key:shop.orders:O2"
+    assert views.entity_of({"event_type": "shipment.created", "key": "7", "table": "shop.shipments"}) == \
+        "key:shop.shipments:7"
     assert views.entity_of({"group": "g", "topic": "t"}) == ""
 
 
@@ -80,3 +82,26 @@ def test_store_location(tmp_path: Path) -> None:
     assert views.store_path({views.ENV_CONFIG: str(cfg)}) == str(tmp_path / "w.db")
     with pytest.raises(views.StoreNotConfigured, match="ONCEWATCH_STORE"):
         views.store_path({})
+
+
+def test_a_shipment_and_its_event_share_the_key_its_findings_name(tmp_path: Path) -> None:
+    """F7-F10 about a shipment name 'key:shop.shipments:S1': its row and its event are both found by it,
+    and not a grant or an order that happens to have the id S1 too."""
+    from devservices.samples import Shop, grant, shipment, shop_settings
+    from oncewatch.monitor.entities import EntityIndex
+
+    shop, index = Shop(), EntityIndex(shop_settings())
+    row = shop.tx(1, shipment("S1", "T1")).rows[0]
+    other = shop.tx(2, grant("S1", "T2")).rows[0]
+    event = shop.event("shipment.created", 3, entity_id="S1", trade_no="T1")
+    assert "key:shop.shipments:S1" in index.of_row(row) and "key:shop.shipments:S1" in index.of_event(event)
+    assert "key:shop.shipments:S1" not in index.of_row(other)
+    store = Store(str(tmp_path / "s.db"))
+    with store.batch() as tx:
+        for r in (row, other):
+            tx.add_row_changes([r], [(0, k) for k in index.of_row(r)])
+        tx.add_events([event], [(0, k) for k in index.of_event(event)])
+    found = queries.timeline(store, views.entity_of({"event_type": "shipment.created", "key": "S1",
+                                                      "table": "shop.shipments"}))
+    assert [r.table for r in found.rows] == ["shipments"] and len(found.events) == 1
+    store.close()
