@@ -30,7 +30,9 @@ def table_row(r: dict) -> dict:
 
 st.title("Findings")
 cols = st.columns([2, 1.3, 1.3, 1, 1, 1.6])
-rules = cols[0].multiselect("Rule", list(views.RULES), format_func=lambda r: f"{r} {views.RULES[r]}")
+# ?rule=F1 (the Grafana board's links) preselects rules
+rules = cols[0].multiselect("Rule", list(views.RULES), format_func=lambda r: f"{r} {views.RULES[r]}",
+                            default=[r for r in st.query_params.get_all("rule") if r in views.RULES])
 severities = cols[1].multiselect("Severity", names.SEVERITIES)
 statuses = cols[2].multiselect("Status", names.STATUSES)
 since = cols[3].date_input("Seen from (UTC)", value=None)

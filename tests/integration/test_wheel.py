@@ -80,7 +80,7 @@ def test_check_config_alerts_and_grafana_from_the_wheel(installed: Path, tmp_pat
     out = tmp_path / "board.json"
     grafana = run(installed, "grafana", "--out", str(out), cwd=tmp_path)
     assert grafana.returncode == 0, grafana.stderr
-    assert json.loads(out.read_text())["__inputs"][0]["name"] == "DS_PROMETHEUS"
+    assert json.loads(out.read_text())["templating"]["list"][0]["name"] == "datasource"
 
 
 def test_dashboard_from_the_wheel_answers_its_health_check(installed: Path, tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ EXPRS = [t["expr"] for p in PANELS for t in p["targets"]]
 
 
 def test_importable() -> None:
-    assert [i["name"] for i in DASHBOARD["__inputs"]] == ["DS_PROMETHEUS"]
+    variables = {v["name"]: v for v in DASHBOARD["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
     ids = [p["id"] for p in DASHBOARD["panels"]]
     assert len(ids) == len(set(ids))
     cells = set()
@@ -25,7 +26,29 @@ def test_importable() -> None:
         mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
         assert not cells & mine, f"panel {p['title']!r} overlaps another"
         cells |= mine
-    assert all(p["datasource"]["uid"] == "${DS_PROMETHEUS}" for p in PANELS)
+    assert all(p["datasource"]["uid"] == "${datasource}" for p in PANELS)
+    assert all(t["datasource"]["uid"] == "${datasource}" for p in PANELS for t in p["targets"])
+    assert "${DS_PROMETHEUS}" not in json.dumps(DASHBOARD)
+
+
+def test_the_seeds_three_signals_draw_their_thresholds() -> None:
+    """Consumer-group lag against F11's threshold, event delay against F10's, the lag spread against F12's:
+    each a dashed static line and the monitor's own value (oncewatch_rule_threshold) as a dashed series."""
+    for title, rule, value in (("Consumer-group lag (records)", "F11", 5000), ("Event delay p50 / p99", "F10", 0.5),
+                               ("Partition lag stddev (F12)", "F12", 3)):
+        [panel] = [p for p in PANELS if p["title"].startswith(title)]
+        defaults = panel["fieldConfig"]["defaults"]
+        assert defaults["thresholds"]["steps"][-1]["value"] == value
+        assert defaults["custom"]["thresholdsStyle"]["mode"] == "dashed"
+        [line] = [t for t in panel["targets"] if t["legendFormat"] == "threshold"]
+        assert f'rule="{rule}"' in line["expr"] and line["expr"].startswith("max(oncewatch_rule_threshold{")
+
+
+def test_links_lead_into_the_oncewatch_dashboard() -> None:
+    urls = [link["url"] for link in DASHBOARD["links"]]
+    assert urls == ["${oncewatch_url}/", "${oncewatch_url}/findings", "${oncewatch_url}/drilldown"]
+    [found] = [p for p in PANELS if p["title"] == "Open findings by rule and severity"]
+    assert found["fieldConfig"]["defaults"]["links"][0]["url"] == "${oncewatch_url}/findings?rule=${__field.labels.rule}"
 
 
 def test_queries_use_only_exported_metrics(tmp_path: Path) -> None:

@@ -117,6 +117,8 @@ def test_findings_table_filters_and_links(env: Path) -> None:
     # an announcement's finding opens its key with its table (a bare id could be any table's)
     assert at.get("page_link")[0].proto.label == "Drill-down for key:shop.orders:O507"
 
+    assert set(run("findings", rule="F9").dataframe[0].value["rule"]) == {"F9"}  # the Grafana board's link
+
     at.multiselect[2].set_value(["open"]).run()
     assert len(at.dataframe[0].value) == 5
     at.multiselect[0].set_value(["F9"]).run()
