@@ -30,9 +30,10 @@ WIDTH, HEIGHT = 1400, 2200
 
 # Per page: its URL path, and text that must be on screen once it has rendered (the key figures).
 PAGES = {
-    "overview": ("", ["Binlog — up", "2.5 s behind", "4 unread", "max lag 22", "Open critical findings", "3",
-                      "Backlog", "9", "475 ms", "No login configured: the dashboard is bound to 127.0.0.1 only."]),
-    "findings": ("findings", ["7 findings match", "Drill-down for O507"]),
+    "overview": ("", ["Monitor degraded", "kafka read 7.0 s behind", "Binlog — up", "2.5 s behind", "4 unread",
+                      "max lag 22", "Open critical findings", "3", "Backlog", "9", "475 ms",
+                      "No login configured: the dashboard is bound to 127.0.0.1 only."]),
+    "findings": ("findings", ["7 findings match", "Drill-down for key:shop.orders:O507"]),
     "drilldown": ("drilldown?q=T1001", ["Row changes", "Kafka events", "F1 duplicate_effect · critical · open",
                                         "2 shop.shipments rows for trade_no T1001 (S1, S2)"]),
     "drift": ("drift", ["Max group lag", "22", "Worst lag stddev", "6.00", "Unread by the monitor",
@@ -40,7 +41,11 @@ PAGES = {
     "reports": ("reports", ["Findings in this report", "7", "Download CSV", "Download JSON", "Download XLSX"]),
 }
 # Number of plotly charts each page must have drawn before its screenshot.
-CHARTS = {"overview": 3, "drilldown": 1, "drift": 4}
+CHARTS = {"overview": 5, "drilldown": 1, "drift": 5}
+# Dashed threshold lines each page must have drawn: the seed's three signals on the Overview, the spread on Drift.
+THRESHOLDS = {"overview": 3, "drift": 1}
+DASHED = ("[...document.querySelectorAll('.js-plotly-plot .shapelayer path')]"
+          ".filter(p => p.style.strokeDasharray && p.style.strokeDasharray !== 'none').length")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -136,6 +141,7 @@ def test_page_renders_its_key_figures(dashboard: str, browser: DevTools, name: s
     browser.call("Page.navigate", url=f"{dashboard}/{path}")
     text = wait_for(browser, expected, CHARTS.get(name, 0))
     assert "Traceback" not in text and "Error" not in text.split("\n")[0]
+    assert browser.evaluate(DASHED) == THRESHOLDS.get(name, 0)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = browser.call("Page.captureScreenshot", format="png")
     (ARTIFACTS / f"{name}.png").write_bytes(base64.b64decode(shot["data"]))
