@@ -190,7 +190,6 @@ class KafkaEventCollector:
         self._consumer: KafkaConsumer | None = None
         self._admin: KafkaAdminClient | None = None
         self._assigned: set[TopicPartition] = set()
-        self._held: set[TopicPartition] = set()  # paused: read far ahead of the binlog (see poll's `hold`)
         self._next_refresh = 0.0
         self._last_positions: dict[str, int] = {}
 
@@ -198,15 +197,21 @@ class KafkaEventCollector:
 
     def poll(self, timeout_ms: int = 1000, max_records: int = 500, hold: Collection[str] = ()) -> EventBatch:
         """Read what is there (waiting up to `timeout_ms`); never raises for transport errors. The
-        partitions `hold` names ('topic/partition') are left unread this time (paused), the others read."""
+        partitions `hold` names ('topic/partition') are left unread this time, the others read."""
         if time.monotonic() >= self._next_refresh:
             self._refresh()
-        held = self._hold(hold)
+        held = {tp for tp in self._assigned if tp_key(tp) in hold}
         if self._consumer is None or not self._assigned or held == self._assigned:
             time.sleep(timeout_ms / 1000)  # nothing to read now: keep the caller's loop from spinning
             return self._batch([], [])
         try:
             records = self._consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+            # A held partition's records are not handed on: it is sought back to the first of them and they
+            # are fetched again once it is let go. Not KafkaConsumer.pause(): kafka-python 3.0 can leave a
+            # resumed partition's fetched records parked for good (its fetcher restores them only while
+            # no spent record set sits in line), and that partition is then never read again.
+            for tp in held & records.keys():
+                self._consumer.seek(tp, records.pop(tp)[0].offset)
             return self._handle(records)
         except UNDECODABLE as exc:
             return self._step_over_undecodable(exc)
@@ -398,7 +403,6 @@ class KafkaEventCollector:
         assert consumer is not None
         gone = self._assigned - current
         if current != self._assigned:
-            self._held = set()  # assign() forgets what was paused
             if current:
                 consumer.assign(sorted(current))
             else:
@@ -422,18 +426,6 @@ class KafkaEventCollector:
                 "event": "kafka_assigned", "new": {tp_key(tp): o for tp, o in sorted(starts.items())},
                 "gone": sorted(tp_key(tp) for tp in gone), "partitions": len(current)})
 
-    def _hold(self, keys: Collection[str]) -> set[TopicPartition]:
-        """Pause the assigned partitions `keys` names and resume the others; what the fetcher already
-        holds of a paused partition is not handed on, and its position does not move, so nothing is lost."""
-        held = {tp for tp in self._assigned if tp_key(tp) in keys}
-        if self._consumer is not None and held != self._held:
-            if self._held - held:
-                self._consumer.resume(*(self._held - held))
-            if held - self._held:
-                self._consumer.pause(*(held - self._held))
-            self._held = held
-        return held
-
     def _drop_consumer(self) -> None:
         if self._consumer is not None:
             try:
@@ -442,7 +434,6 @@ class KafkaEventCollector:
                 pass  # a consumer of a dead connection may fail to close; nothing is lost
             self._consumer = None
             self._assigned = set()
-            self._held = set()
 
     # -------------------------------------------------------------- health
 

@@ -203,6 +203,27 @@ def test_a_held_partition_waits_unread_and_then_reads_on_with_nothing_lost(kafka
         collector.close()
 
 
+def test_holds_that_change_at_every_poll_never_strand_a_partition(kafka_admin):
+    """As the monitor holds them: whichever partitions are read furthest ahead, a new set at every poll.
+    (With KafkaConsumer.pause/resume, kafka-python 3.0 stranded resumed partitions: found by the load run.)"""
+    topic = create_topic(kafka_admin, "holds", 3)
+    produce(topic, [(i % 3, None, jsonb({**PAID, "order_no": f"O{i}"})) for i in range(1500)])
+    collector = KafkaEventCollector(kafka_config([json_topic(topic)]))
+    read = {0: [], 1: [], 2: []}
+    deadline = time.monotonic() + 30
+    try:
+        while sum(map(len, read.values())) < 1500:
+            assert time.monotonic() < deadline, {p: len(o) for p, o in read.items()}
+            least = min(map(len, read.values()))
+            hold = {f"{topic}/{p}" for p, offsets in read.items() if len(offsets) > least + 50}
+            for e in collector.poll(timeout_ms=200, max_records=100, hold=hold).events:
+                assert f"{topic}/{e.partition}" not in hold
+                read[e.partition].append(e.offset)
+        assert all(offsets == list(range(500)) for offsets in read.values())  # each once, in order
+    finally:
+        collector.close()
+
+
 def test_offsets_deleted_before_they_were_read_are_a_counted_gap(kafka_admin):
     topic = create_topic(kafka_admin, "gap")
     produce(topic, [(0, None, jsonb({**PAID, "order_no": f"O{i}"})) for i in range(10)])
