@@ -151,13 +151,13 @@ def main() -> None:
     print(f"monitor CPU: mean {statistics.fmean(cpu_rate):.2f} cores, p99 {pct(cpu_rate, .99):.2f}; "
           f"RSS peak {max(rss):.0f} MiB, at 0/25/50/75/100%: {' '.join(f'{q:.0f}' for q in quarters)} MiB")
     if args.catch_up:
+        print(f"caught up {caught_up_at - shop_done_at:.0f} s after the shop stopped" if caught_up_at
+              else "never caught up", flush=True)
         found = store.findings()
         unexplained = [f for f in found if truth.fault_for(f.rule, f.keys) is None]
         by_rule: dict[str, int] = {}
         for f in found:
             by_rule[f.rule] = by_rule.get(f.rule, 0) + 1
-        print(f"caught up {caught_up_at - shop_done_at:.0f} s after the shop stopped" if caught_up_at
-              else "never caught up")
         print(f"findings by rule {dict(sorted(by_rule.items()))}; not explained by the truth: {len(unexplained)}")
         for f in unexplained[:20]:
             print(f"  {f.rule} {f.severity} {f.summary}")

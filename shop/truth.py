@@ -29,6 +29,7 @@ import json
 import os
 import threading
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +70,21 @@ class GroundTruth:
         return [f for f in self.faults if f.rule == rule]
 
     def fault_for(self, rule: str, keys: dict[str, Any]) -> Fault | None:
-        """The fault behind a finding of `rule` with these entity keys, if there is one."""
-        return next((f for f in self.faults if f.matches(rule, keys)), None)
+        """The fault behind a finding of `rule` with these entity keys, if there is one (the first placed)."""
+        theirs = {KEY_ALIASES.get(k, k): str(v) for k, v in keys.items() if v is not None}
+        candidates = {i for k, v in theirs.items() for i in self._by_key.get((rule, k, v), ())}
+        return next((self.faults[i] for i in sorted(candidates) if self.faults[i].matches(rule, keys)), None)
+
+    @cached_property
+    def _by_key(self) -> dict[tuple[str, str, str], list[int]]:
+        """(rule, key, value) -> indexes of the faults that carry it: a load run has tens of thousands of
+        faults and findings, and trying each fault for each finding took hours."""
+        index: dict[tuple[str, str, str], list[int]] = {}
+        for i, f in enumerate(self.faults):
+            for rule in (f.rule, *f.also):
+                for k, v in f.keys.items():
+                    index.setdefault((rule, k, v), []).append(i)
+        return index
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
