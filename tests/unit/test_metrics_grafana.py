@@ -46,9 +46,9 @@ def test_the_seeds_three_signals_draw_their_thresholds() -> None:
 
 def test_links_lead_into_the_oncewatch_dashboard() -> None:
     urls = [link["url"] for link in DASHBOARD["links"]]
-    assert urls == ["${oncewatch_url}/", "${oncewatch_url}/findings", "${oncewatch_url}/drilldown"]
+    assert urls == ["${dashboard_url}/", "${dashboard_url}/findings", "${dashboard_url}/drilldown"]
     [found] = [p for p in PANELS if p["title"] == "Open findings by rule and severity"]
-    assert found["fieldConfig"]["defaults"]["links"][0]["url"] == "${oncewatch_url}/findings?rule=${__field.labels.rule}"
+    assert found["fieldConfig"]["defaults"]["links"][0]["url"] == "${dashboard_url}/findings?rule=${__field.labels.rule}"
 
 
 def test_queries_use_only_exported_metrics(tmp_path: Path) -> None:
