@@ -29,7 +29,8 @@ def table_row(r: dict) -> dict:
 
 
 st.title("Findings")
-cols = st.columns([2, 1.3, 1.3, 1, 1, 1.6])
+# Two rows of filters: in one, the date inputs were cut to "yyyy/" at 1280 px.
+cols = [*st.columns([2, 1.3, 1.3]), *st.columns([1, 1, 1.6])]
 # ?rule=F1 (the Grafana board's links) preselects rules
 rules = cols[0].multiselect("Rule", list(views.RULES), format_func=lambda r: f"{r} {views.RULES[r]}",
                             default=[r for r in st.query_params.get_all("rule") if r in views.RULES])
