@@ -440,18 +440,6 @@ def _as_text(ws: WriteOnlyWorksheet, line: Iterable[Any]) -> list[Any]:
     return out
 
 
-def _typed(name: str, value: Any) -> Any:
-    """A cell of a typed sheet: times as dates (UTC, to the millisecond Excel keeps), amounts and counts
-    as numbers, the rest as the data section's text."""
-    if value is None or value == "":
-        return None
-    if name in TIME_FIELDS:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).replace(tzinfo=None)
-    if name == "amount_involved" or isinstance(value, (int, float)) and not isinstance(value, bool):
-        return Decimal(str(value))
-    return _text(value)
-
-
 class _Sheet:
     """One write-only sheet: its header row frozen, widths by column name, rows counted for the autofilter."""
 
@@ -477,14 +465,15 @@ class _Sheet:
         self.ws.auto_filter.ref = f"A1:{get_column_letter(self.width)}{self.rows + 1}"
 
 
-def _typed(sheet: _Sheet, name: str, value: Any) -> Any:
-    """A cell of a typed sheet: times as dates (UTC, to the millisecond Excel keeps), amounts as numbers."""
+def _typed(sheet: _Sheet, name: str, value: Any, text: str) -> Any:
+    """A cell of a typed sheet: times as dates (UTC, to the millisecond Excel keeps), amounts as numbers,
+    the rest as `text`, the data section's cell."""
     if name in TIME_FIELDS:
         when = dt.datetime.fromisoformat(value.replace("Z", "+00:00")).replace(tzinfo=None) if value else None
         return sheet.cell(when, DATETIME_FORMAT)
     if name == "amount_involved":
         return sheet.cell(Decimal(value) if value not in (None, "") else None, AMOUNT_FORMAT)
-    return value
+    return text
 
 
 def _rule_order(rule: str) -> tuple[int, str]:
@@ -510,9 +499,8 @@ class _XlsxWriter:
         self.by_rule: dict[str, list[Any]] = {}  # rule -> [name, findings, standing, amount involved]
 
     def add(self, finding: dict[str, Any], cells: list[str], lines: list[list[str]]) -> None:
-        self.findings.append([*(_typed(self.findings, name, finding[name]) if name in TIME_FIELDS
-                                or name == "amount_involved" else cell for name, cell in zip(FINDING_FIELDS, cells)),
-                              len(finding["evidence"])])
+        self.findings.append([*(_typed(self.findings, name, finding[name], text)
+                                for name, text in zip(FINDING_FIELDS, cells)), len(finding["evidence"])])
         rule = self.by_rule.setdefault(finding["rule"], [finding["name"], 0, 0, Decimal(0)])
         rule[1] += 1
         rule[2] += finding["status"] != RESOLVED

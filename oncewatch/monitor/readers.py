@@ -94,7 +94,7 @@ class BinlogSource:
 
     PAUSE_SECONDS = 20.0
 
-    def __init__(self, collector: BinlogCollector, ahead: Callable[[], bool] = lambda: False):
+    def __init__(self, collector: BinlogCollector, ahead: Callable[[], bool]):
         self.collector = collector
         self._ahead = ahead
         self._paused_at: float | None = None  # alive while paused, though nothing is read
