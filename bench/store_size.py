@@ -1,11 +1,15 @@
 """Store size over a long run at a steady rate: it levels off once retention applies (issue 14, item 3).
 
-Runs the simulated shop with every fault on at `--rate` orders/s for `--minutes` against the dev
-services, with `oncewatch run` watching it at `store.retention_hours = --retention-minutes / 60`,
-and samples every `--every` seconds the store's size on disk (the database and its WAL), its
-row changes and events, and what retention has pruned (/metrics). Prints the curve, then the
-growth per minute before the retention first applied and over the last third of the run: level
-means the last is near zero. Usage:
+Runs the simulated shop with every fault on (`--faults`) at `--rate` orders/s for `--minutes`
+against the dev services, with `oncewatch run` watching it at `store.retention_hours =
+--retention-minutes / 60` and `rules.horizon_seconds = --horizon-minutes * 60` (the raw records
+and the engine's open state are the two things that grow with traffic; each is kept for its own
+time). Every `--every` seconds it samples the store's size on disk (the database and its WAL),
+what each part of it holds (SQLite's dbstat: raw records, the entity index, the engine's state,
+findings), and what retention has pruned (/metrics). Prints the curve, then the growth per minute
+before the retention first applied and over the last third of the run: level means the last is
+near zero, but for the findings, which are kept (they grow with the faults, not the traffic).
+Usage:
 
     .venv/bin/python bench/store_size.py [--minutes 30] [--rate 20] [--retention-minutes 6]
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -35,6 +40,26 @@ def size_mib(store: Path) -> float:
     return sum(os.path.getsize(p) for p in (store, Path(f"{store}-wal")) if p.exists()) / 2**20
 
 
+# What each part of the store holds, by the tables (and their indexes) that make it.
+PARTS = {"raw": ("row_changes", "events"), "entities": ("entity_index",), "state": ("engine_entries",),
+         "findings": ("findings", "finding_history", "reviews")}
+
+
+def parts_mib(store: Path) -> dict[str, float]:
+    """MiB in use per part of PARTS (and "other"), from SQLite's dbstat; free pages are not counted."""
+    conn = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    try:
+        owner = {name: tbl for name, tbl in conn.execute("SELECT name, tbl_name FROM sqlite_schema")}
+        used: dict[str, float] = {}
+        for name, size in conn.execute("SELECT name, SUM(pgsize - unused) FROM dbstat GROUP BY name"):
+            table = owner.get(name, name)
+            part = next((p for p, tables in PARTS.items() if table in tables), "other")
+            used[part] = used.get(part, 0.0) + size / 2**20
+        return used
+    finally:
+        conn.close()
+
+
 def total(metrics: dict[str, float], name: str) -> float:
     return sum(v for k, v in metrics.items() if k == name or k.startswith(name + "{"))
 
@@ -54,6 +79,8 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--rate", type=float, default=20.0, help="orders per second asked of the shop")
     ap.add_argument("--retention-minutes", type=float, default=6.0)
+    ap.add_argument("--horizon-minutes", type=float, help="the engine's horizon (default: the retention)")
+    ap.add_argument("--faults", default="all=0.001", help="the shop's fault mix (default %(default)s)")
     ap.add_argument("--every", type=float, default=30.0, help="seconds between samples")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="oncewatch-size-"))
@@ -62,18 +89,20 @@ def main() -> None:
     config = shop_config(work, metrics_port=port, topic=topic)
     data = tomllib.loads(config.read_text())
     data["store"]["retention_hours"] = args.retention_minutes / 60
+    data["rules"]["horizon_seconds"] = (args.horizon_minutes or args.retention_minutes) * 60
     config.write_text(tomli_w.dumps(data))
     run_until_idle(config, idle=1.0)
     store = work / "store.db"
     monitor = subprocess.Popen([sys.executable, "-m", "oncewatch.cli", "run", "--config", str(config)],
                                stdout=subprocess.DEVNULL, stderr=open(work / "monitor.log", "wb"))
     runner = threading.Thread(target=lambda: shop.run(shop_settings(
-        topic, seed=7, duration=args.minutes * 60, rate=args.rate, faults="all")))
+        topic, seed=7, duration=args.minutes * 60, rate=args.rate, faults=args.faults)))
     time.sleep(3)
     started = time.time()
     runner.start()
-    curve: list[tuple[float, float, float]] = []  # (seconds, MiB, rows pruned)
-    print("minute  store MiB  row changes read  events read  pruned rows")
+    curve: list[tuple[float, float, float, dict[str, float]]] = []  # (seconds, MiB, rows pruned, parts)
+    names = [*PARTS, "other"]
+    print("minute  store MiB  " + "  ".join(f"{n:>8}" for n in names) + "  row changes read  events read  pruned rows")
     try:
         while runner.is_alive():
             time.sleep(args.every)
@@ -82,18 +111,23 @@ def main() -> None:
             except OSError:
                 continue
             at, mib, pruned = time.time() - started, size_mib(store), total(m, "oncewatch_store_pruned_rows_total")
-            curve.append((at, mib, pruned))
+            parts = parts_mib(store)
+            curve.append((at, mib, pruned, parts))
             rows, events = (m.get(f'oncewatch_collector_records_read_total{{collector="{c}"}}', 0.0)
                             for c in ("binlog", "kafka_events"))
-            print(f"{at / 60:6.1f}  {mib:9.1f}  {rows:16.0f}  {events:11.0f}  {pruned:11.0f}", flush=True)
+            print(f"{at / 60:6.1f}  {mib:9.1f}  " + "  ".join(f"{parts.get(n, 0.0):8.1f}" for n in names)
+                  + f"  {rows:16.0f}  {events:11.0f}  {pruned:11.0f}", flush=True)
     finally:
         monitor.terminate()
         monitor.wait(60)
-    before = [(t, s) for t, s, p in curve if p == 0]
-    last = [(t, s) for t, s, _ in curve if t >= curve[-1][0] * 2 / 3]
+    before = [(t, s) for t, s, p, _ in curve if p == 0]
+    last = [(t, s) for t, s, _, _ in curve if t >= curve[-1][0] * 2 / 3]
     print(f"growth before retention applied: {per_minute(before):.2f} MiB/min; over the last third: "
           f"{per_minute(last):.2f} MiB/min; size at the end {curve[-1][1]:.1f} MiB, "
-          f"peak {max(s for _, s, _ in curve):.1f} MiB")
+          f"peak {max(s for _, s, _, _ in curve):.1f} MiB")
+    last_parts = [(t, p) for t, _, _, p in curve if t >= curve[-1][0] * 2 / 3]
+    print("growth over the last third, per part: " + ", ".join(
+        f"{n} {per_minute([(t, p.get(n, 0.0)) for t, p in last_parts]):.2f}" for n in names) + " MiB/min")
     print(f"work dir (store, logs): {work}")
 
 
