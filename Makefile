@@ -37,7 +37,7 @@ unit: layers
 
 ## make demo: services, a workload, the monitor.
 demo: services
-	$(PY) -m oncewatch.demo
+	$(PY) -m devservices.demo
 
 bench: services
 	$(PY) bench/binlog_ingest.py

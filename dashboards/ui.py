@@ -30,6 +30,14 @@ THRESHOLD_COLOR = "#c62828"
 UTC_AXIS = "time (UTC)"
 VERDICT_BOXES = {"healthy": st.success, "degraded": st.warning, "failing": st.error}
 
+# series -> (title, colour by, the threshold drawn: rule and name in the monitor's thresholds). The seed's
+# three signals: consumer-group backlog against 5000 (F11), event delay against 500 ms (F10), partition
+# lag spread against 3.0 (F12); and the changes waiting for their event, against F11's threshold too.
+CHARTS = {"group_lag": ("Consumer-group lag (records)", "group", ("F11", "offset_drift_threshold")),
+          "delay_p99": ("p99 event delay over the last minute (s)", None, ("F10", "event_delay_seconds")),
+          "lag_stddev": ("Partition lag spread, stddev (records)", "group", ("F12", "partition_skew_threshold")),
+          "backlog": ("Changes waiting for their event", "table", ("F11", "offset_drift_threshold"))}
+
 live = st.fragment(run_every=REFRESH_SECONDS)  # a page's part that reruns by itself, without reloading the page
 
 
@@ -151,6 +159,13 @@ def series_chart(points: list[dict[str, Any]], title: str, color: str | None, li
     fig.update_layout(margin={"l": 10, "r": 10, "t": 40, "b": 10}, xaxis_title=UTC_AXIS, yaxis_title=None,
                       legend_title=None)
     st.plotly_chart(fig, key=key, config={"displayModeBar": False})
+
+
+def signal_chart(components: dict[str, views.Component], name: str, points: list[dict[str, Any]],
+                 window_seconds: float, color: str | None = None) -> None:
+    """One of CHARTS, with its threshold as the monitor runs with it; `color` overrides its colouring."""
+    title, by, (rule, limit) = CHARTS[name]
+    series_chart(points, title, color or by, threshold(components, rule, limit), f"chart-{name}", window_seconds)
 
 
 def severity_style(frame: pd.DataFrame) -> Any:

@@ -166,11 +166,15 @@ def lag_skew(offsets: OffsetsSnapshot) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- findings
 
 def entity_of(keys: dict[str, Any]) -> str:
-    """What the drill-down should open for a finding ('' for findings about no one entity, e.g. F12 on a
-    consumer group): an announcement's key with its table (F7-F10: 'key:shop.shipments:S1', since a bare
-    id could be any table's), else its trade_no or order."""
+    """What the drill-down should open for a finding: an announcement's key with its table (F7-F10:
+    'key:shop.shipments:S1', since a bare id could be any table's), a consumer group (F11's lag, F12:
+    'group:points-service'), a table's backlog (F11: 'backlog:shop.orders'), else its trade_no or order."""
     if keys.get("event_type") is not None and keys.get("table") and keys.get("key") is not None:
         return f"key:{keys['table']}:{keys['key']}"
+    if keys.get("group") is not None:
+        return f"group:{keys['group']}"
+    if keys.get("backlog") is not None and keys.get("table"):
+        return f"backlog:{keys['table']}"
     return next((str(keys[k]) for k in FINDING_ENTITY_KEYS if keys.get(k) is not None), "")
 
 

@@ -46,14 +46,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _retarget(value: Any) -> Any:
-    """examples/shop.toml's 'shop.x' names (tables and the topic) moved to the test schema."""
+def _retarget(value: Any, schema: str) -> Any:
+    """examples/shop.toml's 'shop.x' names (tables and the topic) moved to `schema`."""
     if isinstance(value, str) and value.startswith("shop."):
-        return f"{SCHEMA}.{value[len('shop.'):]}"
+        return f"{schema}.{value[len('shop.'):]}"
     if isinstance(value, dict):
-        return {_retarget(k): _retarget(v) for k, v in value.items()}
+        return {_retarget(k, schema): _retarget(v, schema) for k, v in value.items()}
     if isinstance(value, list):
-        return [_retarget(v) for v in value]
+        return [_retarget(v, schema) for v in value]
     return value
 
 
@@ -70,9 +70,9 @@ def shop_settings(topic: str = TOPIC, **changes: Any) -> ShopSettings:
 
 
 def shop_config(folder: Path, *, metrics_port: int = 0, rules: dict[str, Any] | None = None,
-                topic: str = TOPIC, **kafka: Any) -> Path:
+                topic: str = TOPIC, schema: str = SCHEMA, **kafka: Any) -> Path:
     """examples/shop.toml for the dev services, written to `folder` with its store there."""
-    data = _retarget(tomllib.loads(EXAMPLE.read_text()))
+    data = _retarget(tomllib.loads(EXAMPLE.read_text()), schema)
     for t in data["kafka"]["topics"]:
         t["name"] = topic
     for a in data["announce"]:

@@ -20,10 +20,12 @@ from oncewatch.store.store import Store
 TIMELINE_LIMIT = 2000
 
 
-def series(store: Store, name: str, since: float) -> list[dict[str, Any]]:
-    """Points of one series since a time: [{'at', 'value', **labels}], oldest first."""
-    rows = store.conn.execute("SELECT labels, at, value FROM series WHERE name = ? AND at >= ? ORDER BY at",
-                              (name, since)).fetchall()
+def series(store: Store, name: str, since: float, label: tuple[str, str] | None = None) -> list[dict[str, Any]]:
+    """Points of one series since a time: [{'at', 'value', **labels}], oldest first; with `label` (name,
+    value), only the points so labelled."""
+    where, params = ("", ()) if label is None else (" AND json_extract(labels, ?) = ?", (f"$.{label[0]}", label[1]))
+    rows = store.conn.execute(f"SELECT labels, at, value FROM series WHERE name = ? AND at >= ?{where} ORDER BY at",
+                              (name, since, *params)).fetchall()
     parsed = {labels: from_json(labels) for labels in {r[0] for r in rows}}  # a handful of label sets
     return [{"at": at, "value": value, **parsed[labels]} for labels, at, value in rows]
 
@@ -151,7 +153,7 @@ def rows_by_entity(store: Store, entities: Iterable[str], per_entity: int = 50) 
 
 @dataclass(frozen=True)
 class Timeline:
-    """Everything the store holds about one trade_no or order."""
+    """Everything the store holds about one trade_no or order (or, for a reading entity, its findings)."""
 
     query: str
     entities: tuple[str, ...]
@@ -162,6 +164,22 @@ class Timeline:
 
 
 TABLE_KINDS = ("pk", "key")  # entities named by table and value: 'pk:shop.shipments:7', 'key:shop.shipments:S1'
+# Entities that are readings, not records: a consumer group (F11's lag, F12's skew: 'group:shipping-service')
+# and a table's backlog (F11: 'backlog:shop.orders'); each is the series kept of it, by the label naming it.
+READING_SERIES = {"group": (("group_lag", "group"), ("lag_stddev", "group")), "backlog": (("backlog", "table"),)}
+
+
+def reading_kind(value: str) -> str | None:
+    kind, sep, name = value.strip().partition(":")
+    return kind if sep and name and kind in READING_SERIES else None
+
+
+def readings(store: Store, value: str, since: float) -> dict[str, list[dict[str, Any]]]:
+    """A reading entity's series since a time, by series name (empty for any other entity)."""
+    kind = reading_kind(value)
+    name = value.strip().partition(":")[2]
+    return {series_name: series(store, series_name, since, (label, name))
+            for series_name, label in READING_SERIES.get(kind or "", ())}
 
 
 def entity_keys(value: str) -> tuple[str, ...]:
@@ -178,7 +196,16 @@ def entity_keys(value: str) -> tuple[str, ...]:
     return tuple(f"{k}:{value}" for k in ENTITY_KINDS)
 
 
+def findings_mentioning(store: Store, value: str) -> list[Finding]:
+    """The first findings (by first sight) with a key equal to `value`."""
+    where, params = FindingFilter(search=value).where()
+    return [finding_from_row(r) for r in store.conn.execute(
+        f"SELECT {FINDING_COLUMNS} FROM findings{where} ORDER BY first_seen LIMIT ?", [*params, TIMELINE_LIMIT])]
+
+
 def timeline(store: Store, value: str) -> Timeline:
+    if reading_kind(value):
+        return Timeline(value, (value.strip(),), findings=findings_mentioning(store, value.strip().partition(":")[2]))
     keys = entity_keys(value)
     if not keys:
         return Timeline(value, ())
@@ -198,7 +225,4 @@ def timeline(store: Store, value: str) -> Timeline:
     kind = keys[0].split(":", 1)[0]
     bare = keys[0].split(":", 2 if kind in TABLE_KINDS else 1)[-1] if len(keys) == 1 or kind == "key" \
         else value.strip()
-    where, params = FindingFilter(search=bare).where()
-    findings = [finding_from_row(r) for r in store.conn.execute(
-        f"SELECT {FINDING_COLUMNS} FROM findings{where} ORDER BY first_seen LIMIT ?", [*params, TIMELINE_LIMIT])]
-    return Timeline(value, keys, rows, events, findings, truncated)
+    return Timeline(value, keys, rows, events, findings_mentioning(store, bare), truncated)

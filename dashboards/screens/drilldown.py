@@ -1,7 +1,14 @@
 """Drill-down: for one trade_no or order, every row change and Kafka event in time order, with
-coordinates, timestamps and value diffs, and the findings on it with the evidence behind each."""
+coordinates, timestamps and value diffs, and the findings on it with the evidence behind each.
+
+A consumer group (`group:NAME`, F11's lag and F12) or a table's backlog (`backlog:TABLE`, F11) is a
+reading, not records: its drill-down draws the readings kept of it over the sidebar's window, with
+the thresholds, and the group's lag per partition as last polled.
+"""
 
 from __future__ import annotations
+
+import time
 
 import pandas as pd
 import plotly.express as px
@@ -34,28 +41,40 @@ def event_entry(event: EmittedEvent) -> dict:
             "change": ", ".join(f"{k}={ui.text(v)}" for k, v in sorted(event.keys.items()))}
 
 
-st.title("Drill-down")
-ui.banner()
-query = st.text_input("trade_no or order (or kind:value, e.g. trade_no:T1)", value=st.query_params.get("q", ""))
-if not query.strip():
-    st.info("Give a trade_no or an order to see everything oncewatch holds about it; the Findings page links here.")
-    st.stop()
-st.query_params["q"] = query.strip()
+def readings(query: str, window_seconds: float, found: queries.Timeline) -> None:
+    """A consumer group's or a table's backlog readings over the window."""
+    now = time.time()
+    with ui.store() as store:
+        comps = views.components(store, now)
+        series = queries.readings(store, query, now - window_seconds)
+    cols = st.columns(2)
+    cols[0].metric("Readings", sum(map(len, series.values())), border=True,
+                   help=f"Points kept of {query} in the last {ui.duration(window_seconds)}")
+    cols[1].metric("Findings", len(found.findings), border=True)
+    for col, (name, points) in zip(st.columns(len(series)), series.items()):
+        with col:
+            ui.signal_chart(comps, name, points, window_seconds, color="topic" if name != "backlog" else "table")
+    group = query.strip().partition(":")[2]
+    lags = [r for r in views.lag_rows(views.offsets_of(comps)) if r["group"] == group]
+    if lags:
+        st.caption("Lag per partition as last polled")
+        st.dataframe(pd.DataFrame(lags), hide_index=True)
 
-with ui.store() as store:
-    found = queries.timeline(store, query)
 
-cols = st.columns(3)
-cols[0].metric("Row changes", len(found.rows), border=True)
-cols[1].metric("Kafka events", len(found.events), border=True)
-cols[2].metric("Findings", len(found.findings), border=True)
-st.caption(f"Looked up {', '.join(found.entities)}.")
-if found.truncated:
-    st.warning(f"More than {queries.TIMELINE_LIMIT:,} records: only the newest are shown.")
-
-entries = sorted([row_entry(r) for r in found.rows] + [event_entry(e) for e in found.events],
-                 key=lambda e: e["time"])
-if entries:
+def records(found: queries.Timeline) -> None:
+    """A trade_no's, order's or announced key's row changes and events."""
+    cols = st.columns(3)
+    cols[0].metric("Row changes", len(found.rows), border=True)
+    cols[1].metric("Kafka events", len(found.events), border=True)
+    cols[2].metric("Findings", len(found.findings), border=True)
+    st.caption(f"Looked up {', '.join(found.entities)}.")
+    if found.truncated:
+        st.warning(f"More than {queries.TIMELINE_LIMIT:,} records: only the newest are shown.")
+    entries = sorted([row_entry(r) for r in found.rows] + [event_entry(e) for e in found.events],
+                     key=lambda e: e["time"])
+    if not entries:
+        st.info("No row change or event of this entity is in the store.")
+        return
     frame = pd.DataFrame(entries)
     frame["at"] = pd.to_datetime(frame["time"], unit="s", utc=True)
     fig = px.scatter(frame, x="at", y="lane", color="source", hover_data=["what", "coordinates", "change"],
@@ -64,10 +83,26 @@ if entries:
     fig.update_layout(margin={"l": 10, "r": 10, "t": 10, "b": 10}, xaxis_title=ui.UTC_AXIS, yaxis_title=None)
     st.plotly_chart(fig, key="timeline", config={"displayModeBar": False})
     frame["time"] = frame["time"].map(ui.when)
-    st.dataframe(frame[["time", "source", "what", "coordinates", "clock", "change"]], hide_index=True,
+    # what changed first after the time, so that a 1280 px page shows it without scrolling sideways
+    st.dataframe(frame[["time", "what", "change", "coordinates", "source", "clock"]], hide_index=True,
                  column_config={"change": st.column_config.TextColumn(width="large")})
+
+
+st.title("Drill-down")
+ui.banner()
+query = st.text_input("trade_no or order (or kind:value, e.g. trade_no:T1, group:NAME)",
+                      value=st.query_params.get("q", ""))
+if not query.strip():
+    st.info("Give a trade_no or an order to see everything oncewatch holds about it; the Findings page links here.")
+    st.stop()
+st.query_params["q"] = query.strip()
+
+with ui.store() as store:
+    found = queries.timeline(store, query)
+if queries.reading_kind(query):
+    readings(query, ui.window(), found)
 else:
-    st.info("No row change or event of this entity is in the store.")
+    records(found)
 
 st.subheader("Findings")
 for f in found.findings:
@@ -75,9 +110,10 @@ for f in found.findings:
         st.markdown(f"**Why it fired:** {f.summary}. First seen {ui.when(f.first_seen)}, last seen "
                     f"{ui.when(f.last_seen)}." + (f" Resolved {ui.when(f.resolved_at)}: {f.resolution}."
                                                  if f.resolved_at else ""))
-        st.dataframe(pd.DataFrame([{"kind": e.kind, "coordinates": e.coordinates, "time": ui.when(e.time),
-                                    "values": ", ".join(f"{k}={ui.text(v)}" for k, v in sorted(e.values.items()))}
-                                   for e in f.evidence], columns=["kind", "coordinates", "time", "values"]),
-                     hide_index=True)
+        st.dataframe(pd.DataFrame([{"kind": e.kind, "values": ", ".join(f"{k}={ui.text(v)}"
+                                                                        for k, v in sorted(e.values.items())),
+                                    "coordinates": e.coordinates, "time": ui.when(e.time)} for e in f.evidence],
+                                  columns=["kind", "values", "coordinates", "time"]),
+                     hide_index=True, column_config={"values": st.column_config.TextColumn(width="large")})
 if not found.findings:
     st.caption("No finding mentions this entity.")

@@ -16,32 +16,26 @@ from oncewatch.core.records import OffsetsSnapshot
 from oncewatch.dashboards import ui, views
 from oncewatch.store import queries
 
-# (series, title, colour by, the threshold drawn: rule and name in the monitor's thresholds). The seed's
-# three signals: consumer-group backlog against 5000 (F11), event delay against 500 ms (F10), partition
-# lag spread against 3.0 (F12); and the changes waiting for their event.
-CHARTS = (("group_lag", "Consumer-group lag (records)", "group", ("F11", "offset_drift_threshold")),
-          ("delay_p99", "p99 event delay over the last minute (s)", None, ("F10", "event_delay_seconds")),
-          ("lag_stddev", "Partition lag spread, stddev (records)", "group", ("F12", "partition_skew_threshold")),
-          ("backlog", "Changes waiting for their event", "table", None))
 
 
 def collector_tile(c: views.Component | None, title: str) -> tuple[str, str, str | None]:
-    """(label, value, help) of one collector tile."""
+    """(label, value, help) of one collector tile: the figure's words in the label, so that the value stays
+    short enough for a quarter of a 1280 px page."""
     if c is None:
         return f"{title} — not reported", "–", "The monitor has not reported this collector (not configured?)."
     v = c.value
     state = "stale" if c.stale else "up" if c.up else "DOWN"
     if not c.up:
         since = v.get("disconnected_since")
-        return (f"{title} — {state}", f"down since {ui.when(since)[11:19]}" if since else "down",
+        return (f"{title} — {state} since" if since else f"{title} — {state}", ui.when(since)[11:19] if since else "–",
                 v.get("last_error") or v.get("error"))
     if c.name == names.BINLOG:
-        figure = f"{ui.duration(v.get('seconds_behind'))} behind"
+        label, figure = "behind", ui.duration(v.get("seconds_behind"))
     elif c.name == names.KAFKA_EVENTS:
-        figure = f"{views.unread_records(v):,} unread"
+        label, figure = "unread", f"{views.unread_records(v):,}"
     else:
-        figure = f"max lag {views.max_lag(OffsetsSnapshot.from_dict(v)):,}"
-    return f"{title} — {state}", figure, f"reported {ui.duration(c.age_seconds)} ago"
+        label, figure = "max lag", f"{views.max_lag(OffsetsSnapshot.from_dict(v)):,}"
+    return f"{title} — {state}, {label}", figure, f"reported {ui.duration(c.age_seconds)} ago"
 
 
 def verdict_of(monitor: views.Component | None) -> str:
@@ -83,31 +77,31 @@ def live(window_seconds: float) -> None:
         stats = views.engine_stats(store)
         counts = store.finding_counts()
         p99 = queries.latest(store, "delay_p99")
-        points = {name: queries.series(store, name, now - window_seconds) for name, *_ in CHARTS}
+        points = {name: queries.series(store, name, now - window_seconds) for name in ui.CHARTS}
         marks = queries.finding_marks(store, now - window_seconds)
     ui.monitor_banner(comps)
 
     monitor = comps.get(names.MONITOR)
-    cols = st.columns(4)
-    cols[0].metric("Monitor — stale" if monitor and monitor.stale else "Monitor", verdict_of(monitor),
-                   help=verdict_help(monitor), border=True)
-    for col, (name, title) in zip(cols[1:], ((names.BINLOG, "Binlog"), (names.KAFKA_EVENTS, "Kafka events"),
-                                             (names.KAFKA_OFFSETS, "Kafka offsets"))):
+    # Three collector tiles to a row (their labels carry the figure's words), four short ones below.
+    for col, (name, title) in zip(st.columns(3), ((names.BINLOG, "Binlog"), (names.KAFKA_EVENTS, "Kafka events"),
+                                                  (names.KAFKA_OFFSETS, "Kafka offsets"))):
         label, value, help_ = collector_tile(comps.get(name), title)
         col.metric(label, value, help=help_, border=True)
 
-    cols = st.columns(3)
-    cols[0].metric("Open critical findings", f"{views.open_critical(counts):,}", border=True)
-    cols[1].metric("Backlog", f"{views.backlog_total(stats):,}", help="Committed changes still within their grace, "
+    cols = st.columns(4)
+    cols[0].metric("Monitor — stale" if monitor and monitor.stale else "Monitor", verdict_of(monitor),
+                   help=verdict_help(monitor), border=True)
+    cols[1].metric("Open critical findings", f"{views.open_critical(counts):,}", border=True)
+    cols[2].metric("Backlog", f"{views.backlog_total(stats):,}", help="Committed changes still within their grace, "
                    "waiting for their Kafka event, all tables (those past it are F7 findings)", border=True)
-    cols[2].metric("p99 event delay", ui.duration(p99), help="Kafka time minus commit time, of the changes and "
+    cols[3].metric("p99 event delay", ui.duration(p99), help="Kafka time minus commit time, of the changes and "
                    "events matched in the last minute", border=True)
 
-    for row in (CHARTS[:2], CHARTS[2:]):
-        for col, (name, title, color, limit) in zip(st.columns(2), row):
+    charts = list(ui.CHARTS)
+    for row in (charts[:2], charts[2:]):
+        for col, name in zip(st.columns(2), row):
             with col:
-                ui.series_chart(points[name], title, color, ui.threshold(comps, *limit) if limit else None,
-                                f"chart-{name}", window_seconds)
+                ui.signal_chart(comps, name, points[name], window_seconds)
     timeline(marks, window_seconds)
     st.caption(f"Refreshed {ui.when(now)} every {ui.duration(ui.REFRESH_SECONDS)}; times in UTC.")
 

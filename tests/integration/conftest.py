@@ -18,13 +18,36 @@ from devservices import stack
 from devservices.shop_monitor import unique_server_id
 from oncewatch.core.config import Config, parse
 
+from .demo_run import DemoRun
+
 ROOT = Path(__file__).resolve().parents[2]
+DEMO = pytest.StashKey[DemoRun]()
+DEMO_TESTS = "test_demo.py"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
             item.add_marker(pytest.mark.integration)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The demo's test is collected: start the demo now, in the background (tests.integration.demo_run)."""
+    if any(Path(str(item.fspath)).name == DEMO_TESTS for item in session.items) and stack.port_open(stack.KAFKA_PORT):
+        demo = DemoRun.start()
+        session.config.stash[DEMO] = demo
+        session.config.add_cleanup(demo.stop)
+
+
+@pytest.fixture(scope="module")
+def demo(request: pytest.FixtureRequest) -> Iterator[DemoRun]:
+    """The session's demo (started at collection), ready; stopped when its module is done."""
+    run = request.config.stash.get(DEMO, None) or DemoRun.start()
+    try:
+        run.wait_ready()
+        yield run
+    finally:
+        assert run.stop() == 0, run.output()[-3000:]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -9,15 +9,12 @@ running monitor's /metrics must show them with the right names, types and labels
 
 from __future__ import annotations
 
-import base64
 import csv
 import io
 import json
-import re
 import subprocess
 import sys
 import time
-import urllib.parse
 import urllib.request
 
 import openpyxl
@@ -26,12 +23,11 @@ import pytest
 from devservices.shop_monitor import ROOT, findings, free_port, oncewatch, run_until_idle, shop_settings
 from oncewatch import shop
 from oncewatch.core.config import load
-from oncewatch.dashboards import incidents, launch, views
+from oncewatch.dashboards import incidents, views
 from oncewatch.shop.settings import STYLE_IN_TRANSACTION
 from oncewatch.store import Store
 
 from .shop_monitor import IDLE, prepared
-from .test_dashboard_browser import ARTIFACTS, browser, wait_for  # noqa: F401 - browser is a fixture
 
 ONE_OF_EACH = {"retry_no_idempotency": "F1", "second_channel_success": "F2", "callback_lost": "F3",
                "refunded_then_paid": "F4", "amount_mismatch": "F5", "status_not_whitelisted": "F6",
@@ -171,35 +167,3 @@ def test_metrics_of_a_running_monitor(nine):
     finally:
         monitor.terminate()
         assert monitor.wait(30) == 0
-
-
-def test_each_findings_drilldown_in_chromium_shows_its_rows_and_events(nine, browser):
-    """The dashboard over this real run, in Debian's Chromium: the verdict on the Overview with the seed's
-    three signals and their threshold lines, then the drill-down each finding links to, showing the
-    faulty order's rows and events (an orphan event, F8, has no row; a lost event, F7, no event).
-    Screenshots go to artifacts/dashboard/nine-*.png (issue 14)."""
-    _, config, base = nine
-    port = free_port()
-    proc = launch.launch(config=str(config), port=port, log=base / "streamlit.log")
-    try:
-        launch.wait_ready(proc, launch.url(port=port))
-        browser.call("Page.navigate", url=launch.url(port=port))
-        text = wait_for(browser, ["Monitor ", "Open critical findings", "Findings timeline"], 3)
-        assert re.search(r"Monitor (healthy|degraded|failing)", text)
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        shoot(browser, "nine-overview")
-        for f in sorted(findings(config), key=lambda f: int(f.rule[1:])):
-            entity = views.entity_of(f.keys)
-            browser.call("Page.navigate", url=f"{launch.url(port=port)}/drilldown?q={urllib.parse.quote(entity)}")
-            text = wait_for(browser, ["Row changes", "Kafka events", f"{f.rule} {f.name}"], 1)
-            rows, events = (int(re.search(rf"{label}\s+(\d+)", text).group(1))
-                            for label in ("Row changes", "Kafka events"))
-            assert (rows > 0 or f.rule == "F8") and (events > 0 or f.rule in ("F3", "F7")), (f.rule, entity, text)
-            shoot(browser, f"nine-{f.rule}")
-    finally:
-        launch.stop(proc)
-
-
-def shoot(browser, name: str) -> None:
-    shot = browser.call("Page.captureScreenshot", format="png")
-    (ARTIFACTS / f"{name}.png").write_bytes(base64.b64decode(shot["data"]))

@@ -68,8 +68,8 @@ def plotly_count(at: AppTest) -> int:
 def test_overview_tiles_and_charts(env: Path) -> None:
     at = run("overview")
     assert metrics(at) == {
-        "Monitor": "degraded", "Binlog — up": "2.5 s behind", "Kafka events — up": "4 unread",
-        "Kafka offsets — up": "max lag 22", "Open critical findings": "3", "Backlog": "9",
+        "Monitor": "degraded", "Binlog — up, behind": "2.5 s", "Kafka events — up, unread": "4",
+        "Kafka offsets — up, max lag": "22", "Open critical findings": "3", "Backlog": "9",
         "p99 event delay": "475 ms"}
     assert plotly_count(at) == 5  # the three signals, the backlog, the findings timeline
     assert not at.error
@@ -82,7 +82,7 @@ def test_overview_tiles_and_charts(env: Path) -> None:
     assert lines["Consumer-group lag (records)"] == [(5000.0, "dash")]
     assert lines["p99 event delay over the last minute (s)"] == [(0.5, "dash")]
     assert lines["Partition lag spread, stddev (records)"] == [(3.0, "dash")]
-    assert lines["Changes waiting for their event"] == []
+    assert lines["Changes waiting for their event"] == [(5000.0, "dash")]  # F11 judges a backlog too
     axes = {json.loads(c.proto.spec)["layout"]["xaxis"]["title"]["text"] for c in at.get("plotly_chart")}
     assert axes == {"time (UTC)"}
 
@@ -95,8 +95,8 @@ def test_overview_says_when_the_monitor_is_stale_or_a_collector_down(env: Path, 
     store.close()
     at = run("overview")
     tiles = metrics(at)
-    assert tiles["Binlog — DOWN"] == "down since 22:13:20"
-    assert tiles["Kafka events — stale"] == "4 unread"
+    assert tiles["Binlog — DOWN since"] == "22:13:20"
+    assert tiles["Kafka events — stale, unread"] == "4"
     assert "Monitor — stale" in tiles
     assert "The monitor is stale" in at.error[0].value
 
@@ -177,6 +177,18 @@ def test_drilldown_of_an_announced_key_with_its_table(env: Path) -> None:
     at = run("drilldown", q="key:shop.orders:O507")
     assert metrics(at) == {"Row changes": "0", "Kafka events": "2", "Findings": "1"}
     assert any(e.label.startswith("F9 duplicate_event") for e in at.expander)
+    assert not at.error
+
+
+def test_drilldown_of_a_consumer_group_draws_its_readings(env: Path) -> None:
+    """The link of an F11 or F12 on a group: its lag and spread over the window, thresholds dashed, and its
+    lag per partition as last polled."""
+    at = run("drilldown", q="group:shipping-service")
+    assert metrics(at) == {"Readings": "42", "Findings": "0"}
+    shapes = {json.loads(c.proto.spec)["layout"]["title"]["text"]: [
+        s["y0"] for s in json.loads(c.proto.spec)["layout"].get("shapes", [])] for c in at.get("plotly_chart")}
+    assert shapes == {"Consumer-group lag (records)": [5000.0], "Partition lag spread, stddev (records)": [3.0]}
+    assert set(at.dataframe[0].value["group"]) == {"shipping-service"}
     assert not at.error
 
 

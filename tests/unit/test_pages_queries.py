@@ -45,7 +45,24 @@ def test_entity_of_a_finding() -> None:
     assert views.entity_of({"event_type": "order.paid", "key": "O2", "table": "shop.orders"}) == "key:shop.orders:O2"
     assert views.entity_of({"event_type": "shipment.created", "key": "7", "table": "shop.shipments"}) == \
         "key:shop.shipments:7"
-    assert views.entity_of({"group": "g", "topic": "t"}) == ""
+    assert views.entity_of({"group": "g", "topic": "t"}) == "group:g"  # F12, and F11 on a group's lag
+    assert views.entity_of({"group": "g", "lag": 6000}) == "group:g"
+    assert views.entity_of({"table": "shop.orders", "backlog": 6000}) == "backlog:shop.orders"  # F11 on a backlog
+
+
+def test_a_reading_entity_has_its_series_and_findings(store_path: str) -> None:
+    store = Store(store_path)
+    with store.batch() as tx:
+        tx.upsert_findings([finding("f12", {"group": "shipping-service", "topic": "shop.events"}, 5.0)])
+    group = queries.readings(store, "group:shipping-service", 0.0)
+    assert {name: len(points) for name, points in group.items()} == {"group_lag": 21, "lag_stddev": 21}
+    assert {p["group"] for p in group["group_lag"]} == {"shipping-service"}
+    assert queries.readings(store, "group:points-service", 0.0) == {"group_lag": [], "lag_stddev": []}
+    backlog = queries.readings(store, "backlog:shop.orders", 0.0)["backlog"]
+    assert [p["value"] for p in backlog][-2:] == [7.0, 7.0] and {p["table"] for p in backlog} == {"shop.orders"}
+    assert queries.readings(store, "T1001", 0.0) == {}
+    found = queries.timeline(store, "group:shipping-service")
+    assert ([f.id for f in found.findings], found.rows, found.events) == (["f12"], [], [])
 
 
 def test_timeline_takes_bare_values_and_kind_value(store_path: str) -> None:

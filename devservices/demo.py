@@ -4,7 +4,11 @@ Assumes the dev services run (`make demo` starts them first). Resets the shop's 
 topic and the demo's store, starts the monitor (which bootstraps on the empty shop), then the
 shop at a few orders per second with the default fault mix (and a small second shop that sends its
 events from inside its transactions, the only way to show F8), then the Streamlit dashboard;
-prints one line per address and stops everything it started on Ctrl-C.
+prints one line per address and stops everything it started on Ctrl-C or SIGTERM.
+
+The monitor's config is examples/shop.toml written into the demo's folder with the dev stack's
+ports and DEMO_RULES: at a few orders per second the design's thresholds would take a quarter of
+an hour to show F3 and F11, and the demo shows every rule within its first few minutes.
 """
 
 from __future__ import annotations
@@ -19,31 +23,33 @@ from pathlib import Path
 
 from kafka import KafkaAdminClient
 
+from devservices.shop_monitor import ROOT, shop_config
 from oncewatch.core.config import load
 from oncewatch.dashboards import launch
 from oncewatch.shop.schema import prepare_tables, prepare_topic
 from oncewatch.shop.settings import KafkaTarget, MySQLTarget
 
-ROOT = Path(__file__).resolve().parent.parent
-CONFIG = ROOT / "examples" / "shop.toml"
-LOGS = ROOT / ".devstack" / "demo"
+WORK = ROOT / ".devstack" / "demo"
+# Stuck after a minute, not 15 (F3: the demo's clean orders are paid within seconds); a stalled group drifts
+# at 500 records, some 40 s of the demo's traffic, not 5,000 (F11); skew held for 30 s, not 60 (F12).
+DEMO_RULES = {"stuck_pending_seconds": 60, "offset_drift_threshold": 500, "partition_skew_seconds": 30}
 # A mix where every rule shows within the first minutes at a few orders per second.
 DEFAULT_FAULTS = "all"
 IN_TRANSACTION_RATE = 0.5
 IN_TRANSACTION_FAULTS = "send_then_rollback=0.2"
 
 
-def wait_http(url: str, what: str, proc: subprocess.Popen, timeout: float = 90.0) -> None:
+def wait_http(url: str, what: str, proc: subprocess.Popen, logs: Path, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"demo: {what} exited (code {proc.returncode}); see {LOGS}")
+            raise SystemExit(f"demo: {what} exited (code {proc.returncode}); see {logs}")
         try:
             with urllib.request.urlopen(url, timeout=2):
                 return
         except OSError:
             time.sleep(0.5)
-    raise SystemExit(f"demo: {what} did not answer at {url} within {timeout:.0f}s; see {LOGS}")
+    raise SystemExit(f"demo: {what} did not answer at {url} within {timeout:.0f}s; see {logs}")
 
 
 def reset_shop() -> None:
@@ -57,9 +63,8 @@ def reset_shop() -> None:
         admin.close()
 
 
-def spawn(argv: list[str], name: str) -> subprocess.Popen:
-    LOGS.mkdir(parents=True, exist_ok=True)
-    with open(LOGS / f"{name}.log", "ab") as out:
+def spawn(argv: list[str], log: Path) -> subprocess.Popen:
+    with open(log, "ab") as out:
         return subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
 
 
@@ -68,8 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=3.0, help="new orders per second (default %(default)s)")
     ap.add_argument("--faults", default=DEFAULT_FAULTS, help="the shop's fault mix (default %(default)s)")
     ap.add_argument("--minutes", type=float, default=600.0, help="how long the shop keeps selling")
+    ap.add_argument("--work", type=Path, default=WORK, help="the demo's config, store, logs (default %(default)s)")
+    ap.add_argument("--metrics-port", type=int, default=9464, help="the monitor's /metrics (default %(default)s)")
+    ap.add_argument("--dashboard-port", type=int, default=launch.DEFAULT_PORT, help="default %(default)s")
     args = ap.parse_args(argv)
-    cfg = load(CONFIG)
+    work: Path = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    config = shop_config(work, metrics_port=args.metrics_port, rules=DEMO_RULES, topic=KafkaTarget().topic,
+                         schema=MySQLTarget().database)
+    cfg = load(config)
     bin_dir = Path(sys.executable).parent
     procs: list[subprocess.Popen] = []
     stopping = False
@@ -85,27 +97,27 @@ def main(argv: list[str] | None = None) -> int:
         reset_shop()
         for suffix in ("", "-wal", "-shm"):
             Path(cfg.store.path + suffix).unlink(missing_ok=True)
-        monitor = spawn([str(bin_dir / "oncewatch"), "run", "--config", str(CONFIG)], "monitor")
+        monitor = spawn([str(bin_dir / "oncewatch"), "run", "--config", str(config)], work / "monitor.log")
         procs.append(monitor)
         metrics_url = f"http://{cfg.metrics.host}:{cfg.metrics.port}/metrics"
-        wait_http(metrics_url, "the monitor", monitor)
+        wait_http(metrics_url, "the monitor", monitor, work)
         procs.append(spawn([str(bin_dir / "oncewatch-shop"), "--duration", str(args.minutes * 60),
                             "--rate", str(args.rate), "--faults", args.faults,
-                            "--truth", str(LOGS / "truth.json")], "shop"))
+                            "--truth", str(work / "truth.json")], work / "shop.log"))
         # One style cannot show every rule: an event sent inside a transaction that then rolls back (F8)
         # needs the in-transaction style, a slow send (F10) another. A second, small shop beside the first
         # (its own order numbers, its own consumer groups, which the monitor does not watch) sends that way.
         procs.append(spawn([str(bin_dir / "oncewatch-shop"), "--duration", str(args.minutes * 60),
                             "--rate", str(IN_TRANSACTION_RATE), "--style", "in_transaction", "--seed", "2",
                             "--groups", "shipping-service-tx,points-service-tx",
-                            "--faults", IN_TRANSACTION_FAULTS, "--truth", str(LOGS / "truth-in-transaction.json")],
-                           "shop-in-transaction"))
-        dashboard = launch.launch(config=str(CONFIG), log=LOGS / "dashboard.log")
+                            "--faults", IN_TRANSACTION_FAULTS, "--truth", str(work / "truth-in-transaction.json")],
+                           work / "shop-in-transaction.log"))
+        dashboard = launch.launch(config=str(config), port=args.dashboard_port, log=work / "dashboard.log")
         procs.append(dashboard)
-        launch.wait_ready(dashboard, launch.url())
-        print(f"demo: dashboard  {launch.url()}", flush=True)
+        launch.wait_ready(dashboard, launch.url(port=args.dashboard_port))
+        print(f"demo: dashboard  {launch.url(port=args.dashboard_port)}", flush=True)
         print(f"demo: /metrics   {metrics_url}", flush=True)
-        print(f"demo: logs in {LOGS.relative_to(ROOT)}; Ctrl-C stops the shop, the monitor and the dashboard",
+        print(f"demo: config, store and logs in {work}; Ctrl-C stops the shop, the monitor and the dashboard",
               flush=True)
         while not stopping and all(p.poll() is None for p in procs[:1]):
             time.sleep(0.5)
