@@ -46,11 +46,13 @@ API (the monitor loop calls these):
    "delay": {commit_clock: {"buckets": {"0.005": n, ..., "+Inf": n} (cumulative, upper bounds
              in seconds), "sum": seconds, "count": n}},
    "found_total": {"F1": n, ..., "F12": n},
-   "horizon_dropped_total": n}
+   "horizon_dropped_total": n, "horizon_dropped": {space: {"age": n, "count": n}}}
 
 Bounded memory: every piece of open state ages out after `rules.horizon_seconds` of its
 stream's time, or when a kind holds more than `rules.horizon_max_entries`; what falls off is
-counted in `horizon_dropped_total` and logged, and later facts about it are judged without it.
+counted per space and reason in `horizon_dropped` and logged, and later facts about it are judged
+without it. At steady state memory for duplicate checks ages out all the time: the log line is a
+warning only when a drop lost something a rule still needed (checks.horizon.verdicts_lost).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ from oncewatch.checks import shape
 from oncewatch.checks.announcements import Announcements
 from oncewatch.checks.effects import DuplicateEffects
 from oncewatch.checks.findings import Findings, from_dict, to_dict
-from oncewatch.checks.horizon import Memory
+from oncewatch.checks.horizon import Memory, verdicts_lost
 from oncewatch.checks.offsets import OffsetChecks
 from oncewatch.checks.orders import OrderLife
 from oncewatch.checks.payments import PaymentChecks
@@ -77,8 +79,6 @@ log = logging.getLogger("oncewatch.checks.engine")
 STATE_VERSION = 2  # 2: entries as [key, time, value] rows per space (state_delta)
 HORIZON_LOG_EVERY = 60.0  # seconds of `now` between two horizon log lines (it happens every tick at steady state)
 BACKLOG_EVERY = 1.0  # seconds of `now` between two F11 backlog judgements (each may walk the changes not yet due)
-# Spaces whose entries still awaited a verdict (stuck? missing? orphan?): losing them is a warning.
-AWAITING = ("pending_orders", "waiting_changes", "unmatched_events")
 
 
 class StateMismatchError(ValueError):
@@ -136,7 +136,7 @@ class Engine:
         self.needs = shape.needs(settings)
         # table -> its shape problems (ShapeProblem.to_dict), as the last DDL on it left them
         self.shape_problems = self.memory.counters("shape_problems", {})
-        self._dropped_logged = 0
+        self._dropped_logged = self._lost_logged = 0
         self._expired: dict[str, int] = {}
         self._logged_at = float("-inf")
         self.backlog: dict[str, int] | None = None  # per table, as F11 last judged it (backlog_as_of)
@@ -170,6 +170,7 @@ class Engine:
         self.announcements.recount()
         self.findings.blind = self.blind_rules()
         self._dropped_logged = self.memory.dropped()
+        self._lost_logged = verdicts_lost(self.memory.dropped_by_space())
 
     # ------------------------------------------------------------ input
 
@@ -232,12 +233,13 @@ class Engine:
         dropped = self.memory.dropped()
         if dropped == self._dropped_logged or now - self._logged_at < HORIZON_LOG_EVERY:
             return
-        level = logging.WARNING if any(name in self._expired for name in AWAITING) else logging.INFO
+        lost = verdicts_lost(self.memory.dropped_by_space())
+        level = logging.WARNING if lost > self._lost_logged else logging.INFO
         log.log(level, "open state fell off the horizon; later facts about it are judged without it", extra={
             "event": "horizon_dropped", "dropped": dropped - self._dropped_logged, "expired": self._expired,
             "horizon_seconds": self.settings.rules.horizon_seconds,
             "max_entries": self.settings.rules.horizon_max_entries})
-        self._dropped_logged, self._expired, self._logged_at = dropped, {}, now
+        self._dropped_logged, self._lost_logged, self._expired, self._logged_at = dropped, lost, {}, now
 
     # ------------------------------------------------------------ output
 
@@ -249,4 +251,4 @@ class Engine:
         return {**self.announcements.stats(), "backlog_by_table": dict(backlog),
                 "found_total": dict(self.findings.found_total),
                 "suppressed_total": dict(self.findings.suppressed), "shape_problems": self.shape(),
-                "horizon_dropped_total": self.memory.dropped()}
+                "horizon_dropped_total": self.memory.dropped(), "horizon_dropped": self.memory.dropped_by_space()}

@@ -60,6 +60,7 @@ class Aging(Generic[V]):
         self.max_entries = max_entries
         self.items: dict[str, tuple[float, V]] = {}
         self.dropped = 0
+        self.crowded = 0  # of those dropped, how many fell off over `max_entries` rather than by age
         self.dirty: dict[str, bool] | None = None  # key -> existed at the last changes()
         # spilling (see the module docstring): entries saved and no longer in memory
         self.name = ""
@@ -130,6 +131,13 @@ class Aging(Generic[V]):
 
     def _drop_oldest(self, n: int) -> None:
         """The `n` oldest entries fall off, the cold ones first (they are the oldest)."""
+        before = self.dropped
+        try:
+            self._drop_oldest_of_both(n)
+        finally:
+            self.crowded += self.dropped - before
+
+    def _drop_oldest_of_both(self, n: int) -> None:
         if self.cold_count:
             n -= self._cold_dropped(self.cold.drop_oldest(self.name, min(n, self.cold_count)), ())
         if n > 0:
@@ -220,6 +228,9 @@ class Space(Protocol):
     def expire(self, now: float) -> list[Any]: ...
 
 
+FRESH = ".fresh"  # the saved name's suffix of a Deadlines' items not judged yet
+
+
 def _pop_first(aging: Aging[list[dict[str, Any]]], key: str) -> dict[str, Any] | None:
     entry = aging.items.get(key)
     if entry is None:
@@ -292,6 +303,14 @@ class Deadlines:
 
 
 BINLOG, KAFKA, STREAMS = "binlog", "kafka", "streams"
+AGE, COUNT = "age", "count"  # why an entry fell off: older than the horizon, or over max_entries
+
+
+def verdicts_lost(by_space: dict[str, dict[str, int]]) -> int:
+    """Of `Memory.dropped_by_space()`, the drops that lost something a rule still needed: anything pushed
+    out over `max_entries`, and items not judged yet (`Deadlines.fresh`) that aged out. The rest is the
+    horizon doing its job: memory for duplicate checks, and overdue items already reported."""
+    return sum(n[COUNT] + (n[AGE] if name.endswith(FRESH) else 0) for name, n in by_space.items())
 
 
 def _same(value: Any) -> Any:
@@ -343,7 +362,7 @@ class Memory:
     def deadlines(self, name: str, clock: str, grace: float) -> Deadlines:
         deadlines = Deadlines(grace, self.horizon, self.max_entries)
         self.spaces[name] = (deadlines, clock)
-        self.saved[f"{name}.fresh"] = (deadlines.fresh, _same, _same)
+        self.saved[f"{name}{FRESH}"] = (deadlines.fresh, _same, _same)
         self.saved[f"{name}.overdue"] = (deadlines.overdue, _same, _same)
         return deadlines
 
@@ -359,12 +378,17 @@ class Memory:
     def dropped(self) -> int:
         return sum(space.dropped for space, _ in self.spaces.values())
 
+    def dropped_by_space(self) -> dict[str, dict[str, int]]:
+        """Saved space -> {"age": n, "count": n}: what fell off the horizon, and what over `max_entries`."""
+        return {name: {AGE: a.dropped - a.crowded, COUNT: a.crowded} for name, (a, _, _) in self.saved.items()}
+
     def held(self) -> int:
         """Entries held over all spaces (keys, not the items under them)."""
         return sum(len(space) for space, _ in self.spaces.values())
 
     def _head(self) -> dict[str, Any]:
-        return {"plain": self.plain, "dropped": {name: a.dropped for name, (a, _, _) in self.saved.items()}}
+        return {"plain": self.plain, "dropped": {name: a.dropped for name, (a, _, _) in self.saved.items()},
+                "crowded": {name: a.crowded for name, (a, _, _) in self.saved.items()}}
 
     def dump(self) -> dict[str, Any]:
         return {**self._head(), "entries": {name: a.rows(enc) for name, (a, enc, _) in self.saved.items()}}
@@ -378,6 +402,7 @@ class Memory:
             # a space added since the state was saved starts empty
             aging.load(d["entries"].get(name, []), decode, d.get("cold", {}).get(name, 0))
             aging.dropped = d["dropped"].get(name, 0)
+            aging.crowded = d.get("crowded", {}).get(name, 0)
         for name, values in self.plain.items():
             values.clear()
             values.update(d["plain"].get(name, {}))  # a space added since the state was saved starts empty

@@ -188,8 +188,11 @@ def _engine(stats: dict[str, Any], counts: list[tuple[str, str, str, int]]) -> I
     for rule in views.RULES:
         found.add_metric([rule], stats.get("found_total", {}).get(rule, 0))
     yield found
-    dropped = _counter("engine_horizon_dropped", "Open state dropped because it fell off the horizon.")
-    dropped.add_metric([], stats.get("horizon_dropped_total", 0))
+    dropped = _counter("engine_horizon_dropped", "Open state dropped, by space: older than rules.horizon_seconds "
+                       "(reason=age) or over rules.horizon_max_entries (reason=count).", ("space", "reason"))
+    for space, reasons in sorted(stats.get("horizon_dropped", {}).items()):
+        for reason, n in sorted(reasons.items()):
+            dropped.add_metric([space, reason], n)
     yield dropped
     suppressed = _counter("findings_suppressed", "What a rule blind to a shape change (a configured column "
                           "dropped, renamed or retyped) would have raised meanwhile, by rule.", ("rule",))

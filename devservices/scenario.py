@@ -118,7 +118,8 @@ ENGINE_STATS = {
                                        "0.5": 15, "1.0": 18, "2.5": 20, "+Inf": 20},
                            "sum": 8.5, "count": 20}},
     "found_total": {"F1": 1, "F2": 1, "F7": 2, "F9": 3},
-    "horizon_dropped_total": 0,
+    "horizon_dropped_total": 3,
+    "horizon_dropped": {"effects": {"age": 3, "count": 0}, "waiting_changes.fresh": {"age": 0, "count": 0}},
     "suppressed_total": {},
     "shape_problems": [SHAPE_PROBLEM],
 }

@@ -7,6 +7,7 @@ import pytest
 
 from devservices.samples import Shop, feed, order, payment, push, rules_of, shipment, shop_settings
 from oncewatch.checks.engine import Engine, StateMismatchError, merge_delta
+from oncewatch.checks.horizon import verdicts_lost
 from oncewatch.core.exact_json import from_json, to_json
 
 T = 1000.0
@@ -73,13 +74,14 @@ def test_stats_shape():
     feed(engine, shop.tx(T, shipment("S1", "T1"), shipment("S2", "T1")), shop.tx(T, order("O1", "paid", was="pending")),
          shop.event("order.paid", T + 0.01, order_no="O1"))
     stats = engine.stats()
-    assert set(stats) == {"backlog_by_table", "delay", "found_total", "horizon_dropped_total",
+    assert set(stats) == {"backlog_by_table", "delay", "found_total", "horizon_dropped_total", "horizon_dropped",
                           "suppressed_total", "shape_problems"}
     assert (stats["suppressed_total"], stats["shape_problems"]) == ({}, [])
     assert stats["backlog_by_table"] == {"shop.orders": 0, "shop.shipments": 2, "shop.points_grants": 0}
     assert list(stats["delay"]["gtid_commit_ts"]["buckets"])[-1] == "+Inf"
     assert stats["found_total"] == {f"F{i}": int(i == 1) for i in range(1, 13)}
     assert stats["horizon_dropped_total"] == 0
+    assert stats["horizon_dropped"]["waiting_changes.fresh"] == {"age": 0, "count": 0}  # every space from the start
 
 
 def test_state_past_the_horizon_falls_off_counted_and_logged(caplog):
@@ -93,6 +95,8 @@ def test_state_past_the_horizon_falls_off_counted_and_logged(caplog):
     (record,) = [r for r in caplog.records if getattr(r, "event", None) == "horizon_dropped"]
     assert record.levelname == "WARNING"  # a change that never got its verdict
     assert record.dropped == 2 and record.expired == {"effects": 1, "waiting_changes": 1}
+    by_space = {space: n for space, n in stats["horizon_dropped"].items() if any(n.values())}
+    assert by_space == {"effects": {"age": 1, "count": 0}, "waiting_changes.fresh": {"age": 1, "count": 0}}
     engine.tick(now=T + 300, binlog_time=T + 300, kafka_time=T + 300)
     assert engine.drain() == []  # never judged: it fell off before Kafka was read that far
 
@@ -109,8 +113,29 @@ def test_the_horizon_log_comes_at_most_once_a_minute(caplog):
     assert sum(r.dropped for r in records) < engine.stats()["horizon_dropped_total"]  # the rest is in the next line
 
 
-def test_max_entries_bounds_each_kind():
+def test_a_reported_change_ageing_out_is_the_horizon_doing_its_job(caplog):
+    """A change judged F7 waits as overdue for a late event; once it falls off the horizon nothing a rule
+    needed is lost: the log line is info, and verdicts_lost (what pages) stays 0."""
+    shop, engine = Shop(), Engine(shop_settings(horizon_seconds=100, missing_event_grace_seconds=5))
+    feed(engine, shop.tx(T, shipment("S1", "T1")))
+    engine.tick(now=T + 10, binlog_time=T + 10, kafka_time=T + 10)
+    assert [f.rule for f in engine.drain()] == ["F7"]
+    caplog.set_level(logging.INFO, "oncewatch.checks.engine")
+    engine.tick(now=T + 200, binlog_time=T + 200, kafka_time=T + 200)
+    dropped = engine.stats()["horizon_dropped"]
+    assert dropped["waiting_changes.overdue"] == {"age": 1, "count": 0} and verdicts_lost(dropped) == 0
+    (record,) = [r for r in caplog.records if getattr(r, "event", None) == "horizon_dropped"]
+    assert record.levelname == "INFO"
+
+
+def test_max_entries_bounds_each_kind(caplog):
     shop, engine = Shop(), Engine(shop_settings(horizon_max_entries=2))
+    caplog.set_level(logging.INFO, "oncewatch.checks.engine")
     feed(engine, *(shop.tx(T + i, shipment(f"S{i}", f"T{i}")) for i in range(3)))
+    engine.tick(now=T + 3, binlog_time=T + 3, kafka_time=T + 3)
     assert engine.stats()["horizon_dropped_total"] == 2  # one effect row, one waiting change
+    dropped = engine.stats()["horizon_dropped"]
+    assert dropped["effects"] == {"age": 0, "count": 1} and verdicts_lost(dropped) == 2
+    (record,) = [r for r in caplog.records if getattr(r, "event", None) == "horizon_dropped"]
+    assert record.levelname == "WARNING"  # pushed out over max_entries: a duplicate of S0's trade would be missed
     assert len(engine.state()["entries"]["effects"]) == 2
