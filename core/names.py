@@ -53,9 +53,9 @@ KAFKA_OFFSETS = "kafka_offsets"
 MONITOR = "monitor"
 COLLECTORS = (BINLOG, KAFKA_EVENTS, KAFKA_OFFSETS)
 
-# The monitor's verdict on itself (oncewatch.monitor.verdict).
-HEALTHY, DEGRADED, FAILING = "healthy", "degraded", "failing"
-VERDICTS = (HEALTHY, DEGRADED, FAILING)
+# The monitor's verdict on itself (oncewatch.monitor.verdict); its last health row once stopped says so.
+HEALTHY, DEGRADED, FAILING, STOPPED = "healthy", "degraded", "failing", "stopped"
+VERDICTS = (HEALTHY, DEGRADED, FAILING, STOPPED)
 
 # Why a Kafka record was quarantined (oncewatch.collectors.kafka_formats), each counted on /metrics.
 NOT_UTF8, NOT_JSON, NULL_VALUE = "not_utf8", "not_json", "null_value"

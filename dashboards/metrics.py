@@ -139,8 +139,8 @@ def _monitor(value: dict[str, Any]) -> Iterator[Metric]:
     started.add_metric([], value.get("started_at", 0))
     caught_up = _gauge("monitor_caught_up", "1 when both streams are read to within rules.caught_up_seconds.")
     caught_up.add_metric([], 1 if value.get("caught_up") else 0)
-    verdict = _gauge("monitor_verdict", "1 for the monitor's verdict (healthy, degraded, failing), 0 for the others; "
-                     "the reasons are on the dashboard's Overview.", ("verdict",))
+    verdict = _gauge("monitor_verdict", "1 for the monitor's verdict (healthy, degraded, failing; stopped once it "
+                     "stopped), 0 for the others; the reasons are on the dashboard's Overview.", ("verdict",))
     for name in names.VERDICTS:
         verdict.add_metric([name], 1 if value.get("verdict") == name else 0)
     lag = _gauge("stream_lag_seconds", "How far behind the monitor has applied each stream (0: read to its end).",

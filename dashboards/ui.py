@@ -108,6 +108,9 @@ def monitor_banner(components: dict[str, views.Component]) -> None:
     monitor = components.get(names.MONITOR)
     if monitor is None:
         st.warning("The monitor has not written its health yet: figures appear once `oncewatch run` is running.")
+    elif monitor.value.get("verdict") == names.STOPPED:
+        st.error(f"**Monitor stopped** at {when(monitor.value['updated_at'])}: nothing is read until `oncewatch run` "
+                 f"starts again. Figures below are as of then.")
     elif monitor.stale:
         st.error(f"The monitor is stale: its last health report is {duration(monitor.age_seconds)} old "
                  f"(at {when(monitor.value['updated_at'])}). Figures below are as of then.")

@@ -14,6 +14,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pymysql
@@ -21,7 +22,7 @@ import pymysql
 from oncewatch.collectors.binlog import TRANSPORT_ERRORS
 from oncewatch.core.domain import Rules
 from oncewatch.core.histogram import delay_p99
-from oncewatch.core.names import BINLOG, KAFKA_EVENTS, MONITOR
+from oncewatch.core.names import BINLOG, KAFKA_EVENTS, MONITOR, RULES, STOPPED
 from oncewatch.monitor.readers import BinlogSource, KafkaEventsSource, Reader
 from oncewatch.monitor.verdict import judge
 from oncewatch.monitor.writer import Progress
@@ -113,7 +114,9 @@ class Health:
             lags["kafka"] = 0.0 if p.kafka_caught_up else max(0.0, now - p.kafka_time)
         return lags
 
-    def write(self, with_series: bool) -> None:
+    def write(self, with_series: bool, stopped: bool = False) -> None:
+        """The collectors' rows and the monitor's verdict; `stopped`: the last row of a monitor that stops,
+        which says so rather than "failing" because its readers are down."""
         p = self.progress
         now = time.time()
         rows = {name: {**reader.source.health(), "reader": reader.health()}
@@ -123,6 +126,9 @@ class Health:
         shape = self.shape()
         v = judge(now, rows, self.lag_seconds(now), p.offsets, caught_up_seconds=self.rules.caught_up_seconds,
                   drift_threshold=self.rules.offset_drift_threshold, shape=shape)
+        if stopped:
+            v = replace(v, verdict=STOPPED, caught_up=False, blind=tuple(RULES),
+                        reasons=("stopped: nothing is read until `oncewatch run` starts again",))
         self.store.set_health(MONITOR, {"started_at": self.started_at, "pid": os.getpid(),
                                         "binlog_time": p.binlog_time, "kafka_time": p.kafka_time,
                                         "caught_up": v.caught_up, "verdict": v.verdict, "reasons": list(v.reasons),

@@ -215,7 +215,7 @@ class Monitor:
             self.stop()
             for reader in self.readers.values():
                 reader.join(JOIN_SECONDS)
-            self.health.write(with_series=False)
+            self.health.write(with_series=False, stopped=True)
             close_metrics()
 
     def _tail_after_bootstrap(self) -> None:

@@ -54,6 +54,20 @@ def test_exactly_the_nine_findings(nine):
         assert [f.rule for f in matching] == [ONE_OF_EACH[fault.mode]], (fault.mode, fault.keys)
 
 
+def test_the_stopped_monitor_says_so(nine):
+    """After `run --until-idle` the monitor's last health row says it stopped: every rule blind, not
+    "failing" because its readers are down."""
+    _, _, base = nine
+    store = Store(str(base / "store.db"), readonly=True)
+    try:
+        monitor = store.health()["monitor"]
+    finally:
+        store.close()
+    assert (monitor["verdict"], monitor["caught_up"]) == ("stopped", False)
+    assert monitor["reasons"] == ["stopped: nothing is read until `oncewatch run` starts again"]
+    assert sorted(monitor["blind_rules"], key=lambda r: int(r[1:])) == [f"F{i}" for i in range(1, 13)]
+
+
 def test_evidence_points_at_the_faulty_orders_records(nine):
     truth, config, base = nine
     store = Store(str(base / "store.db"), readonly=True)

@@ -85,7 +85,7 @@ def test_collector_health(served) -> None:
 def test_verdict_and_stream_lag(served) -> None:
     fams = families(scrape(served[0]))
     assert {dict(k)["verdict"]: v for k, v in fams["oncewatch_monitor_verdict"][1].items()} == {
-        "healthy": 0, "degraded": 1, "failing": 0}
+        "healthy": 0, "degraded": 1, "failing": 0, "stopped": 0}
     assert value(fams, "oncewatch_monitor_caught_up") == 0
     assert value(fams, "oncewatch_stream_lag_seconds", stream="kafka") == 7.0
     assert value(fams, "oncewatch_stream_lag_seconds", stream="binlog") == 2.5

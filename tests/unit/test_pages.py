@@ -101,6 +101,18 @@ def test_overview_says_when_the_monitor_is_stale_or_a_collector_down(env: Path, 
     assert "The monitor is stale" in at.error[0].value
 
 
+def test_a_stopped_monitor_says_so_on_every_page(env: Path, store_path: str) -> None:
+    """The last row of a monitor that stopped cleanly: "stopped", not "failing" because its readers are down."""
+    store = Store(store_path)
+    monitor = store.health()["monitor"]
+    store.set_health("monitor", {**monitor, "verdict": "stopped", "reasons": ["stopped"]})
+    store.close()
+    for page in ("overview", "drift"):
+        at = run(page)
+        assert at.error[0].value.startswith("**Monitor stopped** at 20"), at.error[0].value
+        assert "nothing is read until `oncewatch run` starts again" in at.error[0].value
+
+
 def test_missing_store_is_explained(env: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv(views.ENV_STORE, str(tmp_path / "absent.db"))
     at = run("overview")
