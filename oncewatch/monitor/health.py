@@ -23,7 +23,7 @@ from oncewatch.collectors.binlog import TRANSPORT_ERRORS
 from oncewatch.core.domain import Rules
 from oncewatch.core.histogram import delay_p99
 from oncewatch.core.names import BINLOG, KAFKA_EVENTS, MONITOR, RULES, STOPPED
-from oncewatch.monitor.readers import BinlogSource, KafkaEventsSource, Reader
+from oncewatch.monitor.readers import BinlogSource, KafkaEventsSource, Reader, running_source
 from oncewatch.monitor.verdict import judge
 from oncewatch.monitor.writer import Progress
 from oncewatch.store import Store
@@ -64,14 +64,10 @@ class Health:
         p.binlog_caught_up = self._binlog_caught_up()
         p.kafka_caught_up = KAFKA_EVENTS not in self.readers or self._kafka_caught_up()
 
-    def _source(self, name: str) -> Any:
-        reader = self.readers.get(name)
-        return reader.source if reader is not None and reader.running else None
-
     def _kafka_caught_up(self) -> bool:
         """Read to the end *and applied*: records the reader holds or has queued are not yet seen by
         the engine, and judging absence before they are would fire F7 on events in flight."""
-        source: KafkaEventsSource | None = self._source(KAFKA_EVENTS)
+        source: KafkaEventsSource | None = running_source(self.readers, KAFKA_EVENTS)
         if source is None:
             return False
         k = source.collector
@@ -81,7 +77,7 @@ class Health:
         return all(applied.get(part.key, 0) >= part.end for part in k.status.partitions)
 
     def _binlog_caught_up(self) -> bool:
-        source = self._source(BINLOG)
+        source = running_source(self.readers, BINLOG)
         if not isinstance(source, BinlogSource):  # none, or still the bootstrap
             return False
         b = source.collector

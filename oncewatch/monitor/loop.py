@@ -29,7 +29,7 @@ from oncewatch.monitor.health import Health
 from oncewatch.monitor.inbox import Inbox, records
 from oncewatch.monitor.preflight import preflight_kafka, preflight_mysql
 from oncewatch.monitor.readers import (BinlogSource, BootstrapSource, Item, KafkaEventsSource, OffsetsSource, Reader,
-                                       ReaderFailed, Source)
+                                       ReaderFailed, Source, running_source)
 from oncewatch.monitor.writer import Writer
 from oncewatch.store import Store, open_monitor
 
@@ -114,8 +114,7 @@ class Monitor:
         read to its end (events late in the shop are late: waiting changes nothing), nor while its reader
         is down or disconnected (the binlog's own rules, F1, F2, F5, must go on)."""
         p = self.progress
-        kafka = self.readers.get(KAFKA_EVENTS)
-        source = kafka.source if kafka is not None and kafka.running else None
+        source = running_source(self.readers, KAFKA_EVENTS)
         return (isinstance(source, KafkaEventsSource) and source.collector.status.connected
                 and not p.kafka_caught_up and p.kafka_time > 0 and p.binlog_time - p.kafka_time > LEAD_SECONDS
                 and len(self.engine.announcements.waiting) > LEAD_WAITING)

@@ -302,3 +302,9 @@ class Reader:
         """The reader's side of the collector's health row."""
         return {"running": self.running, "failures": self.failures, "last_failure": self.last_failure,
                 "alive_at": self.source.alive_at() if self.source else None, "restart_at": self.restart_at}
+
+
+def running_source(readers: dict[str, Reader], name: str) -> Any:
+    """The source of reader `name` while that reader runs (None if it is missing, stopped or restarting)."""
+    reader = readers.get(name)
+    return reader.source if reader is not None and reader.running else None
