@@ -88,6 +88,35 @@ def records(found: queries.Timeline) -> None:
                  column_config={"change": st.column_config.TextColumn(width="large")})
 
 
+def findings_of(found: queries.Timeline) -> None:
+    st.subheader("Findings")
+    for f in found.findings:
+        with st.expander(f"{f.rule} {f.name} · {f.severity} · {f.status}: {f.summary}", expanded=f.status == "open"):
+            st.markdown(f"**Why it fired:** {f.summary}. First seen {ui.when(f.first_seen)}, last seen "
+                        f"{ui.when(f.last_seen)}." + (f" Resolved {ui.when(f.resolved_at)}: {f.resolution}."
+                                                     if f.resolved_at else ""))
+            st.dataframe(pd.DataFrame([{"kind": e.kind, "values": ", ".join(f"{k}={ui.text(v)}"
+                                                                            for k, v in sorted(e.values.items())),
+                                        "coordinates": e.coordinates, "time": ui.when(e.time)} for e in f.evidence],
+                                      columns=["kind", "values", "coordinates", "time"]),
+                         hide_index=True, column_config={"values": st.column_config.TextColumn(width="large")})
+    if not found.findings:
+        st.caption("No finding mentions this entity.")
+
+
+@ui.live
+def live(query: str, window_seconds: float) -> None:
+    """The entity's records (or readings) and findings, refreshed by themselves: later events and
+    findings about it appear without a reload."""
+    with ui.store() as store:
+        found = queries.timeline(store, query)
+    if queries.reading_kind(query):
+        readings(query, window_seconds, found)
+    else:
+        records(found)
+    findings_of(found)
+
+
 st.title("Drill-down")
 ui.banner()
 query = st.text_input("trade_no or order (or kind:value, e.g. trade_no:T1, group:NAME)",
@@ -96,24 +125,4 @@ if not query.strip():
     st.info("Give a trade_no or an order to see everything oncewatch holds about it; the Findings page links here.")
     st.stop()
 st.query_params["q"] = query.strip()
-
-with ui.store() as store:
-    found = queries.timeline(store, query)
-if queries.reading_kind(query):
-    readings(query, ui.window(), found)
-else:
-    records(found)
-
-st.subheader("Findings")
-for f in found.findings:
-    with st.expander(f"{f.rule} {f.name} · {f.severity} · {f.status}: {f.summary}", expanded=f.status == "open"):
-        st.markdown(f"**Why it fired:** {f.summary}. First seen {ui.when(f.first_seen)}, last seen "
-                    f"{ui.when(f.last_seen)}." + (f" Resolved {ui.when(f.resolved_at)}: {f.resolution}."
-                                                 if f.resolved_at else ""))
-        st.dataframe(pd.DataFrame([{"kind": e.kind, "values": ", ".join(f"{k}={ui.text(v)}"
-                                                                        for k, v in sorted(e.values.items())),
-                                    "coordinates": e.coordinates, "time": ui.when(e.time)} for e in f.evidence],
-                                  columns=["kind", "values", "coordinates", "time"]),
-                     hide_index=True, column_config={"values": st.column_config.TextColumn(width="large")})
-if not found.findings:
-    st.caption("No finding mentions this entity.")
+live(query, ui.window() if queries.reading_kind(query) else 0.0)  # only readings are drawn over a window
