@@ -23,12 +23,28 @@ from .demo_run import DemoRun
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = pytest.StashKey[DemoRun]()
 DEMO_TESTS = "test_demo.py"
+# Integration tests that touch no server (the dashboard over a seeded store): they run beside the demo's warm-up.
+SERVERLESS = ("test_dashboard_browser.py",)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks every test here `integration`, and orders the session: the tests that need no server first
+    (the unit tests, then SERVERLESS), then the demo's, then the rest. The demo starts in the background
+    once collected (below) and needs a minute or two before its slowest rules show; it runs beside the
+    serverless tests, and is stopped before any test that restarts a server (a bootstrap cut short by a
+    MariaDB restart stops the demo's monitor, as it would a user's)."""
+    here = Path(__file__).parent
+
+    def rank(item: pytest.Item) -> int:
+        path = Path(str(item.fspath))
+        if not path.is_relative_to(here):
+            return 0
+        return 1 if path.name in SERVERLESS else 2 if path.name == DEMO_TESTS else 3
+
     for item in items:
-        if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
+        if Path(str(item.fspath)).is_relative_to(here):
             item.add_marker(pytest.mark.integration)
+    items.sort(key=rank)  # stable: each group keeps its own order
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
