@@ -154,7 +154,7 @@ def main() -> None:
         print(f"caught up {caught_up_at - shop_done_at:.0f} s after the shop stopped" if caught_up_at
               else "never caught up", flush=True)
         found = store.findings()
-        unexplained = [f for f in found if truth.fault_for(f.rule, f.keys) is None]
+        unexplained = [f for f in found if not truth.explains(f.rule, f.keys)]
         by_rule: dict[str, int] = {}
         for f in found:
             by_rule[f.rule] = by_rule.get(f.rule, 0) + 1

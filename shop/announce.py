@@ -85,8 +85,14 @@ class Event:
         return json.dumps(self.payload(), separators=(",", ":")).encode()
 
     def keys(self) -> dict[str, str]:
-        return {"event_type": self.type, "entity_id": self.entity_id, "order_no": self.order_no,
-                "trade_no": self.trade_no, "table": self.table}
+        keys = {"event_type": self.type, "entity_id": self.entity_id, "order_no": self.order_no,
+                "trade_no": self.trade_no}
+        return {**keys, "table": self.table} if self.table else keys
+
+    @classmethod
+    def of_payload(cls, payload: bytes) -> Event:
+        """An event back from its payload (an outbox row's): everything but the table, which is not in it."""
+        return cls(**json.loads(payload), table="")
 
 
 def now_ms() -> int:
@@ -103,15 +109,17 @@ class Publisher:
         self._lock = threading.Lock()
         self.sent = 0
 
-    def produce(self, key: str, value: bytes) -> None:
-        future = self._producer.send(self._topic, key=key.encode(), value=value, timestamp_ms=now_ms())
+    def send(self, event: Event, value: bytes | None = None) -> None:
+        """`event` (or `value`, its payload as an outbox row holds it), stamped now: the ground truth keeps
+        the send if it comes late after the row's time (shop.truth.LATE_SECONDS), as the monitor sees it."""
+        stamp = now_ms()
+        future = self._producer.send(self._topic, key=event.order_no.encode(), value=value or event.encode(),
+                                     timestamp_ms=stamp)
         # A send nobody planned to fail would be an F7 without a fault behind it.
         future.add_errback(lambda exc: self._recorder.incident(f"send failed: {type(exc).__name__}"))
+        self._recorder.sent(event.keys(), (stamp - event.occurred_at) / 1000)
         with self._lock:
             self.sent += 1
-
-    def send(self, event: Event) -> None:
-        self.produce(event.order_no, event.encode())
 
     def flush(self, timeout: float) -> None:
         self._producer.flush(timeout=timeout)
@@ -264,22 +272,22 @@ class OutboxRelay(threading.Thread):
     def _poll(self, conn: Any) -> tuple[int, int]:
         """One batch: how many unsent rows were waiting, how many were marked sent."""
         with conn.cursor() as cur:
-            cur.execute("SELECT id, event_id, msg_key, payload FROM outbox WHERE sent_at IS NULL "
-                        "ORDER BY id LIMIT %s", (self.BATCH,))
+            cur.execute("SELECT id, event_id, payload FROM outbox WHERE sent_at IS NULL ORDER BY id LIMIT %s",
+                        (self.BATCH,))
             rows = cur.fetchall()
-            done = [row_id for row_id, event_id, key, payload in rows if self._relay(event_id, key, payload)]
+            done = [row_id for row_id, event_id, payload in rows if self._relay(event_id, payload)]
             if done:
                 # Mark only what the broker acknowledged: a crash before this line resends.
                 self._publisher.flush(timeout=30)
                 cur.execute("UPDATE outbox SET sent_at = NOW(3) WHERE id IN %s", (done,))
         return len(rows), len(done)
 
-    def _relay(self, event_id: str, key: str, payload: bytes) -> bool:
+    def _relay(self, event_id: str, payload: bytes) -> bool:
         """Send one row unless its fault holds it back; True when it may be marked sent."""
         with self._lock:
             planned = self._faults.get(event_id)
         if planned is None:
-            self._publisher.produce(key, payload)
+            self._publisher.send(Event.of_payload(payload), payload)
             return True
         event, fault = planned
         if fault.kind is Kind.SLOW:
@@ -291,11 +299,11 @@ class OutboxRelay(threading.Thread):
                 return False
         elif event_id not in self._resend:
             # The relay dies after the send and before marking the row; its restart sends it again.
-            self._publisher.produce(key, payload)
+            self._publisher.send(event, payload)
             self._resend.add(event_id)
             record(self._recorder, fault, event)
             return False
-        self._publisher.produce(key, payload)
+        self._publisher.send(event, payload)
         self._forget(event_id)
         return True
 

@@ -21,6 +21,12 @@ A finding matches a fault (`Fault.matches`) when its rule is the fault's rule or
 `also` (effects the fault really causes under another rule), every key both carry has the
 same value, and they share at least one key. `incidents` lists anything the shop did that
 no fault explains (an unexpected send failure): a run with incidents cannot be scored.
+
+`late_sends` are no faults: clean sends the shop itself made LATE_SECONDS or more after their row's
+time, on a machine too busy to send sooner (mode "late_send", rule F10, the measured delay in
+`detail`). The shop stamps each record with its send time and knows its row's time column, so this
+is exactly the delay the monitor judges; an F10 on such a send is right and explained (`explains`),
+but nobody placed it, so it counts in no recall.
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+
+LATE_SECONDS = 0.25  # half the lowest event_delay_seconds any run here judges with
+LATE_MODE = "late_send"
 
 # Key names the monitor uses (checks' finding keys, examples/shop.toml paths) -> the shop's names.
 KEY_ALIASES = {"order": "order_no", "order_key": "order_no", "key": "entity_id", "effect_id": "entity_id"}
@@ -65,26 +74,27 @@ class GroundTruth:
     consumers: dict[str, Any]
     stats: dict[str, Any]
     incidents: tuple[str, ...] = ()
+    late_sends: tuple[Fault, ...] = ()
 
     def by_rule(self, rule: str) -> list[Fault]:
         return [f for f in self.faults if f.rule == rule]
 
     def fault_for(self, rule: str, keys: dict[str, Any]) -> Fault | None:
         """The fault behind a finding of `rule` with these entity keys, if there is one (the first placed)."""
-        theirs = {KEY_ALIASES.get(k, k): str(v) for k, v in keys.items() if v is not None}
-        candidates = {i for k, v in theirs.items() for i in self._by_key.get((rule, k, v), ())}
-        return next((self.faults[i] for i in sorted(candidates) if self.faults[i].matches(rule, keys)), None)
+        return _first_match(self.faults, self._by_key, rule, keys)
+
+    def explains(self, rule: str, keys: dict[str, Any]) -> bool:
+        """A fault is behind the finding, or (F10) a send the shop itself made late."""
+        return (self.fault_for(rule, keys) is not None
+                or _first_match(self.late_sends, self._late_by_key, rule, keys) is not None)
 
     @cached_property
     def _by_key(self) -> dict[tuple[str, str, str], list[int]]:
-        """(rule, key, value) -> indexes of the faults that carry it: a load run has tens of thousands of
-        faults and findings, and trying each fault for each finding took hours."""
-        index: dict[tuple[str, str, str], list[int]] = {}
-        for i, f in enumerate(self.faults):
-            for rule in (f.rule, *f.also):
-                for k, v in f.keys.items():
-                    index.setdefault((rule, k, v), []).append(i)
-        return index
+        return _index(self.faults)
+
+    @cached_property
+    def _late_by_key(self) -> dict[tuple[str, str, str], list[int]]:
+        return _index(self.late_sends)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,8 +109,27 @@ class GroundTruth:
     @classmethod
     def load(cls, path: str | Path) -> GroundTruth:
         d = json.loads(Path(path).read_text())
-        faults = tuple(Fault(**{**f, "also": tuple(f["also"])}) for f in d.pop("faults"))
-        return cls(**{**d, "faults": faults, "incidents": tuple(d["incidents"])})
+        faults, late = (tuple(Fault(**{**f, "also": tuple(f["also"])}) for f in d.pop(name, ()))
+                        for name in ("faults", "late_sends"))
+        return cls(**{**d, "faults": faults, "late_sends": late, "incidents": tuple(d["incidents"])})
+
+
+def _index(faults: tuple[Fault, ...]) -> dict[tuple[str, str, str], list[int]]:
+    """(rule, key, value) -> indexes of the faults that carry it: a load run has tens of thousands of
+    faults and findings, and trying each fault for each finding took hours."""
+    index: dict[tuple[str, str, str], list[int]] = {}
+    for i, f in enumerate(faults):
+        for rule in (f.rule, *f.also):
+            for k, v in f.keys.items():
+                index.setdefault((rule, k, v), []).append(i)
+    return index
+
+
+def _first_match(faults: tuple[Fault, ...], index: dict[tuple[str, str, str], list[int]], rule: str,
+                 keys: dict[str, Any]) -> Fault | None:
+    theirs = {KEY_ALIASES.get(k, k): str(v) for k, v in keys.items() if v is not None}
+    candidates = {i for k, v in theirs.items() for i in index.get((rule, k, v), ())}
+    return next((faults[i] for i in sorted(candidates) if faults[i].matches(rule, keys)), None)
 
 
 class Recorder:
@@ -110,6 +139,7 @@ class Recorder:
         self._lock = threading.Lock()
         self._faults: list[Fault] = []
         self._incidents: list[str] = []
+        self._late: list[Fault] = []
 
     def fault(self, fault: Fault) -> None:
         with self._lock:
@@ -118,6 +148,16 @@ class Recorder:
     def incident(self, what: str) -> None:
         with self._lock:
             self._incidents.append(what)
+
+    def sent(self, keys: dict[str, str], delay_seconds: float) -> None:
+        """A record was sent `delay_seconds` after its row's time: kept as a late send past LATE_SECONDS."""
+        if delay_seconds >= LATE_SECONDS:
+            with self._lock:
+                self._late.append(Fault(LATE_MODE, "F10", keys, detail={"delay_seconds": round(delay_seconds, 3)}))
+
+    def late_sends(self) -> tuple[Fault, ...]:
+        with self._lock:
+            return tuple(self._late)
 
     def faults(self) -> tuple[Fault, ...]:
         with self._lock:

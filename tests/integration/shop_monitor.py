@@ -50,5 +50,5 @@ def score(truth: GroundTruth, found: list[Finding]) -> Score:
         injected[fault.mode] += 1
         if any(fault.matches(f.rule, f.keys) for f in found):
             hit[fault.mode] += 1
-    unexplained = [f for f in found if not any(fault.matches(f.rule, f.keys) for fault in truth.faults)]
+    unexplained = [f for f in found if not truth.explains(f.rule, f.keys)]
     return Score(found={m: hit[m] for m in injected}, injected=dict(injected), unexplained=unexplained)
