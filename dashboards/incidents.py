@@ -63,14 +63,14 @@ Rows = Mapping[str, Sequence[RowChange]]
 
 @dataclass(frozen=True)
 class Incident:
-    kind: str  # "order", "trade_no", or "finding" for a finding about no order or payment (F11, F12)
-    value: str  # the order, the trade_no, or the finding's id
+    kind: str  # "order", "trade_no", "group" (F11's lag and F12 of one consumer group), or "finding" for another
+    value: str  # the order, the trade_no, the group, or the finding's id
     findings: tuple[Finding, ...]  # oldest first
 
     @property
     def entity(self) -> str:
-        """What the drill-down opens for it ('' for a finding about no order or payment)."""
-        return "" if self.kind == "finding" else self.value
+        """What the drill-down opens for it ('' for a finding about no order, payment or group)."""
+        return "" if self.kind == "finding" else f"group:{self.value}" if self.kind == "group" else self.value
 
     @property
     def rules(self) -> tuple[str, ...]:
@@ -174,7 +174,7 @@ def group(findings: Sequence[Finding], rows: Rows, fields: Fields = Fields()) ->
         for t in trades:
             orders |= _orders_of(t, fields, rows)
         nodes = [f"trade_no:{t}" for t in sorted(trades)] + [f"order:{o}" for o in sorted(orders)]
-        named[f.id] = nodes or [f"finding:{f.id}"]
+        named[f.id] = nodes or [f"group:{f.keys['group']}" if f.keys.get("group") else f"finding:{f.id}"]
         for node in named[f.id][1:]:
             join(node, named[f.id][0])
     members: dict[str, list[Finding]] = {}
@@ -183,7 +183,7 @@ def group(findings: Sequence[Finding], rows: Rows, fields: Fields = Fields()) ->
     incidents = []
     for parts in members.values():
         nodes = {n for f in parts for n in named[f.id]}
-        kind, value = min((n.split(":", 1) for n in nodes), key=lambda kv: (("order", "trade_no", "finding").index(kv[0]),
+        kind, value = min((n.split(":", 1) for n in nodes), key=lambda kv: (("order", "trade_no", "group", "finding").index(kv[0]),
                                                                            kv[1]))
         incidents.append(Incident(kind, value, tuple(sorted(parts, key=lambda f: (f.first_seen, f.id)))))
     return sorted(incidents, key=lambda i: (_rank(STATUS_ORDER)(i.status), -i.last_seen, i.value))

@@ -32,7 +32,7 @@ VERDICT_BOXES = {"healthy": st.success, "degraded": st.warning, "failing": st.er
 
 # series -> (title, colour by, the threshold drawn: rule and name in the monitor's thresholds). The seed's
 # three signals: consumer-group backlog against 5000 (F11), event delay against 500 ms (F10), partition
-# lag spread against 3.0 (F12); and the changes waiting for their event, against F11's threshold too.
+# lag spread against 3.0 (F12); and the changes waiting for their event, which F11 judges too.
 CHARTS = {"group_lag": ("Consumer-group lag (records)", "group", ("F11", "offset_drift_threshold")),
           "delay_p99": ("p99 event delay over the last minute (s)", None, ("F10", "event_delay_seconds")),
           "lag_stddev": ("Partition lag spread, stddev (records)", "group", ("F12", "partition_skew_threshold")),
@@ -132,7 +132,10 @@ def banner(count: Callable[[Store], int] | None = None, shown: int = 0, what: st
         monitor_banner(views.components(opened, time.time()))
         now = count(opened) if count else 0
     if count and now > shown:
-        st.info(f"{now - shown:,} more {what} match since this list was read: change a filter or reload to see them.")
+        more = now - shown
+        st.info(f"{more:,} more {what if more > 1 else what.removesuffix('s')} "
+                f"{'match' if more > 1 else 'matches'} since this list was read: change a filter or reload to see "
+                f"{'them' if more > 1 else 'it'}.")
 
 
 def window() -> float:
@@ -165,10 +168,12 @@ def series_chart(points: list[dict[str, Any]], title: str, color: str | None, li
 
 
 def signal_chart(components: dict[str, views.Component], name: str, points: list[dict[str, Any]],
-                 window_seconds: float, color: str | None = None) -> None:
-    """One of CHARTS, with its threshold as the monitor runs with it; `color` overrides its colouring."""
+                 window_seconds: float, color: str | None = None, line: bool = True) -> None:
+    """One of CHARTS, with its threshold as the monitor runs with it (unless not `line`); `color` overrides
+    its colouring."""
     title, by, (rule, limit) = CHARTS[name]
-    series_chart(points, title, color or by, threshold(components, rule, limit), f"chart-{name}", window_seconds)
+    series_chart(points, title, color or by, threshold(components, rule, limit) if line else None, f"chart-{name}",
+                 window_seconds)
 
 
 def severity_style(frame: pd.DataFrame) -> Any:

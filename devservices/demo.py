@@ -102,15 +102,14 @@ def main(argv: list[str] | None = None) -> int:
         metrics_url = f"http://{cfg.metrics.host}:{cfg.metrics.port}/metrics"
         wait_http(metrics_url, "the monitor", monitor, work)
         procs.append(spawn([str(bin_dir / "oncewatch-shop"), "--duration", str(args.minutes * 60),
-                            "--rate", str(args.rate), "--faults", args.faults,
-                            "--truth", str(work / "truth.json")], work / "shop.log"))
+                            "--rate", str(args.rate), "--faults", args.faults], work / "shop.log"))
         # One style cannot show every rule: an event sent inside a transaction that then rolls back (F8)
         # needs the in-transaction style, a slow send (F10) another. A second, small shop beside the first
         # (its own order numbers, its own consumer groups, which the monitor does not watch) sends that way.
         procs.append(spawn([str(bin_dir / "oncewatch-shop"), "--duration", str(args.minutes * 60),
                             "--rate", str(IN_TRANSACTION_RATE), "--style", "in_transaction", "--seed", "2",
                             "--groups", "shipping-service-tx,points-service-tx",
-                            "--faults", IN_TRANSACTION_FAULTS, "--truth", str(work / "truth-in-transaction.json")],
+                            "--faults", IN_TRANSACTION_FAULTS],
                            work / "shop-in-transaction.log"))
         dashboard = launch.launch(config=str(config), port=args.dashboard_port, log=work / "dashboard.log")
         procs.append(dashboard)

@@ -42,12 +42,15 @@ def live(window_seconds: float) -> None:
     # The tile shows the best clock present (DESIGN §6); the table below has every clock.
     clock = next((c for c in CLOCKS if c in histograms), None)
     cols = st.columns(4)
-    cols[0].metric("Max group lag", f"{views.max_lag(offsets):,}", border=True)
+    cols[0].metric("Max partition lag", f"{views.max_lag(offsets):,}", border=True,
+                   help="The largest lag of one partition, any group (F11 compares a group's total)")
     cols[1].metric("Worst lag stddev", f"{worst['stddev']:.2f}" if worst else "–", border=True,
                    help=f"{worst['group']} on {worst['topic']}" if worst else None)
     cols[2].metric("Unread by the monitor", f"{views.unread_records(events):,}", border=True)
-    cols[3].metric(f"p99 delay ({clock or 'no pairs'})",
-                   ui.duration(histogram.quantile(histograms[clock], 0.99)) if clock else "–", border=True)
+    cols[3].metric("p99 delay since start",
+                   ui.duration(histogram.quantile(histograms[clock], 0.99)) if clock else "–", border=True,
+                   help=(f"By the {clock} clock, " if clock else "No pair matched yet. ")
+                   + "of every pair matched since the monitor started (the Overview's is of the last minute)")
 
     st.subheader("Consumer-group lag")
     if offsets.error:

@@ -58,7 +58,8 @@ def readings(query: str, window_seconds: float, found: queries.Timeline) -> None
     lags = [r for r in views.lag_rows(views.offsets_of(comps)) if r["group"] == group]
     if lags:
         st.caption("Lag per partition as last polled")
-        st.dataframe(pd.DataFrame(lags), hide_index=True)
+        st.dataframe(pd.DataFrame(lags), hide_index=True, column_config={
+            "lag_seconds": st.column_config.NumberColumn("lag (s)", format="%.1f")})
 
 
 def records(found: queries.Timeline) -> None:

@@ -17,14 +17,16 @@ from oncewatch.dashboards.app import page
 from oncewatch.store import StoreError, queries, reviews
 
 PAGE_SIZE = 100
+ROW_PX, MAX_TABLE_PX = 35, 1200  # the grid's row height; at most this tall, then it scrolls
 DRILLDOWN = str(page("drilldown"))
 
 
 def table_row(r: dict) -> dict:
     entity = views.entity_of(r["keys"])
-    return {"first seen": ui.when(r["first_seen"]), "rule": r["rule"], "name": r["name"], "severity": r["severity"],
-            "status": r["status"], "entity": entity, "drill-down": f"drilldown?q={quote(entity)}" if entity else None,
-            "summary": r["summary"],
+    # the summary (what a person reads) right after what it is, so that 1280 px show it without scrolling
+    return {"first seen": ui.when(r["first_seen"]), "rule": r["rule"], "severity": r["severity"],
+            "status": r["status"], "summary": r["summary"], "drill-down": f"drilldown?q={quote(entity)}" if entity
+            else None, "entity": entity, "name": r["name"],
             "resolved": f"{ui.when(r['resolved_at'])}: {r['resolution']}" if r["resolved_at"] else ""}
 
 
@@ -45,11 +47,12 @@ flt = queries.FindingFilter(rules=tuple(rules), severities=tuple(severities), st
                             search=search)
 with ui.store() as store:
     total = queries.count_findings(store, flt)
-    pages = max(1, math.ceil(total / PAGE_SIZE))
-    page = st.number_input(f"Page (of {pages:,})", min_value=1, max_value=pages, value=1) if pages > 1 else 1
-    rows = queries.findings_page(store, flt, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
-
 ui.banner(lambda store: queries.count_findings(store, flt), total)
+pages = max(1, math.ceil(total / PAGE_SIZE))
+page = st.columns(4)[0].number_input(f"Page (of {pages:,})", min_value=1, max_value=pages, value=1) \
+    if pages > 1 else 1
+with ui.store() as store:
+    rows = queries.findings_page(store, flt, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
 first = (page - 1) * PAGE_SIZE
 st.caption(f"{total:,} findings match; showing {first + 1 if rows else 0:,}–{first + len(rows):,}, newest first.")
 table = pd.DataFrame([table_row(r) for r in rows])
@@ -58,6 +61,7 @@ if table.empty:
     st.stop()
 selection = st.dataframe(
     ui.severity_style(table), hide_index=True, on_select="rerun", selection_mode="single-row", key="findings",
+    height=min(ROW_PX * (len(table) + 1) + 3, MAX_TABLE_PX),  # a page of rows, not ten in a small box
     column_config={"drill-down": st.column_config.LinkColumn("drill-down", display_text="open ↗"),
                    "summary": st.column_config.TextColumn(width="large")})
 st.caption("Select a row for the link to its drill-down, or follow its ↗ link (opens a new tab).")

@@ -16,6 +16,10 @@ from oncewatch.core.records import OffsetsSnapshot
 from oncewatch.dashboards import ui, views
 from oncewatch.store import queries
 
+# The seed's three signals get their threshold line; the backlog's (F11's 5000) would flatten the few changes
+# that wait at any time into the axis (its drill-down, once it is an F11, draws it).
+THRESHOLD_LINES = ("group_lag", "delay_p99", "lag_stddev")
+
 
 
 def collector_tile(c: views.Component | None, title: str) -> tuple[str, str, str | None]:
@@ -35,7 +39,9 @@ def collector_tile(c: views.Component | None, title: str) -> tuple[str, str, str
         label, figure = "unread", f"{views.unread_records(v):,}"
     else:
         label, figure = "max lag", f"{views.max_lag(OffsetsSnapshot.from_dict(v)):,}"
-    return f"{title} — {state}, {label}", figure, f"reported {ui.duration(c.age_seconds)} ago"
+    what = " The largest lag of one partition, any group (F11 compares a group's total)." \
+        if c.name == names.KAFKA_OFFSETS else ""
+    return f"{title} — {state}, {label}", figure, f"Reported {ui.duration(c.age_seconds)} ago.{what}"
 
 
 def verdict_of(monitor: views.Component | None) -> str:
@@ -101,7 +107,7 @@ def live(window_seconds: float) -> None:
     for row in (charts[:2], charts[2:]):
         for col, name in zip(st.columns(2), row):
             with col:
-                ui.signal_chart(comps, name, points[name], window_seconds)
+                ui.signal_chart(comps, name, points[name], window_seconds, line=name in THRESHOLD_LINES)
     timeline(marks, window_seconds)
     st.caption(f"Refreshed {ui.when(now)} every {ui.duration(ui.REFRESH_SECONDS)}; times in UTC.")
 

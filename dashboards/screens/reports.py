@@ -26,7 +26,8 @@ if cfg is None:
             f"dashboard with {views.ENV_CONFIG}=/path/to/config.toml (not only {views.ENV_STORE}) to export.")
     st.stop()
 
-cols = st.columns([2, 1, 1, 1, 1])
+# Two rows, as on the Findings page: in one, the dates and the checkbox's label were cut at 1280 px.
+cols = [*st.columns([2, 1]), *st.columns([1, 1, 1])]
 rule = cols[0].selectbox("Rule", [None, *views.RULES],
                          format_func=lambda r: "all rules" if r is None else f"{r} {views.RULES[r]}")
 status = cols[1].selectbox("Status", [None, *names.STATUSES], format_func=lambda s: s or "any status")

@@ -129,3 +129,14 @@ def test_a_trade_no_held_as_bytes_joins_as_its_text() -> None:
                    evidence=(Evidence("row_change", "binlog.000001:9#0-1-9/0", T0,
                                       {"table": "shop.shipments", "op": "insert", "trade_no": b"T1"}),))
     assert by_name(incidents.group([lost, SHIPMENTS], {}, FIELDS)) == {"trade_no T1": ("F1-a", "F7-b")}
+
+
+def test_a_stalled_groups_lag_and_skew_are_one_incident_named_by_the_group() -> None:
+    lag = finding("F11-g", "F11", {"group": "shipping-service", "lag": 900}, severity="warning")
+    skew = finding("F12-g", "F12", {"group": "shipping-service", "topic": "shop.events"}, at=T0 + 3, severity="warning")
+    other = finding("F12-h", "F12", {"group": "points-service", "topic": "shop.events"}, severity="warning")
+    found = {f"{i.kind} {i.value}": i for i in incidents.group([lag, skew, other, DRIFT], {}, FIELDS)}
+    assert tuple(f.id for f in found["group shipping-service"].findings) == ("F11-g", "F12-g")
+    assert found["group shipping-service"].entity == "group:shipping-service"  # its drill-down: the readings
+    assert tuple(f.id for f in found["group points-service"].findings) == ("F12-h",)
+    assert found["finding F11-d"].entity == ""  # a backlog finding names no group
