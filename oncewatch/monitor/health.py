@@ -14,7 +14,6 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import pymysql
@@ -22,7 +21,7 @@ import pymysql
 from oncewatch.collectors.binlog import TRANSPORT_ERRORS
 from oncewatch.core.domain import Rules
 from oncewatch.core.histogram import delay_p99
-from oncewatch.core.names import BINLOG, KAFKA_EVENTS, MONITOR, RULES, STOPPED
+from oncewatch.core.names import BINLOG, KAFKA_EVENTS, MONITOR
 from oncewatch.monitor.readers import BinlogSource, KafkaEventsSource, Reader, running_source
 from oncewatch.monitor.verdict import judge
 from oncewatch.monitor.writer import Progress
@@ -121,10 +120,7 @@ class Health:
             self.store.set_health(name, row)
         shape = self.shape()
         v = judge(now, rows, self.lag_seconds(now), p.offsets, caught_up_seconds=self.rules.caught_up_seconds,
-                  drift_threshold=self.rules.offset_drift_threshold, shape=shape)
-        if stopped:
-            v = replace(v, verdict=STOPPED, caught_up=False, blind=tuple(RULES),
-                        reasons=("stopped: nothing is read until `oncewatch run` starts again",))
+                  drift_threshold=self.rules.offset_drift_threshold, shape=shape, stopped=stopped)
         self.store.set_health(MONITOR, {"started_at": self.started_at, "pid": os.getpid(),
                                         "binlog_time": p.binlog_time, "kafka_time": p.kafka_time,
                                         "caught_up": v.caught_up, "verdict": v.verdict, "reasons": list(v.reasons),

@@ -6,7 +6,8 @@
 - degraded: it sees everything but late or partly: the first bootstrap still reading the watched
   tables (the binlog tail starts after it), a stream read more than `rules.caught_up_seconds` behind, an offsets poll that failed, a watched consumer group lagging
   more than `rules.offset_drift_threshold` records;
-- healthy: none of these.
+- healthy: none of these;
+- stopped: the last word of a monitor that stops cleanly (what else was wrong still said).
 
 A rule that reads a stream its monitor cannot see (a failing reader or collector, or a failed
 offsets poll) cannot judge: it is *blind* (unknown on /metrics), never green.
@@ -22,9 +23,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from oncewatch.core.names import BINLOG, DEGRADED, FAILING, HEALTHY, KAFKA_EVENTS, KAFKA_OFFSETS
+from oncewatch.core.names import BINLOG, DEGRADED, FAILING, HEALTHY, KAFKA_EVENTS, KAFKA_OFFSETS, STOPPED
 from oncewatch.core.records import OffsetsSnapshot
 
+STOPPED_REASON = "stopped: nothing is read until `oncewatch run` starts again"
 # A reader silent this long is stuck (heartbeats come every few seconds, polls every half second).
 STALE_SECONDS = 60.0
 
@@ -48,10 +50,12 @@ RULE_INPUTS: dict[str, tuple[str, ...]] = {
 
 def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: Mapping[str, float],
           offsets: OffsetsSnapshot | None, *, caught_up_seconds: float, drift_threshold: int,
-          shape: Sequence[Mapping[str, Any]] = ()) -> Verdict:
+          shape: Sequence[Mapping[str, Any]] = (), stopped: bool = False) -> Verdict:
     """`components`: each collector's health row (its status and its `reader` part); `lag_seconds`:
     per stream, how far behind it is read; `shape`: the engine's standing shape problems
-    (checks.shape), each blinding the rules that read the column."""
+    (checks.shape), each blinding the rules that read the column. `stopped`: the last verdict of a
+    monitor that stops: STOPPED, every rule blind, its readers' being down no reason (they were stopped),
+    what else was wrong still said."""
     failing: list[str] = []
     degraded: list[str] = []
     down: set[str] = set()
@@ -85,6 +89,8 @@ def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: 
     for problem in shape:
         degraded.append(f"{problem['config_key']}: {problem['what']} ({', '.join(problem['rules'])} cannot judge)")
     shape_blind = {rule for problem in shape for rule in problem["rules"]}
+    if stopped:
+        return Verdict(STOPPED, (STOPPED_REASON, *degraded), False, dict(lag_seconds), tuple(RULE_INPUTS))
     verdict = FAILING if failing else DEGRADED if degraded else HEALTHY
     bootstrapping = any(value.get("bootstrapping") for value in components.values())
     caught_up = not failing and not bootstrapping and all(lag <= caught_up_seconds for lag in lag_seconds.values())

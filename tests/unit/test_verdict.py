@@ -1,4 +1,4 @@
-"""The monitor's verdict on itself: healthy, degraded or failing, with its reasons; caught up within a lag."""
+"""The monitor's verdict on itself: healthy, degraded, failing or stopped, with its reasons; caught up or not."""
 
 from __future__ import annotations
 
@@ -74,3 +74,15 @@ def test_a_first_bootstrap_under_way_is_degraded_and_says_how_far_it_is() -> Non
     assert v.verdict == "degraded" and v.blind == () and not v.caught_up
     assert v.reasons == ("bootstrapping: 125000 rows of the watched tables read, now shop.payments; "
                          "the binlog tail starts after it",)
+
+
+def test_a_monitor_that_stops_says_so_and_keeps_what_else_was_wrong() -> None:
+    """Its readers stopped on purpose: no "reader down" reason, every rule blind, a shape problem still said."""
+    stopped = {name: {**row, "reader": reader(False)} for name, row in rows().items()}
+    shape = [{"config_key": "domain.orders.status_column", "what": "owtest.orders.status is gone", "rules": ["F3"]}]
+    v = judge(NOW, stopped, {"binlog": 0.3, "kafka": 0.8}, None, caught_up_seconds=5.0, drift_threshold=5000,
+              shape=shape, stopped=True)
+    assert (v.verdict, v.caught_up) == ("stopped", False)
+    assert v.reasons == ("stopped: nothing is read until `oncewatch run` starts again",
+                         "domain.orders.status_column: owtest.orders.status is gone (F3 cannot judge)")
+    assert sorted(v.blind, key=lambda r: int(r[1:])) == [f"F{i}" for i in range(1, 13)]
