@@ -20,6 +20,7 @@ Target: ratio >= 0.7. Usage:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -36,6 +37,7 @@ from kafka.admin import NewTopic  # noqa: E402
 
 from devservices import stack  # noqa: E402
 from oncewatch.collectors.kafka_events import KafkaEventCollector, client_settings  # noqa: E402
+from devservices.samples import shop_settings  # noqa: E402
 from oncewatch.core.config import KafkaConfig, TopicConfig  # noqa: E402
 from oncewatch.monitor import EntityIndex, tune_gc  # noqa: E402
 from oncewatch.store import Store  # noqa: E402
@@ -108,7 +110,15 @@ def bare_loop(cfg: KafkaConfig, topic: str, partitions: int, expected: int, batc
     return rate
 
 
+def entity_index(topic: str) -> EntityIndex:
+    """The monitor's entity index for examples/shop.toml, its announcements moved to the bench's topic."""
+    settings = shop_settings()
+    return EntityIndex(dataclasses.replace(settings, announce=tuple(
+        dataclasses.replace(a, topic=topic) for a in settings.announce)))
+
+
 def collector_loop(cfg: KafkaConfig, expected: int, batch: int) -> Rate:
+    index = entity_index(cfg.topics[0].name)
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(str(Path(tmp) / "bench.db"))
         watch = Stopwatch()
@@ -116,7 +126,7 @@ def collector_loop(cfg: KafkaConfig, expected: int, batch: int) -> Rate:
         n = 0
         while n < expected:
             b = collector.poll(timeout_ms=500, max_records=batch)
-            entities = [(i, k) for i, e in enumerate(b.events) for k in EntityIndex.of_event(e)]  # as the monitor
+            entities = [(i, k) for i, e in enumerate(b.events) for k in index.of_event(e)]  # as the monitor
             with store.batch() as tx:
                 tx.add_events(b.events, entities)
                 tx.add_quarantined(b.quarantined)
