@@ -36,8 +36,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic  # noqa: E402
 
 from devservices import stack  # noqa: E402
-from oncewatch.collectors.kafka_events import KafkaEventCollector, client_settings  # noqa: E402
 from devservices.samples import shop_settings  # noqa: E402
+from oncewatch.collectors.kafka_events import KafkaEventCollector, client_settings  # noqa: E402
 from oncewatch.core.config import KafkaConfig, TopicConfig  # noqa: E402
 from oncewatch.monitor import EntityIndex, tune_gc  # noqa: E402
 from oncewatch.store import Store  # noqa: E402

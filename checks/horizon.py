@@ -130,18 +130,13 @@ class Aging(Generic[V]):
             self.cold_count, self._probed = 0, {}
 
     def _drop_oldest(self, n: int) -> None:
-        """The `n` oldest entries fall off, the cold ones first (they are the oldest)."""
+        """The `n` oldest entries fall off, the cold ones first (they are the oldest); counted as crowded out."""
         before = self.dropped
-        try:
-            self._drop_oldest_of_both(n)
-        finally:
-            self.crowded += self.dropped - before
-
-    def _drop_oldest_of_both(self, n: int) -> None:
         if self.cold_count:
             n -= self._cold_dropped(self.cold.drop_oldest(self.name, min(n, self.cold_count)), ())
         if n > 0:
             self._drop(list(islice(self.items, n)))
+        self.crowded += self.dropped - before
 
     def _cold_dropped(self, keys: list[str], expired: Iterable[str]) -> int:
         """The cold tier deleted the saved rows of `keys`: count the cold entries among them as fallen off.

@@ -187,7 +187,8 @@ def run(settings: ShopSettings) -> GroundTruth:
         consumers = _consumer_faults(settings, admin, downstream, recorder)
         stats = {"traffic_seconds": round(traffic_seconds, 3),
                  "orders_per_second": round(settings.order_count / traffic_seconds, 1) if traffic_seconds else 0.0,
-                 "events_sent": publisher.sent, "late_sends": len(recorder.late_sends()), "max_schedule_late_seconds": round(scheduler.max_late, 3),
+                 "events_sent": publisher.sent, "late_sends": len(recorder.late_sends()),
+                 "max_schedule_late_seconds": round(scheduler.max_late, 3),
                  "max_clean_pending_seconds": _pending_seconds(traffic.runs, recorder),
                  "started_at": round(started_at, 3), "finished_at": round(time.time(), 3)}
     truth = GroundTruth(seed=settings.seed, style=settings.style, run_tag=tag, orders=settings.order_count,

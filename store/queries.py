@@ -169,17 +169,17 @@ TABLE_KINDS = ("pk", "key")  # entities named by table and value: 'pk:shop.shipm
 READING_SERIES = {"group": (("group_lag", "group"), ("lag_stddev", "group")), "backlog": (("backlog", "table"),)}
 
 
-def reading_kind(value: str) -> str | None:
+def reading_of(value: str) -> tuple[str, str] | None:
+    """(kind, name) of a reading entity ('group:g' -> ('group', 'g')), None for any other entity."""
     kind, sep, name = value.strip().partition(":")
-    return kind if sep and name and kind in READING_SERIES else None
+    return (kind, name) if sep and name and kind in READING_SERIES else None
 
 
 def readings(store: Store, value: str, since: float) -> dict[str, list[dict[str, Any]]]:
     """A reading entity's series since a time, by series name (empty for any other entity)."""
-    kind = reading_kind(value)
-    name = value.strip().partition(":")[2]
+    kind, name = reading_of(value) or ("", "")
     return {series_name: series(store, series_name, since, (label, name))
-            for series_name, label in READING_SERIES.get(kind or "", ())}
+            for series_name, label in READING_SERIES.get(kind, ())}
 
 
 def entity_keys(value: str) -> tuple[str, ...]:
@@ -204,8 +204,9 @@ def findings_mentioning(store: Store, value: str) -> list[Finding]:
 
 
 def timeline(store: Store, value: str) -> Timeline:
-    if reading_kind(value):
-        return Timeline(value, (value.strip(),), findings=findings_mentioning(store, value.strip().partition(":")[2]))
+    reading = reading_of(value)
+    if reading:
+        return Timeline(value, (value.strip(),), findings=findings_mentioning(store, reading[1]))
     keys = entity_keys(value)
     if not keys:
         return Timeline(value, ())

@@ -41,21 +41,18 @@ def event_entry(event: EmittedEvent) -> dict:
             "change": ", ".join(f"{k}={ui.text(v)}" for k, v in sorted(event.keys.items()))}
 
 
-def readings(query: str, window_seconds: float, found: queries.Timeline) -> None:
+def readings(query: str, window_seconds: float, found: queries.Timeline, comps: dict[str, views.Component],
+             series: dict[str, list[dict]]) -> None:
     """A consumer group's or a table's backlog readings over the window."""
-    now = time.time()
-    with ui.store() as store:
-        comps = views.components(store, now)
-        series = queries.readings(store, query, now - window_seconds)
+    kind, name = queries.reading_of(query)
     cols = st.columns(2)
     cols[0].metric("Readings", sum(map(len, series.values())), border=True,
                    help=f"Points kept of {query} in the last {ui.duration(window_seconds)}")
     cols[1].metric("Findings", len(found.findings), border=True)
-    for col, (name, points) in zip(st.columns(len(series)), series.items()):
-        with col:
-            ui.signal_chart(comps, name, points, window_seconds, color="topic" if name != "backlog" else "table")
-    group = query.strip().partition(":")[2]
-    lags = [r for r in views.lag_rows(views.offsets_of(comps)) if r["group"] == group]
+    for col, (series_name, points) in zip(st.columns(len(series)), series.items()):
+        with col:  # a group's series per topic (CHARTS colours them per group, as on the Overview)
+            ui.signal_chart(comps, series_name, points, window_seconds, color="topic" if kind == "group" else None)
+    lags = [r for r in views.lag_rows(views.offsets_of(comps)) if r["group"] == name]
     if lags:
         st.caption("Lag per partition as last polled")
         st.dataframe(pd.DataFrame(lags), hide_index=True, column_config={
@@ -109,10 +106,13 @@ def findings_of(found: queries.Timeline) -> None:
 def live(query: str, window_seconds: float) -> None:
     """The entity's records (or readings) and findings, refreshed by themselves: later events and
     findings about it appear without a reload."""
-    with ui.store() as store:
+    now = time.time()
+    with ui.store() as store:  # one read of the store per refresh
         found = queries.timeline(store, query)
-    if queries.reading_kind(query):
-        readings(query, window_seconds, found)
+        series = queries.readings(store, query, now - window_seconds)  # none for a record entity
+        comps = views.components(store, now) if series else {}
+    if series:
+        readings(query, window_seconds, found, comps, series)
     else:
         records(found)
     findings_of(found)
@@ -126,4 +126,4 @@ if not query.strip():
     st.info("Give a trade_no or an order to see everything oncewatch holds about it; the Findings page links here.")
     st.stop()
 st.query_params["q"] = query.strip()
-live(query, ui.window() if queries.reading_kind(query) else 0.0)  # only readings are drawn over a window
+live(query, ui.window() if queries.reading_of(query) else 0.0)  # only readings are drawn over a window

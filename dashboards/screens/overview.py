@@ -21,7 +21,6 @@ from oncewatch.store import queries
 THRESHOLD_LINES = ("group_lag", "delay_p99", "lag_stddev")
 
 
-
 def collector_tile(c: views.Component | None, title: str) -> tuple[str, str, str | None]:
     """(label, value, help) of one collector tile: the figure's words in the label, so that the value stays
     short enough for a quarter of a 1280 px page."""
@@ -33,14 +32,14 @@ def collector_tile(c: views.Component | None, title: str) -> tuple[str, str, str
         since = v.get("disconnected_since")
         return (f"{title} — {state} since" if since else f"{title} — {state}", ui.when(since)[11:19] if since else "–",
                 v.get("last_error") or v.get("error"))
+    what = ""
     if c.name == names.BINLOG:
         label, figure = "behind", ui.duration(v.get("seconds_behind"))
     elif c.name == names.KAFKA_EVENTS:
         label, figure = "unread", f"{views.unread_records(v):,}"
     else:
         label, figure = "max lag", f"{views.max_lag(OffsetsSnapshot.from_dict(v)):,}"
-    what = " The largest lag of one partition, any group (F11 compares a group's total)." \
-        if c.name == names.KAFKA_OFFSETS else ""
+        what = " The largest lag of one partition, any group (F11 compares a group's total)."
     return f"{title} — {state}, {label}", figure, f"Reported {ui.duration(c.age_seconds)} ago.{what}"
 
 

@@ -123,7 +123,7 @@ def test_the_drilldown_of_each_rule_in_chromium(demo: DemoRun, shown: dict[str, 
     narrow.call("Page.navigate", url=f"{demo.url}/drilldown?q={urllib.parse.quote(entity)}")
     store = Store(str(demo.store), readonly=True)
     try:
-        if queries.reading_kind(entity):
+        if queries.reading_of(entity):
             text = wait_for(narrow, ["Readings", f"{rule} {finding.name}", "Consumer-group lag"], 2)
             assert figure(text, "Readings") > 0
             assert narrow.evaluate(DASHED) == 2  # the group's lag and spread, each with its threshold
