@@ -36,13 +36,14 @@ from __future__ import annotations
 import bisect
 import hashlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from oncewatch.checks.findings import Findings, event_evidence, finding_id, row_evidence, warn_null_key
 from oncewatch.checks.horizon import BINLOG, KAFKA, Memory
 from oncewatch.core.domain import Announce, Rules
-from oncewatch.core.names import key_text
+from oncewatch.core.names import key_of, key_text
+from oncewatch.core.paths import compile_path, lookup, without
 from oncewatch.core.records import EmittedEvent, RowChange
 
 log = logging.getLogger("oncewatch.checks.announcements")
@@ -57,6 +58,19 @@ def payload_digest(payload: Any) -> str:
     return hashlib.blake2b(repr(payload).encode(), digest_size=12).hexdigest()
 
 
+def comparer(a: Announce) -> Callable[[Any], str]:
+    """What F9 compares of an event's payload, as a digest: the whole payload, only the values at
+    `a.compare`, or all but those at `a.ignore` (an envelope's own id, time and trace id differ between two
+    sends of one business fact, which are then equal)."""
+    if a.compare:
+        paths = tuple(map(compile_path, a.compare))
+        return lambda payload: payload_digest([lookup(payload, p) for p in paths])
+    if a.ignore:
+        paths = tuple(map(compile_path, a.ignore))
+        return lambda payload: payload_digest(without(payload, paths))
+    return payload_digest
+
+
 def match_key(a: Announce, key: Any) -> str:
     return f"{a.topic}\x1f{a.event_type}\x1f{key_text(key)}"
 
@@ -68,6 +82,7 @@ class Announcements:
         for a in announce:
             self.by_table.setdefault(a.table, []).append(a)
         self.by_event = {(a.topic, a.event_type): a for a in announce}
+        self.digest = {a: comparer(a) for a in announce}
         # match key -> [{"t": commit time, "clock", "table", "tx", "row", "ev"}]
         self.waiting = memory.deadlines("waiting_changes", BINLOG, rules.missing_event_grace_seconds)
         # match key -> [{"t": event time, "h": payload digest, "ev", "p": (digest, evidence) of the key's
@@ -116,13 +131,13 @@ class Announcements:
         for a in entries:
             if not a.selects(change.op, change.before, change.after):
                 continue
-            key = change.row.get(a.key_column)
+            key = key_of(change.row, a.key_columns)
             if key is None:
                 warn_null_key("announced change", change.coordinates)
                 continue
             mk = match_key(a, key)
             item = {"t": change.commit_time, "clock": change.commit_clock, "table": a.table, "tx": change.txid,
-                    "row": change.row_index, "ev": row_evidence(change, a.table, a.columns)}
+                    "row": change.row_index, "ev": row_evidence(change, a.columns)}
             taken = self.unmatched.take(mk)
             if taken is None:
                 self.waiting.add(mk, item)
@@ -140,7 +155,7 @@ class Announcements:
             return
         mk = match_key(a, key)
         t = event.timestamp_ms / 1000.0
-        item = {"t": t, "h": payload_digest(event.payload), "ev": event_evidence(event)}
+        item = {"t": t, "h": self.digest[a](event.payload), "ev": event_evidence(event)}
         announced = self.announced
         before = announced.get(mk)
         if before is not None:

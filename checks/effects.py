@@ -15,6 +15,7 @@ from oncewatch.checks.findings import Findings, row_evidence, warn_null_key
 from oncewatch.checks.horizon import BINLOG, Memory
 from oncewatch.core.domain import Effect
 from oncewatch.core.names import key_text
+from oncewatch.core.tables import is_pattern
 from oncewatch.core.records import OP_DELETE, OP_INSERT, RowChange
 
 
@@ -24,6 +25,7 @@ class DuplicateEffects:
         self.rows = memory.aging("effects", BINLOG, spill=True)
         self.findings = findings
         self.tables = tables
+        self.sharded = {t: is_pattern(t) for t in tables}
 
     def on_row(self, effect: Effect, change: RowChange) -> None:
         trade_no = change.row.get(effect.trade_no_column)
@@ -35,14 +37,15 @@ class DuplicateEffects:
         trade_no = key_text(trade_no)
         key = f"{effect.table}\x1f{trade_no}"
         if change.pk:
-            pk = "\x1f".join(map(str, change.pk))
+            # shards of one pattern number their rows each on its own: the real table tells them apart
+            pk = "\x1f".join(map(str, (change.qualified_table, *change.pk) if self.sharded[effect.table] else change.pk))
         elif change.op == OP_INSERT:
             pk = change.coordinates  # no primary key: each inserted row is an effect of its own
         else:
             return  # an update of a row without a primary key cannot be told from another row: no new effect
         rows = self.rows.get(key) or {}
         if pk not in rows:
-            rows[pk] = row_evidence(change, effect.table, (effect.trade_no_column,), with_id=True)
+            rows[pk] = row_evidence(change, (effect.trade_no_column,), with_id=True)
         self.rows.put(key, rows, change.commit_time)
         if len(rows) > 1:
             duplicated = {t: r for t in self.tables if len(r := self.rows.get(f"{t}\x1f{trade_no}") or {}) > 1}

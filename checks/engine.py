@@ -73,11 +73,13 @@ from oncewatch.checks.orders import OrderLife
 from oncewatch.checks.payments import PaymentChecks
 from oncewatch.checks.settings import Settings
 from oncewatch.core.records import EmittedEvent, Finding, OffsetsSnapshot, RowChange, SchemaChange, Transaction
+from oncewatch.core.tables import Watched, is_pattern
 
 log = logging.getLogger("oncewatch.checks.engine")
 
 STATE_VERSION = 2  # 2: entries as [key, time, value] rows per space (state_delta)
 HORIZON_LOG_EVERY = 60.0  # seconds of `now` between two horizon log lines (it happens every tick at steady state)
+ROUTES_LIMIT = 100_000  # real tables whose handlers are remembered (a shop of more shards looks them up again)
 BACKLOG_EVERY = 1.0  # seconds of `now` between two F11 backlog judgements (each may walk the changes not yet due)
 
 
@@ -110,7 +112,9 @@ class Engine:
         rules, domain = settings.rules, settings.domain
         self.memory = Memory(rules.horizon_seconds, rules.horizon_max_entries)
         self.findings = Findings(self.memory)
-        # (schema, table) -> handlers: a tuple key spares building "schema.table" for every row
+        # watched entry (a table or a pattern) -> its handlers; (schema, table) of a real table -> its entry's:
+        # a tuple key spares building "schema.table" for every row
+        self._handlers: dict[str, list[Callable[[RowChange], None]]] = {}
         self.routes: dict[tuple[str, str], list[Callable[[RowChange], None]]] = {}
         self.callbacks: PaymentChecks | None = None
         self.orders: OrderLife | None = None
@@ -123,16 +127,19 @@ class Engine:
                                     self.findings)
             self._route(domain.orders.table, self.orders.on_row)
         if domain.payments:
-            payments = PaymentChecks(domain.payments, domain.orders, self.memory, self.findings)
+            payments = PaymentChecks(domain.payments, domain.orders, domain.callbacks, self.memory, self.findings)
             self._route(domain.payments.table, payments.on_payment)
+            if domain.callbacks:
+                self._route(domain.callbacks.table, payments.on_callback)
             if domain.orders:
                 self._route(domain.orders.table, payments.on_order)
-                if domain.payments.callback_status_column:
+                if domain.payments.callback_status_column or domain.callbacks:
                     self.callbacks = payments
         self.announcements = Announcements(settings.announce, rules, self.memory, self.findings)
         for table, entries in self.announcements.by_table.items():
             self._route(table, partial(self.announcements.on_change, entries))
         self.offsets = OffsetChecks(rules, self.findings)
+        self.watched = Watched(settings.tables or self._handlers)
         self.needs = shape.needs(settings)
         # table -> its shape problems (ShapeProblem.to_dict), as the last DDL on it left them
         self.shape_problems = self.memory.counters("shape_problems", {})
@@ -143,8 +150,15 @@ class Engine:
         self._backlog_at = float("-inf")
 
     def _route(self, table: str, handler: Callable[[RowChange], None]) -> None:
-        schema, name = table.split(".")
-        self.routes.setdefault((schema, name), []).append(handler)
+        self._handlers.setdefault(table, []).append(handler)
+
+    def _handlers_of(self, schema: str, table: str) -> list[Callable[[RowChange], None]]:
+        """The handlers of a real table: its entry's, once looked up (a new shard of a pattern is one more)."""
+        entry = self.watched.entry(schema, table)
+        handlers = self._handlers.get(entry, []) if entry is not None else []
+        if len(self.routes) < ROUTES_LIMIT:
+            self.routes[(schema, table)] = handlers
+        return handlers
 
     # ------------------------------------------------------------ state
 
@@ -177,7 +191,8 @@ class Engine:
     def on_transaction(self, tx: Transaction) -> None:
         routes = self.routes
         for row in tx.rows:
-            for handler in routes.get((row.schema, row.table), ()):
+            handlers = routes.get((row.schema, row.table))
+            for handler in self._handlers_of(row.schema, row.table) if handlers is None else handlers:
                 handler(row)
         if self.callbacks is not None:
             self.callbacks.check_callbacks(tx)
@@ -187,7 +202,8 @@ class Engine:
     def on_schema_change(self, change: SchemaChange, at: float) -> None:
         """A DDL on a watched table: the rules that read a column it broke go blind until a later
         DDL puts it right; a TRUNCATE of the orders table ends every pending order."""
-        found = shape.problems(change, self.needs)
+        entry = self.watched.qualified(change.table)
+        found = shape.problems(change, self.needs, entry)
         if found:
             self.shape_problems[change.table] = [p.to_dict() for p in found]
             log.warning("a watched table changed shape; the rules that read it are blind", extra={
@@ -197,8 +213,10 @@ class Engine:
             log.info("a watched table has the shape the config needs again", extra={
                 "event": "shape_restored", "table": change.table, "gtid": change.txid})
         self.findings.blind = self.blind_rules()
-        if change.kind == "truncate" and self.orders is not None and change.table == self.orders.orders.table:
-            self.orders.truncated(at, f"{change.binlog_file}:{change.pos}")
+        orders = self.orders
+        if change.kind == "truncate" and orders is not None and entry == orders.orders.table:
+            shard = change.table if is_pattern(entry) else None
+            orders.truncated(at, f"{change.binlog_file}:{change.pos}", shard)
 
     def blind_rules(self) -> frozenset[str]:
         return frozenset(r for problems in self.shape_problems.values() for p in problems for r in p["rules"])

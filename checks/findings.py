@@ -51,18 +51,20 @@ def finding_id(rule: str, *identity: Any) -> str:
 
 _NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
 _ROW_NAMES: dict[Sequence[str], tuple[str, ...]] = {}  # columns -> names of a row change's values
+_TABLES: dict[tuple[str, str], str] = {}  # (schema, table) -> "schema.table", one string per table
 
 
 def _interned(names: tuple[str, ...]) -> tuple[str, ...]:
     return _NAMES.setdefault(names, names)
 
 
-def row_evidence(change: RowChange, table: str, columns: Sequence[str], *, with_id: bool = False) -> EvidenceItem:
-    """The change with the columns a rule looked at (and their old values where they changed);
-    `with_id`: and the row's primary key as "row_id" (a list for a composite key, None without one).
-
-    `table` is the configured name, passed in so that every item shares that one string."""
+def row_evidence(change: RowChange, columns: Sequence[str], *, with_id: bool = False) -> EvidenceItem:
+    """The change with its real table (the shard, where the config names a pattern) and the columns a rule
+    looked at (and their old values where they changed); `with_id`: and the row's primary key as "row_id" (a
+    list for a composite key, None without one). Every item of one table shares one table name string."""
     after, before = change.after, change.before
+    where = (change.schema, change.table)
+    table = _TABLES.get(where) or _TABLES.setdefault(where, f"{change.schema}.{change.table}")
     row = after if after is not None else before or {}
     names = _ROW_NAMES.get(columns) or _ROW_NAMES.setdefault(columns, ("table", "op", "commit_clock", *columns))
     values = (table, change.op, change.commit_clock, *map(row.get, columns))

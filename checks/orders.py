@@ -1,5 +1,6 @@
 """F3 stuck_pending and F4 illegal_transition: the life of one order.
 
+Statuses are read by their state-machine names (`Orders.status`: the config's aliases applied).
 F3 is judged on the binlog clock: an order is stuck once the binlog has been read past
 `since + stuck_pending_seconds` with the order still pending. When it leaves pending later
 (paid, closed, deleted) the finding resolves; if it leaves after the threshold but before the
@@ -9,10 +10,10 @@ when the timer ran. F4 needs no state: the binlog's before image gives the old s
 
 from __future__ import annotations
 
-from oncewatch.checks.findings import EvidenceItem, Findings, finding_id, row_evidence, warn_null_key
+from oncewatch.checks.findings import EvidenceItem, Findings, finding_id, row_evidence, values_of, warn_null_key
 from oncewatch.checks.horizon import BINLOG, Memory
 from oncewatch.core.domain import Orders
-from oncewatch.core.names import key_text
+from oncewatch.core.names import key_of, key_text
 from oncewatch.core.records import OP_DELETE, OP_UPDATE, RowChange
 
 
@@ -29,12 +30,12 @@ class OrderLife:
 
     def on_row(self, change: RowChange) -> None:
         o = self.orders
-        key = change.row.get(o.key_column)
+        key = key_of(change.row, o.key_columns)
         if key is None:
             warn_null_key("order row", change.coordinates)
             return
         key = key_text(key)
-        status = change.row.get(o.status_column)
+        status = o.status(change.row)
         if change.op != OP_DELETE and status in self.pending_statuses:
             if not self.pending.has(key):
                 self.pending.add(key, {"t": change.commit_time, "ev": self._evidence(change)})
@@ -50,7 +51,7 @@ class OrderLife:
         item, overdue = taken
         if overdue or change.commit_time - item["t"] > self.threshold:
             waited = change.commit_time - item["t"]
-            status = change.row.get(self.orders.status_column) if change.op != OP_DELETE else "deleted"
+            status = self.orders.status(change.row) if change.op != OP_DELETE else "deleted"
             self.findings.settle(
                 "F3", (key,), keys={"order": key}, summary=self._summary(key),
                 since=item["t"] + self.threshold,
@@ -59,26 +60,29 @@ class OrderLife:
 
     def _evidence(self, change: RowChange) -> EvidenceItem:
         o = self.orders
-        return row_evidence(change, o.table, (o.key_column, o.status_column))
+        return row_evidence(change, (*o.key_columns, o.status_column))
 
     def _summary(self, key: str) -> str:
         return f"order {key} pending longer than {self.threshold:g}s"
 
     def _check_transition(self, key: str, change: RowChange) -> None:
-        column = self.orders.status_column
-        old, new = (change.before or {}).get(column), change.row.get(column)
+        old, new = self.orders.status(change.before or {}), self.orders.status(change.row)
         if old == new or new in self.machine.get(old, ()):
             return
         self.findings.raise_("F4", (key, change.txid, change.row_index), keys={"order": key, "from": old, "to": new},
                              summary=f"order {key} went {old} -> {new}, not allowed by domain.state_machine",
                              time=change.commit_time, evidence=[self._evidence(change)])
 
-    def truncated(self, at: float, where: str) -> None:
-        """The orders table was emptied: no order is pending any more (a stuck one ends here)."""
+    def truncated(self, at: float, where: str, shard: str | None = None) -> None:
+        """The orders table was emptied: no order is pending any more (a stuck one ends here). `shard`: the one
+        table of a pattern that was, whose orders are those that went pending in it."""
         for key in {*self.pending.fresh.items, *self.pending.overdue.items}:
+            if shard is not None and not any(values_of(i["ev"]).get("table") == shard for space in
+                                             (self.pending.fresh, self.pending.overdue) for i in space.get(key) or ()):
+                continue
             while (taken := self.pending.take(key)) is not None:
                 if taken[1]:  # overdue: its F3 was raised
-                    self.findings.resolve(finding_id("F3", key), at, f"{self.orders.table} truncated at {where}")
+                    self.findings.resolve(finding_id("F3", key), at, f"{shard or self.orders.table} truncated at {where}")
 
     def tick(self, binlog_time: float) -> None:
         for key, item in self.pending.due(binlog_time):

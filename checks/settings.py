@@ -15,7 +15,10 @@ class Settings:
     domain: Domain
     announce: tuple[Announce, ...]
     rules: Rules
+    # mysql.tables, in order: which entry a real table falls under where patterns overlap (the first listed);
+    # empty: the tables the domain and the announcements name
+    tables: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, cfg: Config) -> Settings:
-        return cls(domain=cfg.domain, announce=cfg.announce, rules=cfg.rules)
+        return cls(domain=cfg.domain, announce=cfg.announce, rules=cfg.rules, tables=cfg.mysql.tables)

@@ -55,34 +55,41 @@ def needs(settings: Settings) -> tuple[Need, ...]:
     out: list[Need] = []
     if d.orders:
         o, key = d.orders, "domain.orders"
-        out += [Need(o.table, o.key_column, f"{key}.key_column", ("F3", "F4", "F5", "F6")),
+        out += [*(Need(o.table, c, f"{key}.key_column", ("F3", "F4", "F5", "F6")) for c in o.key_columns),
                 Need(o.table, o.status_column, f"{key}.status_column", ("F3", "F4", "F6"))]
         if o.amount_column:
             out.append(Need(o.table, o.amount_column, f"{key}.amount_column", ("F5",), numeric=True))
     if d.payments:
         p, key = d.payments, "domain.payments"
         out += [Need(p.table, p.trade_no_column, f"{key}.trade_no_column", ("F2", "F5", "F6")),
-                Need(p.table, p.order_column, f"{key}.order_column", ("F2", "F5", "F6")),
+                *(Need(p.table, c, f"{key}.order_column", ("F2", "F5", "F6")) for c in p.order_columns),
                 Need(p.table, p.status_column, f"{key}.status_column", ("F2", "F5"))]
         if p.amount_column:
             out.append(Need(p.table, p.amount_column, f"{key}.amount_column", ("F5",), numeric=True))
         if p.callback_status_column:
             out.append(Need(p.table, p.callback_status_column, f"{key}.callback_status_column", ("F6",)))
+    if d.callbacks:
+        c, key = d.callbacks, "domain.callbacks"
+        out += [Need(c.table, c.trade_no_column, f"{key}.trade_no_column", ("F5", "F6")),
+                Need(c.table, c.status_column, f"{key}.status_column", ("F5", "F6"))]
+        if c.amount_column:
+            out.append(Need(c.table, c.amount_column, f"{key}.amount_column", ("F5",), numeric=True))
     for i, e in enumerate(d.effects):
         out.append(Need(e.table, e.trade_no_column, f"domain.effects[{i}].trade_no_column", ("F1",)))
     announced = ("F7", "F8", "F9", "F10")
     for i, a in enumerate(settings.announce):
-        out.append(Need(a.table, a.key_column, f"announce[{i}].key_column", announced))
+        out += [Need(a.table, c, f"announce[{i}].key_column", announced) for c in a.key_columns]
         if a.when_column:
             out.append(Need(a.table, a.when_column, f"announce[{i}].when_column", announced))
     return tuple(out)
 
 
-def problems(change: SchemaChange, wanted: Iterable[Need]) -> list[ShapeProblem]:
-    """What the table's columns after `change` break among the `wanted` columns of its table."""
+def problems(change: SchemaChange, wanted: Iterable[Need], entry: str | None = None) -> list[ShapeProblem]:
+    """What the table's columns after `change` break among the `wanted` columns of its table; `entry`: the
+    watched entry the changed table falls under, where that is a pattern (one shard of it changed)."""
     out = []
     for n in wanted:
-        if n.table != change.table:
+        if n.table != (entry or change.table):
             continue
         kind = change.columns.get(n.column)
         if not change.columns:

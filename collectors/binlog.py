@@ -36,6 +36,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from oncewatch.core.config import MySQLConfig
 from oncewatch.core.names import UNDECODABLE, UNPARSEABLE
+from oncewatch.core.tables import is_pattern
 from oncewatch.core.records import (CLOCK_BINLOG_HEADER, CLOCK_READ_TIME, CLOCK_ROW_COLUMN, OP_DELETE, OP_INSERT,
                                     OP_UPDATE, BinlogPosition, QuarantinedRows, RowChange, SchemaChange,
                                     Transaction)
@@ -283,8 +284,9 @@ class BinlogCollector:
             auto_position=position.gtid or None,
             blocking=True,
             resume_stream=True,
-            only_schemas=list(self.cfg.schemas),
-            only_tables=list(self.cfg.table_names()),
+            # a pattern leaves that part unfiltered by the library: `_read` keeps the watched tables
+            only_schemas=self._only(self.cfg.watched.exact_schemas()),
+            only_tables=self._only(self.cfg.watched.exact_tables()),
             only_events=[MariadbGtidEvent, XidEvent, QueryEvent, RotateEvent, HeartbeatLogEvent,
                          WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
             slave_heartbeat=self.cfg.heartbeat_seconds,
@@ -293,13 +295,17 @@ class BinlogCollector:
         )
         return self._stream
 
+    @staticmethod
+    def _only(names: tuple[str, ...] | None) -> list[str] | None:
+        return None if names is None else list(names)
+
     def _read(self, position: BinlogPosition) -> Iterator[Transaction]:
         stream = self._open(position)
         done = gtid_set(position.gtid)
         # gtid -> rows of it handed on in fragments: skipped when it is read again, after a resume
         # from inside it or the library's own reconnect from the stream's opening position
         handed = {position.within_gtid: position.within_rows} if position.within_gtid else {}
-        watched = set(self.cfg.tables)
+        watched = self.cfg.watched.entry
         tx_gtid: str | None = None
         skip_tx = standalone = False
         rows: list[tuple[str, Any, dict | None, dict | None]] = []  # (op, event, before, after)
@@ -334,7 +340,7 @@ class BinlogCollector:
             if tx_gtid is None:
                 continue  # the tail of a transaction whose start we did not see: cannot happen on GTID resume
             if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
-                if f"{event.schema}.{event.table}" in watched and not skip_tx:
+                if not skip_tx and watched(event.schema, event.table) is not None:
                     try:
                         read = list(self._row_tuples(event))
                     except Exception as exc:  # noqa: BLE001 - one event the library cannot decode must not stop the tail
@@ -357,7 +363,8 @@ class BinlogCollector:
                     else str(event.schema or "")
                 changes += [SchemaChange(table=t, kind=kind, statement=event.query[:500], columns=self.columns(t),
                                          txid=tx_gtid, binlog_file=log_file or "", pos=stream.log_pos or 0)
-                            for t, kind in ddl_targets(event.query, default) if t in watched]
+                            for t, kind in ddl_targets(event.query, default)
+                            if self.cfg.watched.qualified(t) is not None]
             is_commit = isinstance(event, XidEvent) or (
                 isinstance(event, QueryEvent) and (standalone or event.query.strip().upper() == "COMMIT"))
             if not is_commit:
@@ -404,13 +411,13 @@ class BinlogCollector:
                      quarantined: list[QuarantinedRows], changes: list[SchemaChange], *,
                      complete: bool = True) -> Transaction:
         out = []
+        entry = self.cfg.watched.entry
         for i, (op, event, before, after) in enumerate(rows, first):
-            table = f"{event.schema}.{event.table}"
             image = after if after is not None else before
             pk_names = event.primary_key if isinstance(event.primary_key, (list, tuple)) else (
                 (event.primary_key,) if event.primary_key else ())
             pk = tuple(image.get(n) for n in pk_names)
-            column = self.cfg.commit_time_columns.get(table)
+            column = self.cfg.commit_time_columns.get(entry(event.schema, event.table))
             row_time = to_epoch(image.get(column)) if column else None
             out.append(RowChange(
                 schema=event.schema, table=event.table, op=op, pk=pk, before=before, after=after,
@@ -428,6 +435,21 @@ def _released(stream: BinLogStreamReader) -> Iterator[Any]:
     for event in stream:
         yield event
         event.packet = None
+
+
+def watched_tables(cur: Any, cfg: MySQLConfig) -> list[tuple[str, str, str]]:
+    """(entry, schema, table) of every table on the server that a watched entry names, in the order of
+    `mysql.tables` then by name: an exact entry as it is, a pattern as each shard it matches now."""
+    out = []
+    for entry in cfg.tables:
+        if not is_pattern(entry):
+            out.append((entry, *entry.split(".", 1)))
+            continue
+        cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' "
+                    "ORDER BY TABLE_SCHEMA, TABLE_NAME")
+        names = [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in cur.fetchall()]
+        out += [(entry, schema, table) for schema, table in names if cfg.watched.entry(schema, table) == entry]
+    return out
 
 
 def bootstrap(cfg: MySQLConfig, chunk: int = 5000) -> Iterator[Transaction]:
@@ -454,12 +476,12 @@ def bootstrap(cfg: MySQLConfig, chunk: int = 5000) -> Iterator[Transaction]:
             gtid = cur.fetchone()["g"] or ""
             position = BinlogPosition(gtid=gtid, file=file, pos=pos)
             now = time.time()
-            for table in cfg.tables:
-                schema, name = table.split(".")
+            for entry, schema, name in watched_tables(cur, cfg):
+                table = f"{schema}.{name}"
                 cur.execute(f"SHOW KEYS FROM `{schema}`.`{name}` WHERE Key_name = 'PRIMARY'")
                 pk_cols = [r["Column_name"] for r in sorted(cur.fetchall(), key=lambda r: r["Seq_in_index"])]
                 cur.execute(f"SELECT * FROM `{schema}`.`{name}`")
-                column = cfg.commit_time_columns.get(table)
+                column = cfg.commit_time_columns.get(entry)
                 for i, row in enumerate(cur):
                     row_time = to_epoch(row.get(column)) if column else None
                     rows.append(RowChange(
@@ -479,4 +501,4 @@ def bootstrap(cfg: MySQLConfig, chunk: int = 5000) -> Iterator[Transaction]:
 
 
 __all__ = ["BinlogCollector", "BinlogError", "BinlogPurgedError", "BinlogAccessError", "CollectorStatus",
-           "bootstrap", "connect", "gtid_set", "gtid_text"]
+           "bootstrap", "connect", "gtid_set", "gtid_text", "watched_tables"]

@@ -41,6 +41,7 @@ from oncewatch.core.config import TopicConfig
 from oncewatch.core.exact_json import parse_exact_json, to_json
 from oncewatch.core.names import (MISSING_PATH, NOT_JSON, NOT_UTF8, NULL_VALUE, QUARANTINE_REASONS, TOO_LARGE,
                                   UNPARSEABLE, WRONG_TYPE)
+from oncewatch.core.paths import compile_path, lookup
 from oncewatch.core.records import OP_DELETE, OP_INSERT, OP_UPDATE, EmittedEvent, QuarantinedRecord
 
 log = logging.getLogger("oncewatch.collectors.kafka_formats")
@@ -126,24 +127,6 @@ def preview(data: bytes | None) -> str:
 
 # ---------------------------------------------------------------- key extraction
 
-def compile_path(path: str) -> tuple[str | int, ...]:
-    return tuple(int(p) if p.isdigit() else p for p in path.split("."))
-
-
-def lookup(doc: Any, path: tuple[str | int, ...]) -> Any:
-    """The value at a compiled dotted path, or None when there is none (a JSON null counts as missing)."""
-    for part in path:
-        if isinstance(doc, dict):
-            doc = doc.get(part if isinstance(part, str) else str(part))
-        elif isinstance(doc, list) and isinstance(part, int) and part < len(doc):
-            doc = doc[part]
-        else:
-            return None
-        if doc is None:
-            return None
-    return doc
-
-
 def _identifier(value: Any) -> Any:
     if isinstance(value, (str, int)) and not isinstance(value, bool):
         return value
@@ -185,15 +168,24 @@ class KeyExtractor:
     # (key, dotted path, compiled path, the path's one dict key if it is one, *KEY_TYPES[key])
     paths: tuple[tuple[str, str, tuple[str | int, ...], str | None, frozenset[type], Callable[[Any], Any]], ...]
     required: frozenset[str]
+    # a composite key: (key, its dotted paths, their compiled paths); its value is the tuple of its parts
+    composites: tuple[tuple[str, tuple[str, ...], tuple[tuple[str | int, ...], ...]], ...] = ()
 
     @classmethod
     def of(cls, topic: TopicConfig) -> KeyExtractor:
-        paths = []
+        paths, composites = [], []
         for k, p in topic.paths.items():
+            if not isinstance(p, str):
+                composites.append((k, p, tuple(map(compile_path, p))))
+                continue
             compiled = compile_path(p)
             top = compiled[0] if len(compiled) == 1 and isinstance(compiled[0], str) else None
-            paths.append((k, p, compiled, top, *KEY_TYPES[k]))
-        return cls(tuple(paths), frozenset(topic.required))
+            kept, convert = KEY_TYPES[k]
+            if k == "amount" and topic.amount_scale != 1:
+                scale = topic.amount_scale
+                convert = lambda value, unscaled=convert: unscaled(value) / scale  # noqa: E731 - exact: a power of ten
+            paths.append((k, p, compiled, top, kept, convert))
+        return cls(tuple(paths), frozenset(topic.required), tuple(composites))
 
     def extract(self, doc: Any, where: str = "payload") -> dict[str, Any]:
         # Runs for every record: a top-level path is one dict lookup, and a value of a type kept
@@ -216,6 +208,18 @@ class KeyExtractor:
                         "decimal.handling.mode=string)") if name == "amount" and isinstance(value, str) else ""
                 raise Rejected(WRONG_TYPE, f"{name}: {exc} at {where} path {dotted!r}, got "
                                            f"{_short(value)}{hint}") from None
+        for name, dotted_parts, parts in self.composites:
+            values = tuple(lookup(doc, path) for path in parts)
+            if None in values:
+                if name in self.required:
+                    missing = dotted_parts[values.index(None)]
+                    raise Rejected(MISSING_PATH, f"{name}: no value at {where} path {missing!r} (a part of the key)")
+                continue
+            for dotted, value in zip(dotted_parts, values):
+                if isinstance(value, bool) or not isinstance(value, (str, int)):
+                    raise Rejected(WRONG_TYPE, f"{name}: expected a string or an integer at {where} path {dotted!r} "
+                                               f"(a part of the key), got {_short(value)}")
+            keys[name] = values
         return keys
 
 

@@ -12,11 +12,14 @@ import hashlib
 import json
 import tomllib
 from dataclasses import dataclass, fields, is_dataclass
+from decimal import Decimal
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from oncewatch.core.domain import Announce, Domain, Rules, parse_announce, parse_domain, parse_rules
 from oncewatch.core.sections import MASK, ConfigError, Secret, Section, qualified_table, read_secret
+from oncewatch.core.tables import Watched
 
 
 # ---------------------------------------------------------------- sections
@@ -35,20 +38,24 @@ class MySQLConfig:
     heartbeat_seconds: float
     reconnect_max_seconds: float
 
-    @property
-    def schemas(self) -> tuple[str, ...]:
-        return tuple(sorted({t.split(".")[0] for t in self.tables}))
-
-    def table_names(self) -> tuple[str, ...]:
-        return tuple(sorted({t.split(".")[1] for t in self.tables}))
+    @cached_property
+    def watched(self) -> Watched:
+        """Which entry of `tables` a real table falls under (entries may be patterns)."""
+        return Watched(self.tables)
 
 
 @dataclass(frozen=True)
 class TopicConfig:
     name: str
     format: str  # json | debezium | canal
-    paths: dict[str, str]  # logical key -> dotted payload path (json format)
+    # logical key -> dotted payload path, or the paths of a composite key's parts (in key order)
+    paths: dict[str, str | tuple[str, ...]]
     required: tuple[str, ...]
+    # What F9 compares of two events announcing one key: only these paths, or all but these (an envelope's
+    # own id and time differ between two sends of one business fact); both empty: the whole payload.
+    compare: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    amount_scale: Decimal = Decimal(1)  # the `amount` path's value is divided by this (100: cents)
 
 
 @dataclass(frozen=True)
@@ -122,11 +129,15 @@ class Config:
 
 
 JSON_PATH_KEYS = ("event_type", "trade_no", "order_key", "effect_id", "amount", "status")
+COMPOSITE_PATH_KEYS = ("order_key", "effect_id")  # keys that may be made of several paths
 TOPIC_FORMATS = ("json", "debezium", "canal")
 
 
 def _mysql(s: Section, base: Path) -> MySQLConfig:
     tables = tuple(qualified_table(t, s.key("tables")) for t in s.str_list("tables", required=True, nonempty=True))
+    for i, table in enumerate(tables):
+        if table in tables[:i]:
+            raise ConfigError(f"{s.key('tables')}: {table!r} is listed twice")
     columns = s.table("commit_time_columns")
     for table, column in columns.items():
         if table not in tables:
@@ -154,14 +165,30 @@ def _topic(s: Section) -> TopicConfig:
     name = s.str("name", required=True)
     fmt = s.str("format", "json", choices=TOPIC_FORMATS)
     paths_section = s.section("paths")
-    paths = {k: paths_section.str(k) for k in JSON_PATH_KEYS if k in paths_section.data}
+    paths: dict[str, str | tuple[str, ...]] = {}
+    for k in JSON_PATH_KEYS:
+        if k in paths_section.data:
+            parts = paths_section.names(k)
+            if len(parts) > 1 and k not in COMPOSITE_PATH_KEYS:
+                raise ConfigError(f"{paths_section.key(k)}: one path only; a list of paths (a composite key) is "
+                                  f"for {', '.join(COMPOSITE_PATH_KEYS)}")
+            paths[k] = parts[0] if len(parts) == 1 else parts
     paths_section.done()
     required = s.str_list("required", ["event_type"] if fmt == "json" else [])
     for r in required:
         if r not in paths:
             raise ConfigError(f"{s.key('required')}: '{r}' has no entry in {paths_section.path}")
+    compare, ignore = s.str_list("compare"), s.str_list("ignore")
+    if compare and ignore:
+        raise ConfigError(f"{s.key('ignore')}: give compare (the paths F9 compares) or ignore (the paths it "
+                          f"leaves out), not both")
+    if (compare or ignore) and fmt != "json":
+        raise ConfigError(f"{s.key('compare' if compare else 'ignore')}: only for json topics (F9 compares the "
+                          f"events announcing one key)")
+    scale = Decimal(s.scale())
     s.done()
-    return TopicConfig(name=name, format=fmt, paths=paths, required=required)
+    return TopicConfig(name=name, format=fmt, paths=paths, required=required, compare=compare, ignore=ignore,
+                       amount_scale=scale)
 
 
 def _kafka(s: Section) -> KafkaConfig:

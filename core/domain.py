@@ -9,7 +9,8 @@ in the state machine. A part of [domain] that is left out switches off the rules
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from oncewatch.core.sections import ConfigError, Section
@@ -23,22 +24,45 @@ OPS = ("insert", "update", "delete")
 @dataclass(frozen=True)
 class Orders:
     table: str
-    key_column: str
+    key_columns: tuple[str, ...]  # one column, or the columns of a composite key (order_no + tenant)
     status_column: str
     amount_column: str | None
     pending_statuses: tuple[str, ...]
+    # a status as the table holds it -> its name in the state machine ("PAID" and "Paid" -> "paid")
+    status_aliases: dict[str, str] = field(default_factory=dict, hash=False)
+    amount_scale: Decimal = Decimal(1)
+
+    def status(self, row: dict[str, Any]) -> Any:
+        """The row's status by its state-machine name."""
+        value = row.get(self.status_column)
+        return self.status_aliases.get(value, value) if self.status_aliases else value
 
 
 @dataclass(frozen=True)
 class Payments:
     table: str
     trade_no_column: str
-    order_column: str
+    order_columns: tuple[str, ...]  # the order's key, as many columns as domain.orders.key_column
     status_column: str
     amount_column: str | None
     success_statuses: tuple[str, ...]
     callback_status_column: str | None
     callback_status_whitelist: tuple[str, ...]
+    amount_scale: Decimal = Decimal(1)
+
+
+@dataclass(frozen=True)
+class Callbacks:
+    """A log of the notifications a channel sent, one row each, linked to its payment by trade_no: F6 and F5
+    are judged on what the channel sent, where the payments table holds only the service's own result."""
+
+    table: str
+    trade_no_column: str
+    status_column: str
+    status_whitelist: tuple[str, ...]
+    amount_column: str | None
+    success_statuses: tuple[str, ...]  # the statuses that say "paid": F5 compares their amount with the order's
+    amount_scale: Decimal = Decimal(1)
 
 
 @dataclass(frozen=True)
@@ -53,6 +77,7 @@ class Effect:
 class Domain:
     orders: Orders | None = None
     payments: Payments | None = None
+    callbacks: Callbacks | None = None
     state_machine: dict[str, tuple[str, ...]] | None = None
     effects: tuple[Effect, ...] = ()
 
@@ -70,22 +95,31 @@ class Announce:
     becomes: str | None
     topic: str
     event_type: str
-    key_column: str
+    key_columns: tuple[str, ...]
     event_key: str
+    # when_column is the orders' status column: its values are read through the orders' aliases
+    aliases: dict[str, str] = field(default_factory=dict, hash=False)
+    # the topic's compare / ignore paths (what F9 compares of two events announcing one key)
+    compare: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
 
     @property
     def columns(self) -> tuple[str, ...]:
         """The columns the evidence of a change shows."""
-        return (self.key_column,) if self.when_column is None else (self.key_column, self.when_column)
+        return self.key_columns if self.when_column is None else (*self.key_columns, self.when_column)
 
     def selects(self, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> bool:
         if self.on is not None and op != self.on:
             return False
         if self.when_column is None:
             return True
-        if after is None or str(after.get(self.when_column)) != self.becomes:
+        if after is None or self._value(after) != self.becomes:
             return False
-        return before is None or str(before.get(self.when_column)) != self.becomes
+        return before is None or self._value(before) != self.becomes
+
+    def _value(self, row: dict[str, Any]) -> str:
+        value = row.get(self.when_column)
+        return str(self.aliases.get(value, value) if self.aliases else value)
 
 
 @dataclass(frozen=True)
@@ -114,26 +148,52 @@ def _table(s: Section, name: str, mysql: MySQLConfig) -> str:
 
 
 def _orders(s: Section, mysql: MySQLConfig) -> Orders:
-    orders = Orders(table=_table(s, "table", mysql), key_column=s.str("key_column", required=True),
+    orders = Orders(table=_table(s, "table", mysql), key_columns=s.names("key_column", required=True),
                     status_column=s.str("status_column", required=True),
                     amount_column=s.opt_str("amount_column"),
-                    pending_statuses=s.str_list("pending_statuses", required=True, nonempty=True))
+                    pending_statuses=s.str_list("pending_statuses", required=True, nonempty=True),
+                    status_aliases=s.str_map("status_aliases"), amount_scale=Decimal(s.scale()))
     s.done()
     return orders
 
 
-def _payments(s: Section, mysql: MySQLConfig) -> Payments:
+def _payments(s: Section, mysql: MySQLConfig, orders: Orders | None) -> Payments:
     callback_column = s.opt_str("callback_status_column")
     payments = Payments(table=_table(s, "table", mysql), trade_no_column=s.str("trade_no_column", required=True),
-                        order_column=s.str("order_column", required=True),
+                        order_columns=s.names("order_column", required=True),
                         status_column=s.str("status_column", required=True),
                         amount_column=s.opt_str("amount_column"),
                         success_statuses=s.str_list("success_statuses", required=True, nonempty=True),
                         callback_status_column=callback_column,
                         callback_status_whitelist=s.str_list("callback_status_whitelist",
-                                                             required=callback_column is not None))
+                                                             required=callback_column is not None),
+                        amount_scale=Decimal(s.scale()))
+    if orders is not None and len(payments.order_columns) != len(orders.key_columns):
+        raise ConfigError(f"{s.key('order_column')}: {len(payments.order_columns)} column(s) for an order key of "
+                          f"{len(orders.key_columns)} (domain.orders.key_column); list them in the same order")
     s.done()
     return payments
+
+
+def _callbacks(s: Section, mysql: MySQLConfig, payments: Payments | None) -> Callbacks:
+    if payments is None:
+        raise ConfigError(f"{s.key('table')}: a callback log is linked to its order through the payments "
+                          f"table by trade_no; configure [domain.payments] too")
+    if payments.callback_status_column is not None:
+        raise ConfigError(f"{s.key('table')}: callback statuses are read from the log table or from "
+                          f"domain.payments.callback_status_column, not both")
+    amount_column = s.opt_str("amount_column")
+    callbacks = Callbacks(table=_table(s, "table", mysql), trade_no_column=s.str("trade_no_column", required=True),
+                          status_column=s.str("status_column", required=True),
+                          status_whitelist=s.str_list("status_whitelist", required=True, nonempty=True),
+                          amount_column=amount_column,
+                          success_statuses=s.str_list("success_statuses", required=amount_column is not None,
+                                                      nonempty=amount_column is not None),
+                          amount_scale=Decimal(s.scale()))
+    if callbacks.table == payments.table:
+        raise ConfigError(f"{s.key('table')}: the callback log must be a table of its own, not the payments table")
+    s.done()
+    return callbacks
 
 
 def _state_machine(s: Section) -> dict[str, tuple[str, ...]]:
@@ -155,8 +215,10 @@ def _effect(s: Section, mysql: MySQLConfig) -> Effect:
 
 def parse_domain(s: Section, mysql: MySQLConfig) -> Domain:
     orders_s, payments_s, machine_s = s.section("orders"), s.section("payments"), s.section("state_machine")
+    callbacks_s = s.section("callbacks")
     orders = _orders(orders_s, mysql) if orders_s.data else None
-    payments = _payments(payments_s, mysql) if payments_s.data else None
+    payments = _payments(payments_s, mysql, orders) if payments_s.data else None
+    callbacks = _callbacks(callbacks_s, mysql, payments) if callbacks_s.data else None
     machine = _state_machine(machine_s) if machine_s.data else None
     effects = tuple(_effect(e, mysql) for e in s.sections("effects"))
     s.done()
@@ -165,11 +227,15 @@ def parse_domain(s: Section, mysql: MySQLConfig) -> Domain:
             if status not in machine:
                 raise ConfigError(f"{orders_s.key('pending_statuses')}: {status!r} is not a status of "
                                   f"{machine_s.path}")
+        for alias, status in orders.status_aliases.items():
+            if status not in machine:
+                raise ConfigError(f"{orders_s.key('status_aliases')}.{alias}: {status!r} is not a status of "
+                                  f"{machine_s.path}")
     tables = [e.table for e in effects]
     for i, table in enumerate(tables):
         if table in tables[:i]:
             raise ConfigError(f"{s.key('effects')}[{i}].table: {table!r} is listed twice")
-    return Domain(orders=orders, payments=payments, state_machine=machine, effects=effects)
+    return Domain(orders=orders, payments=payments, callbacks=callbacks, state_machine=machine, effects=effects)
 
 
 def _announce(s: Section, mysql: MySQLConfig, kafka: KafkaConfig | None, domain: Domain) -> Announce:
@@ -199,9 +265,18 @@ def _announce(s: Section, mysql: MySQLConfig, kafka: KafkaConfig | None, domain:
         if path_key not in topic_cfg.paths:
             raise ConfigError(f"{s.key('event_key') if path_key == event_key else s.key('topic')}: "
                               f"{path_key!r} has no entry in kafka.topics[{index}].paths")
+    key_columns = s.names("key_column", required=True)
+    path = topic_cfg.paths[event_key]
+    parts = 1 if isinstance(path, str) else len(path)
+    if parts != len(key_columns):
+        raise ConfigError(f"{s.key('key_column')}: {len(key_columns)} column(s) for kafka.topics[{index}].paths."
+                          f"{event_key}, which has {parts} path(s); a composite key needs as many of each, in "
+                          f"the same order")
+    aliases = orders.status_aliases if (orders is not None and table == orders.table
+                                        and when_column == orders.status_column) else {}
     announce = Announce(table=table, on=on, when_column=when_column, becomes=becomes, topic=topic,
-                        event_type=s.str("event_type", required=True), key_column=s.str("key_column", required=True),
-                        event_key=event_key)
+                        event_type=s.str("event_type", required=True), key_columns=key_columns,
+                        event_key=event_key, aliases=aliases, compare=topic_cfg.compare, ignore=topic_cfg.ignore)
     s.done()
     return announce
 

@@ -77,8 +77,22 @@ BOOTSTRAP = "bootstrap"
 
 def key_text(value: Any) -> str:
     """A key (order, trade_no, announced key) as the text both streams agree on: a VARBINARY
-    column's bytes are the text they hold, as the event's JSON carries it, not "b'...'"."""
-    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
+    column's bytes are the text they hold, as the event's JSON carries it, not "b'...'"; a
+    composite key's parts joined by "/" (a tuple from a row, a list once through JSON)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    if isinstance(value, (tuple, list)):
+        return "/".join(map(key_text, value))
+    return str(value)
+
+
+def key_of(row: dict[str, Any], columns: tuple[str, ...]) -> Any:
+    """The key a row holds in `columns`: the value of the one column, or a tuple of a composite key's parts;
+    None when any part is NULL."""
+    if len(columns) == 1:
+        return row.get(columns[0])
+    parts = tuple(map(row.get, columns))
+    return None if None in parts else parts
 
 
 def partition_key(topic: str, partition: int) -> str:

@@ -86,6 +86,37 @@ class Section:
             raise ConfigError(f"{self.key(name)}: must list at least one entry")
         return tuple(value)
 
+    def names(self, name: str, *, required: bool = False) -> tuple[str, ...]:
+        """One name or a list of them: a column or the columns of a composite key (in key order)."""
+        value = self._get(name, None, required)
+        if value is None:
+            return ()
+        if isinstance(value, str) and value:
+            return (value,)
+        if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
+            if len(set(value)) != len(value):
+                raise ConfigError(f"{self.key(name)}: a column is listed twice in {value!r}")
+            return tuple(value)
+        raise ConfigError(f"{self.key(name)}: expected a name or a non-empty list of names (a composite key), "
+                          f"got {value!r}")
+
+    def scale(self, name: str = "amount_scale") -> int:
+        """A power of ten an amount is divided by (100: the values are cents of the unit), so amounts stored in
+        different units compare exactly."""
+        value = self.int(name, 1, minimum=1)
+        if str(value).rstrip("0") != "1":
+            raise ConfigError(f"{self.key(name)}: must be a power of ten (1, 10, 100, 1000, ...) so that amounts "
+                              f"convert exactly, got {value}")
+        return value
+
+    def str_map(self, name: str) -> dict[str, str]:
+        """A table of names to names (aliases)."""
+        value = self.table(name)
+        for k, v in value.items():
+            if not isinstance(v, str) or not v:
+                raise ConfigError(f"{self.key(name)}.{k}: expected a non-empty string, got {v!r}")
+        return dict(value)
+
     def section(self, name: str, *, required: bool = False) -> Section:
         return Section(self._get(name, {}, required), self.key(name))
 
@@ -108,8 +139,10 @@ class Section:
 
 
 def qualified_table(value: str, key: str) -> str:
+    """'schema.table', either part may be a pattern (oncewatch.core.tables)."""
     if value.count(".") != 1 or not all(value.split(".")):
-        raise ConfigError(f"{key}: expected 'schema.table', got {value!r}")
+        raise ConfigError(f"{key}: expected 'schema.table', got {value!r} (a pattern such as "
+                          f"'shop_*.pay_order_*' stands for every shard it matches)")
     return value
 
 

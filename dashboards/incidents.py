@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 from oncewatch.core import names
 from oncewatch.core.config import Config
-from oncewatch.core.names import key_text
+from oncewatch.core.names import key_of, key_text
 from oncewatch.core.records import Finding, RowChange
+from oncewatch.core.tables import Watched
 
 # The names oncewatch itself gives these values: in finding keys (F2-F6 write order, F2 trade_nos)
 # and in the keys it reads from events (order_key, trade_no).
@@ -38,9 +39,10 @@ class Fields:
 
     trade_no: frozenset[str] = TRADE_NO_FIELDS
     order: frozenset[str] = ORDER_FIELDS
-    trade_no_columns: Mapping[str, str] = field(default_factory=dict)  # table -> column
-    order_columns: Mapping[str, str] = field(default_factory=dict)
-    announced: Mapping[str, str] = field(default_factory=dict)  # table -> "trade_no" | "order" | "row"
+    trade_no_columns: Mapping[str, str] = field(default_factory=dict)  # watched entry -> column
+    order_columns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # the order key's columns
+    announced: Mapping[str, str] = field(default_factory=dict)  # watched entry -> "trade_no" | "order" | "row"
+    tables: Watched = field(default_factory=lambda: Watched(()))  # a stored row's real table -> its entry
 
     @classmethod
     def of(cls, cfg: Config | None) -> Fields:
@@ -48,13 +50,18 @@ class Fields:
             return cls()
         d = cfg.domain
         trade = {e.table: e.trade_no_column for e in d.effects}
-        order = {d.orders.table: d.orders.key_column} if d.orders else {}
+        order = {d.orders.table: d.orders.key_columns} if d.orders else {}
+        if d.callbacks:
+            trade[d.callbacks.table] = d.callbacks.trade_no_column
         if d.payments:
             trade[d.payments.table] = d.payments.trade_no_column
-            order[d.payments.table] = d.payments.order_column
-        announced = {a.table: "trade_no" if trade.get(a.table) == a.key_column
-                     else "order" if order.get(a.table) == a.key_column else "row" for a in cfg.announce}
-        return cls(TRADE_NO_FIELDS | set(trade.values()), ORDER_FIELDS | set(order.values()), trade, order, announced)
+            order[d.payments.table] = d.payments.order_columns
+        announced = {a.table: "trade_no" if (trade.get(a.table),) == a.key_columns
+                     else "order" if order.get(a.table) == a.key_columns else "row" for a in cfg.announce}
+        # a composite key's parts are not orders each: only one-column keys name an order by a value's name
+        single = {columns[0] for columns in order.values() if len(columns) == 1}
+        return cls(TRADE_NO_FIELDS | set(trade.values()), ORDER_FIELDS | single, trade, order, announced,
+                   cfg.mysql.watched)
 
 
 # Stored rows by entity key ('trade_no:T1', 'pk:shop.shipments:7'), as store.queries.rows_by_entity reads them.
@@ -124,7 +131,7 @@ def _named(f: Finding, fields: Fields, rows: Rows) -> tuple[set[str], set[str]]:
         (trades if kind == "trade_no" else orders).add(key_text(f.keys["key"]))
     row_key = _announced_row(f, fields)
     for row in rows.get(row_key, ()) if row_key else ():
-        column = fields.trade_no_columns.get(row.qualified_table)
+        column = fields.trade_no_columns.get(fields.tables.entry(row.schema, row.table) or row.qualified_table)
         if column and row.row.get(column) is not None:
             trades.add(key_text(row.row[column]))
     return trades, orders
@@ -134,9 +141,11 @@ def _orders_of(trade_no: str, fields: Fields, rows: Rows) -> set[str]:
     """The orders named by the stored rows of a trade_no in a table that holds both (the payments)."""
     out = set()
     for row in rows.get(f"trade_no:{trade_no}", ()):
-        column = fields.order_columns.get(row.qualified_table)
-        if column and row.qualified_table in fields.trade_no_columns and row.row.get(column) is not None:
-            out.add(key_text(row.row[column]))
+        table = fields.tables.entry(row.schema, row.table) or row.qualified_table
+        columns = fields.order_columns.get(table)
+        order = key_of(row.row, columns) if columns and table in fields.trade_no_columns else None
+        if order is not None:
+            out.add(key_text(order))
     return out
 
 

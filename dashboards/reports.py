@@ -90,7 +90,8 @@ from openpyxl.utils import get_column_letter
 from oncewatch.core.config import Config
 from oncewatch.core.domain import Announce, Domain
 from oncewatch.core.exact_json import from_json, plain
-from oncewatch.core.names import BINLOG_CHECKPOINT, KAFKA_CHECKPOINT, RESOLVED, split_partition_key
+from oncewatch.core.names import BINLOG_CHECKPOINT, KAFKA_CHECKPOINT, RESOLVED, key_of, key_text, split_partition_key
+from oncewatch.core.tables import Watched
 from oncewatch.store import Store, open_reader
 from oncewatch.store.codec import HistoryEntry
 from oncewatch.store.queries import FindingFilter, findings_with_history
@@ -215,20 +216,30 @@ class Mask:
 class Roles:
     """Which columns of one watched table hold its key, amount and status (from the config's domain)."""
 
-    key: str | None = None
+    key: tuple[str, ...] = ()  # one column, or a composite key's
     amount: str | None = None
     status: str | None = None
 
 
 def roles_of(domain: Domain, announce: Iterable[Announce] = ()) -> dict[str, Roles]:
     """Table -> Roles, for the evidence columns of a report: the domain's tables, then those only announced."""
-    out = {a.table: Roles(key=a.key_column) for a in announce}
-    out.update({e.table: Roles(key=e.trade_no_column) for e in domain.effects})
+    out = {a.table: Roles(key=a.key_columns) for a in announce}
+    out.update({e.table: Roles(key=(e.trade_no_column,)) for e in domain.effects})
+    if (c := domain.callbacks) is not None:
+        out[c.table] = Roles((c.trade_no_column,), c.amount_column, c.status_column)
     if (p := domain.payments) is not None:
-        out[p.table] = Roles(p.trade_no_column, p.amount_column, p.status_column)
+        out[p.table] = Roles((p.trade_no_column,), p.amount_column, p.status_column)
     if (o := domain.orders) is not None:
-        out[o.table] = Roles(o.key_column, o.amount_column, o.status_column)
+        out[o.table] = Roles(o.key_columns, o.amount_column, o.status_column)
     return out
+
+
+def _roles_for(roles: Mapping[str, Roles], table: Any) -> Roles:
+    """The Roles of a real table: its own entry's, or that of the pattern it is a shard of."""
+    found = roles.get(table)
+    if found is None and isinstance(table, str):
+        found = roles.get(Watched(roles).qualified(table) or "")
+    return found or Roles()
 
 
 def _about(kind: str, coordinates: str, values: dict[str, Any], roles: Mapping[str, Roles]) -> dict[str, Any]:
@@ -236,8 +247,9 @@ def _about(kind: str, coordinates: str, values: dict[str, Any], roles: Mapping[s
     Roles name for a row change, from the payload's logical keys (and the record key) for an event."""
     if kind == "row_change":
         table = values.get("table")
-        r = roles.get(table) or Roles()
-        return {"table": table, "key": values.get(r.key) if r.key else None,
+        r = _roles_for(roles, table)
+        key = key_of(values, r.key) if r.key else None
+        return {"table": table, "key": key_text(key) if isinstance(key, tuple) else key,
                 "amount": values.get(r.amount) if r.amount else None,
                 "status": values.get(r.status) if r.status else None}
     topic = values.get("topic") or (coordinates.rsplit("/", 1)[0] if "/" in coordinates else None)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+
 import pymysql
 from kafka import errors as kerrors
 
-from oncewatch.collectors.binlog import connect
+from oncewatch.collectors.binlog import connect, watched_tables
 from oncewatch.collectors.kafka_events import admin_client
 from oncewatch.core.config import Config, ConfigError
+from oncewatch.core.tables import is_pattern
+
+log = logging.getLogger("oncewatch.monitor.preflight")
 
 REQUIRED_BINLOG_SETTINGS = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
                             "binlog_row_metadata": "FULL"}
@@ -23,7 +28,7 @@ class SourceUnavailableError(MonitorError):
 
 def preflight_mysql(cfg: Config) -> None:
     """The server is reachable, lets the monitor in, has the binlog settings the collector relies on
-    and has every watched table."""
+    and has every watched table (a pattern may match none yet: that is logged)."""
     m = cfg.mysql
     try:
         conn = connect(m)
@@ -44,12 +49,16 @@ def preflight_mysql(cfg: Config) -> None:
                 if found.get(name) != want:
                     raise SourceUnavailableError(f"MySQL at {m.host}:{m.port} has {name}={found.get(name)}; "
                                                  f"oncewatch needs {name}={want} (see README)")
-            for table in m.tables:
-                schema, name = table.split(".")
+            found = watched_tables(cur, m)
+            for entry in m.tables:
+                if is_pattern(entry) and not any(e == entry for e, _, _ in found):
+                    log.warning("no table matches a pattern of mysql.tables yet; its shards are read once created",
+                                extra={"event": "pattern_matches_nothing", "pattern": entry})
+            for entry, schema, name in found:
                 try:
                     cur.execute(f"SELECT 1 FROM `{schema}`.`{name}` LIMIT 0")
                 except pymysql.err.MySQLError as exc:
-                    raise ConfigError(f"mysql.tables: {table} does not exist or user {m.user!r} may not "
+                    raise ConfigError(f"mysql.tables: {schema}.{name} does not exist or user {m.user!r} may not "
                                       f"SELECT it ({exc.args[-1]})") from exc
     finally:
         conn.close()

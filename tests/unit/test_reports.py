@@ -356,7 +356,7 @@ def test_every_format_carries_each_findings_history(store):
 
 # ---------------------------------------------------------------- format 3: for finance (issue 14, item 2)
 
-ROLES = {"shop.payments": reports.Roles(key="trade_no", amount="amount", status="status")}
+ROLES = {"shop.payments": reports.Roles(key=("trade_no",), amount="amount", status="status")}
 MONEY = [Finding(id="f-double", rule="F2", name="double_charge", severity="critical",
                  keys={"order": "O9", "trade_nos": ["T8", "T9"], "charged": Decimal("40.00"),
                        "amount_involved": Decimal("20.00")},
