@@ -82,7 +82,10 @@ class Announcements:
         for a in announce:
             self.by_table.setdefault(a.table, []).append(a)
         self.by_event = {(a.topic, a.event_type): a for a in announce}
-        self.digest = {a: comparer(a) for a in announce}
+        self.digest = {(a.topic, a.event_type): comparer(a) for a in announce}
+        # what the summary of an F9 says was compared, where not the whole payload
+        self.compared = {(a.topic, a.event_type): f" (compared: {', '.join(a.compare)})" if a.compare
+                         else f" (all but {', '.join(a.ignore)})" if a.ignore else "" for a in announce}
         # match key -> [{"t": commit time, "clock", "table", "tx", "row", "ev"}]
         self.waiting = memory.deadlines("waiting_changes", BINLOG, rules.missing_event_grace_seconds)
         # match key -> [{"t": event time, "h": payload digest, "ev", "p": (digest, evidence) of the key's
@@ -155,7 +158,7 @@ class Announcements:
             return
         mk = match_key(a, key)
         t = event.timestamp_ms / 1000.0
-        item = {"t": t, "h": self.digest[a](event.payload), "ev": event_evidence(event)}
+        item = {"t": t, "h": self.digest[event.topic, a.event_type](event.payload), "ev": event_evidence(event)}
         announced = self.announced
         before = announced.get(mk)
         if before is not None:
@@ -205,7 +208,7 @@ class Announcements:
         self.findings.raise_(
             "F9", (a.event_type, key), keys={"event_type": a.event_type, "key": key, "table": a.table},
             severity="critical" if conflicting else "info",
-            summary=f"{a.event_type} {key} announced more than once; payloads "
+            summary=f"{a.event_type} {key} announced more than once; payloads{self.compared[a.topic, a.event_type]} "
                     + ("differ (conflicting)" if conflicting else "equal (at-least-once replay)"),
             time=event["t"], evidence=[first, event["ev"]])
 

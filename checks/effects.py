@@ -38,7 +38,8 @@ class DuplicateEffects:
         key = f"{effect.table}\x1f{trade_no}"
         if change.pk:
             # shards of one pattern number their rows each on its own: the real table tells them apart
-            pk = "\x1f".join(map(str, (change.qualified_table, *change.pk) if self.sharded[effect.table] else change.pk))
+            parts = (change.qualified_table, *change.pk) if self.sharded[effect.table] else change.pk
+            pk = "\x1f".join(map(str, parts))
         elif change.op == OP_INSERT:
             pk = change.coordinates  # no primary key: each inserted row is an effect of its own
         else:

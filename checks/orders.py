@@ -82,7 +82,8 @@ class OrderLife:
                 continue
             while (taken := self.pending.take(key)) is not None:
                 if taken[1]:  # overdue: its F3 was raised
-                    self.findings.resolve(finding_id("F3", key), at, f"{shard or self.orders.table} truncated at {where}")
+                    table = shard or self.orders.table
+                    self.findings.resolve(finding_id("F3", key), at, f"{table} truncated at {where}")
 
     def tick(self, binlog_time: float) -> None:
         for key, item in self.pending.due(binlog_time):

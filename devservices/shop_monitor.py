@@ -25,12 +25,16 @@ from oncewatch.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "shop.toml"
+# Per shop shape (oncewatch.shop.layout): its example config and the prefix of the names in it.
+EXAMPLES = {"shop": (EXAMPLE, "shop."), "mall": (ROOT / "examples" / "mall.toml", "mall_")}
 
 # Thresholds for runs of a minute or two: the shop settles its clean orders within seconds.
 SHORT_RULES = {"stuck_pending_seconds": 10, "missing_event_grace_seconds": 4, "orphan_event_grace_seconds": 4,
                "partition_skew_seconds": 2}
-# These runs use the test schema and topics of their own, and leave the demo's `shop` schema alone.
+# These runs use the test schema and topics of their own, and leave the demo's `shop` schema alone
+# (the mall's: owmall_0 and owmall_1).
 SCHEMA = "owtest"
+SCHEMAS = {"shop": SCHEMA, "mall": "owmall"}
 TOPIC = "owtest.events"
 
 
@@ -46,14 +50,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _retarget(value: Any, schema: str) -> Any:
-    """examples/shop.toml's 'shop.x' names (tables and the topic) moved to `schema`."""
-    if isinstance(value, str) and value.startswith("shop."):
-        return f"{schema}.{value[len('shop.'):]}"
+def _retarget(value: Any, prefix: str, schema: str) -> Any:
+    """An example's names that start with `prefix` ('shop.x', 'mall_*.x') moved to `schema`."""
+    if isinstance(value, str) and value.startswith(prefix):
+        return f"{schema}{prefix[-1]}{value[len(prefix):]}"
     if isinstance(value, dict):
-        return {_retarget(k, schema): _retarget(v, schema) for k, v in value.items()}
+        return {_retarget(k, prefix, schema): _retarget(v, prefix, schema) for k, v in value.items()}
     if isinstance(value, list):
-        return [_retarget(v, schema) for v in value]
+        return [_retarget(v, prefix, schema) for v in value]
     return value
 
 
@@ -63,16 +67,21 @@ def new_topic() -> str:
     return f"{TOPIC}.{uuid.uuid4().hex[:8]}"
 
 
-def shop_settings(topic: str = TOPIC, **changes: Any) -> ShopSettings:
-    return ShopSettings(mysql=MySQLTarget(port=stack.MARIADB_PORT, database=SCHEMA),
-                        kafka=KafkaTarget(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}", topic=topic),
-                        **changes)
+def shop_settings(topic: str = TOPIC, shape: str = "shop", **changes: Any) -> ShopSettings:
+    """A shop of `shape` in the test schema, its downstream groups those its example config watches."""
+    groups = tuple(tomllib.loads(EXAMPLES[shape][0].read_text())["kafka"]["consumer_groups"])
+    return ShopSettings(mysql=MySQLTarget(port=stack.MARIADB_PORT, database=SCHEMAS[shape]),
+                        kafka=KafkaTarget(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}", topic=topic,
+                                          groups=groups),
+                        shape=shape, **changes)
 
 
 def shop_config(folder: Path, *, metrics_port: int = 0, rules: dict[str, Any] | None = None,
-                topic: str = TOPIC, schema: str = SCHEMA, **kafka: Any) -> Path:
-    """examples/shop.toml for the dev services, written to `folder` with its store there."""
-    data = _retarget(tomllib.loads(EXAMPLE.read_text()), schema)
+                topic: str = TOPIC, schema: str | None = None, shape: str = "shop", **kafka: Any) -> Path:
+    """The example config of a `shape` shop (examples/shop.toml, examples/mall.toml) for the dev services, in
+    the test schema unless `schema` says otherwise, written to `folder` with its store there."""
+    example, prefix = EXAMPLES[shape]
+    data = _retarget(tomllib.loads(example.read_text()), prefix, schema or SCHEMAS[shape])
     for t in data["kafka"]["topics"]:
         t["name"] = topic
     for a in data["announce"]:

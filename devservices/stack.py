@@ -37,7 +37,7 @@ ADMIN_USER = "dev_admin"
 ADMIN_PASSWORD = "dev_admin"
 MONITOR_USER = "oncewatch"
 # Schemas the monitor may SELECT from: the simulated shop and the test schemas.
-MONITORED_SCHEMAS = ("shop", "owtest")
+MONITORED_SCHEMAS = ("shop", "owtest", "mall_0", "mall_1", "owmall_0", "owmall_1")
 
 DEBIAN_PACKAGES = {
     "mariadbd": ["mariadb-server", "mariadb-client"],

@@ -19,12 +19,15 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from decimal import Decimal
 from typing import Any, Protocol
 
 from kafka import KafkaProducer
 
+from oncewatch.shop.layout import iso_ms
 from oncewatch.shop.truth import Fault, Recorder
 
 log = logging.getLogger(__name__)
@@ -64,7 +67,9 @@ class EventFault:
 
 @dataclass(frozen=True)
 class Event:
-    """One announcement; `payload()` is the JSON contract of examples/shop.toml."""
+    """One announcement; `payload()` is the JSON contract of examples/shop.toml, or with `envelope` that of
+    examples/mall.toml: the business data under "data" (the amount in cents), in an envelope with the event's
+    own id, time and a trace id."""
 
     event_id: str
     type: str
@@ -74,12 +79,23 @@ class Event:
     amount: str
     status: str
     occurred_at: int  # ms, the row's own timestamp column
-    table: str  # schema.table of the announced row; ground truth only, not in the payload
+    table: str  # schema.table of the announced row (the pattern of its shards); ground truth only, not in the payload
+    envelope: bool = False
 
     def payload(self) -> dict[str, Any]:
+        if self.envelope:
+            return {"eventId": self.event_id, "eventType": self.type, "occurredAt": iso_ms(self.occurred_at),
+                    "traceId": uuid.uuid4().hex, "source": "mall-payment",
+                    "data": {"orderNo": self.order_no, "tradeNo": self.trade_no, "entityId": self.entity_id,
+                             "amountFen": int(Decimal(self.amount) * 100), "status": self.status}}
         d = asdict(self)
-        del d["table"]
+        del d["table"], d["envelope"]
         return d
+
+    def resent(self) -> Event:
+        """The event as the service sends it again after a lost acknowledgement: the same record, or an
+        envelope of its own (a new id and time around the same business data)."""
+        return replace(self, event_id=uuid.uuid4().hex, occurred_at=now_ms()) if self.envelope else self
 
     def encode(self) -> bytes:
         return json.dumps(self.payload(), separators=(",", ":")).encode()
@@ -180,7 +196,7 @@ class KafkaAnnouncer:
             return
         self._publisher.send(event)
         if fault.kind is Kind.DUPLICATE:
-            self._publisher.send(event)  # the acknowledgement was lost and the send retried
+            self._publisher.send(event.resent())  # the acknowledgement was lost and the send retried
         elif fault.kind is Kind.ROLLBACK:
             raise InjectedRollback(f"statement after the {event.type} send failed")
 

@@ -18,6 +18,7 @@ from kafka.errors import KafkaError
 
 from oncewatch.shop.consumers import DownstreamError
 from oncewatch.shop.faults import MODES, FaultSpecError
+from oncewatch.shop.layout import SHAPES
 from oncewatch.shop.runner import ShopError, run
 from oncewatch.shop.settings import STYLES, KafkaTarget, MySQLTarget, SettingsError, ShopSettings
 
@@ -51,12 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=d.rate, help="new orders per second (default %(default)s)")
     p.add_argument("--faults", default=d.faults, help="fault mix, e.g. all, none, send_lost=0.05,F1=0.02")
     p.add_argument("--style", choices=STYLES, default=d.style, help="how events reach Kafka (default %(default)s)")
+    p.add_argument("--shape", choices=SHAPES, default=d.shape,
+                   help="shop: one schema, flat events (examples/shop.toml); mall: sharded tables in two schemas, a "
+                        "callback log, amounts in cents, enveloped events (examples/mall.toml); default %(default)s")
     p.add_argument("--truth", metavar="PATH", help="write the ground truth JSON here")
     p.add_argument("--reset", action="store_true", help="drop and recreate the shop tables and the topic")
     p.add_argument("--workers", type=int, default=d.workers, help="service threads (default %(default)s)")
     p.add_argument("--mysql", default=f"{d.mysql.host}:{d.mysql.port}", help="host:port of MariaDB/MySQL")
     p.add_argument("--mysql-user", default=d.mysql.user, help=f"user (password from ${PASSWORD_ENV})")
-    p.add_argument("--database", default=d.mysql.database, help="schema of the shop tables")
+    p.add_argument("--database", default=d.mysql.database,
+                   help="schema of the shop tables (the mall's: <database>_0 and <database>_1)")
     p.add_argument("--bootstrap", default=d.kafka.bootstrap_servers, help="Kafka bootstrap servers")
     p.add_argument("--topic", default=d.kafka.topic, help="the shop's event topic")
     p.add_argument("--groups", default=",".join(d.kafka.groups), metavar="SHIPPING,POINTS",
@@ -73,7 +78,8 @@ def settings_from(args: argparse.Namespace) -> ShopSettings:
     mysql = MySQLTarget(host=host, port=int(port), user=args.mysql_user, database=args.database,
                         **({"password": os.environ[PASSWORD_ENV]} if PASSWORD_ENV in os.environ else {}))
     return ShopSettings(seed=args.seed, orders=args.orders, duration=args.duration, rate=args.rate,
-                        faults=args.faults, style=args.style, truth_path=args.truth, reset=args.reset,
+                        faults=args.faults, style=args.style, shape=args.shape, truth_path=args.truth,
+                        reset=args.reset,
                         workers=args.workers, mysql=mysql,
                         kafka=KafkaTarget(bootstrap_servers=args.bootstrap, topic=args.topic,
                                           groups=_groups(args.groups)))

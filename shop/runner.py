@@ -22,6 +22,7 @@ from oncewatch.shop import plan as plans
 from oncewatch.shop.announce import Announcer, KafkaAnnouncer, OutboxAnnouncer, Publisher
 from oncewatch.shop.consumers import Downstream, end_offsets, lag, wait_drained
 from oncewatch.shop.faults import BY_NAME, FaultMix
+from oncewatch.shop.layout import SHAPE_SHOP, Layout
 from oncewatch.shop.scheduler import Scheduler
 from oncewatch.shop.schema import binlog_position, connect, prepare_tables, prepare_topic
 from oncewatch.shop.service import OrderRun, PaymentService
@@ -154,7 +155,8 @@ def run(settings: ShopSettings) -> GroundTruth:
     tag = settings.run_tag or _new_tag()
     k = settings.kafka
     recorder = Recorder()
-    prepare_tables(settings.mysql, reset=settings.reset)
+    layout = Layout(settings.shape, settings.mysql.database)
+    prepare_tables(settings.mysql, reset=settings.reset, shape=settings.shape)
     with ExitStack() as stack:
         admin = KafkaAdminClient(bootstrap_servers=k.bootstrap_servers, client_id="oncewatch-shop")
         stack.callback(admin.close)
@@ -171,12 +173,13 @@ def run(settings: ShopSettings) -> GroundTruth:
         publisher = Publisher(producer, k.topic, recorder)
         announcer = _announcer(settings, publisher, recorder)
         stack.callback(announcer.close)
-        scheduler = Scheduler(settings.workers, lambda: PaymentService(connect(settings.mysql), announcer,
-                                                                       settings.mysql.database))
+        scheduler = Scheduler(settings.workers, lambda: PaymentService(
+            connect(settings.mysql, database=layout.shape == SHAPE_SHOP), announcer, layout))
         stack.callback(scheduler.stop)
         traffic = _Traffic(settings, mix, tag, scheduler, recorder, _stall_triggers(settings, mix, downstream))
 
-        log.info("shop run starts", extra={"seed": settings.seed, "style": settings.style, "orders":
+        log.info("shop run starts", extra={"seed": settings.seed, "style": settings.style, "shape": settings.shape,
+                                            "orders":
                                             settings.order_count, "rate": settings.rate, "run_tag": tag})
         started_at = time.time()
         scheduler.start()

@@ -1,9 +1,4 @@
-"""The shop's storage: its tables (the names and columns of examples/shop.toml) and its topic.
-
-Shipments and points grants deliberately have no unique key on trade_no: the only thing
-that keeps them to one per payment is the handler's idempotency record, which is what the
-F1 faults get wrong and what oncewatch must catch from the outside.
-"""
+"""The shop's storage: creating its tables (those of its layout, shop.layout) and its topic."""
 
 from __future__ import annotations
 
@@ -14,91 +9,38 @@ import pymysql
 from kafka import KafkaAdminClient
 from kafka.errors import TopicAlreadyExistsError
 
+from oncewatch.shop.layout import SHAPE_SHOP, Layout
 from oncewatch.shop.settings import KafkaTarget, MySQLTarget
 
 log = logging.getLogger(__name__)
 
-TABLES: dict[str, str] = {
-    "orders": """
-        order_no VARCHAR(32) NOT NULL PRIMARY KEY,
-        user_id BIGINT NOT NULL,
-        amount DECIMAL(12,2) NOT NULL,
-        status VARCHAR(16) NOT NULL,
-        created_at DATETIME(3) NOT NULL,
-        updated_at DATETIME(3) NOT NULL,
-        KEY orders_status (status, updated_at)""",
-    "payments": """
-        trade_no VARCHAR(40) NOT NULL PRIMARY KEY,
-        order_no VARCHAR(32) NOT NULL,
-        channel VARCHAR(16) NOT NULL,
-        amount DECIMAL(12,2) NOT NULL,
-        status VARCHAR(16) NOT NULL,
-        callback_status VARCHAR(32) NULL,
-        created_at DATETIME(3) NOT NULL,
-        updated_at DATETIME(3) NOT NULL,
-        KEY payments_order (order_no)""",
-    "idempotency": """
-        idem_key VARCHAR(64) NOT NULL PRIMARY KEY,
-        trade_no VARCHAR(40) NOT NULL,
-        order_no VARCHAR(32) NOT NULL,
-        result VARCHAR(16) NOT NULL,
-        created_at DATETIME(3) NOT NULL""",
-    "shipments": """
-        shipment_id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-        trade_no VARCHAR(40) NOT NULL,
-        order_no VARCHAR(32) NOT NULL,
-        pickup_code CHAR(6) NOT NULL,
-        created_at DATETIME(3) NOT NULL,
-        KEY shipments_trade (trade_no)""",
-    "points_grants": """
-        grant_id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-        trade_no VARCHAR(40) NOT NULL,
-        order_no VARCHAR(32) NOT NULL,
-        points INT NOT NULL,
-        created_at DATETIME(3) NOT NULL,
-        KEY points_trade (trade_no)""",
-    "refunds": """
-        refund_id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-        order_no VARCHAR(32) NOT NULL,
-        trade_no VARCHAR(40) NOT NULL,
-        amount DECIMAL(12,2) NOT NULL,
-        created_at DATETIME(3) NOT NULL,
-        KEY refunds_order (order_no)""",
-    "outbox": """
-        id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-        event_id CHAR(32) NOT NULL UNIQUE,
-        topic VARCHAR(249) NOT NULL,
-        msg_key VARCHAR(64) NOT NULL,
-        payload BLOB NOT NULL,
-        created_at DATETIME(3) NOT NULL,
-        sent_at DATETIME(3) NULL,
-        KEY outbox_unsent (sent_at, id)""",
-}
-
-
-def connect(target: MySQLTarget, *, autocommit: bool = False) -> pymysql.connections.Connection:
+def connect(target: MySQLTarget, *, autocommit: bool = False, database: bool = True) -> pymysql.connections.Connection:
+    """`database`: select the target's database (the flat shop's; the mall's statements name their schemas)."""
     # Row timestamps are written in UTC (the monitor reads DATETIME columns as UTC).
     return pymysql.connect(host=target.host, port=target.port, user=target.user, password=target.password,
-                           database=target.database, autocommit=autocommit, connect_timeout=10,
-                           init_command="SET time_zone = '+00:00'")
+                           database=target.database if database else None, autocommit=autocommit,
+                           connect_timeout=10, init_command="SET time_zone = '+00:00'")
 
 
-def prepare_tables(target: MySQLTarget, *, reset: bool) -> None:
-    conn = connect(target, autocommit=True)
+def prepare_tables(target: MySQLTarget, *, reset: bool, shape: str = SHAPE_SHOP) -> None:
+    layout = Layout(shape, target.database)
+    conn = connect(target, autocommit=True, database=False)
     try:
         with conn.cursor() as cur:
-            for name, columns in TABLES.items():
+            for schema in layout.schemas:
+                cur.execute(f"CREATE DATABASE IF NOT EXISTS `{schema}`")
+            for name, columns in layout.tables().items():
                 if reset:
-                    cur.execute(f"DROP TABLE IF EXISTS `{name}`")
-                cur.execute(f"CREATE TABLE IF NOT EXISTS `{name}` ({columns}\n) ENGINE=InnoDB")
+                    cur.execute(f"DROP TABLE IF EXISTS {name}")
+                cur.execute(f"CREATE TABLE IF NOT EXISTS {name} ({columns}\n) ENGINE=InnoDB")
     finally:
         conn.close()
-    log.info("tables ready", extra={"database": target.database, "reset": reset})
+    log.info("tables ready", extra={"database": target.database, "shape": shape, "reset": reset})
 
 
 def binlog_position(target: MySQLTarget) -> str:
     """MariaDB's GTID position now: where a monitor should start to see just this run."""
-    conn = connect(target, autocommit=True)
+    conn = connect(target, autocommit=True, database=False)
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT @@gtid_binlog_pos")

@@ -25,6 +25,7 @@ import pymysql
 
 from oncewatch.shop.announce import (ORDER_PAID, ORDER_REFUNDED, POINTS_GRANTED, SHIPMENT_CREATED, Announcer, Event,
                            EventFault, InjectedFailure)
+from oncewatch.shop.layout import Layout
 from oncewatch.shop.plan import (VIA_QUERY, Close, CreateOrder, Notify, OrderPlan, PickUp, Refund, StartPayment,
                        Step)
 
@@ -108,10 +109,11 @@ class Tx:
 
 
 class PaymentService:
-    def __init__(self, conn: pymysql.connections.Connection, announcer: Announcer, database: str):
+    def __init__(self, conn: pymysql.connections.Connection, announcer: Announcer, layout: Layout):
         self._conn = conn
         self._announcer = announcer
-        self._db = database
+        self._layout = layout
+        self._sql = layout.sql
 
     def close(self) -> None:
         self._conn.close()
@@ -137,38 +139,42 @@ class PaymentService:
         return Tx(self._conn, self._announcer, run)
 
     def _event(self, run: OrderRun, event_type: str, trade_no: str, entity_id: str, status: str,
-               at: dt.datetime, table: str) -> Event:
+               at: dt.datetime, role: str) -> Event:
         return Event(event_id=uuid.uuid4().hex, type=event_type, order_no=run.plan.order_no, trade_no=trade_no,
                      entity_id=entity_id, amount=str(run.plan.amount), status=status,
-                     occurred_at=epoch_ms(at), table=f"{self._db}.{table}")
+                     occurred_at=epoch_ms(at), table=self._layout.truth_table(role), envelope=self._layout.envelope)
+
+    def _run_sql(self, tx: Tx, run: OrderRun, step: str, args: tuple[Any, ...]) -> int:
+        """One statement of the layout, on the tables of this run's order."""
+        return tx.execute(self._sql[step].format(**self._layout.of(run.plan.order_no)), args)
 
     # ------------------------------------------------------------ orders and payments
 
     def _create_order(self, run: OrderRun) -> None:
         plan, at = run.plan, utc_now()
         with self._tx(run) as tx:
-            tx.execute("INSERT INTO orders (order_no, user_id, amount, status, created_at, updated_at) "
-                       "VALUES (%s, %s, %s, 'pending', %s, %s)", (plan.order_no, plan.user_id, plan.amount, at, at))
+            self._run_sql(tx, run, "create_order", (plan.order_no, plan.user_id, plan.amount,
+                                                    self._layout.order_status("pending"), at, at))
         run.created_at = time.monotonic()
 
     def _start_payment(self, run: OrderRun, step: StartPayment) -> None:
-        at = utc_now()
+        at, layout = utc_now(), self._layout
         with self._tx(run) as tx:
-            tx.execute("INSERT INTO payments (trade_no, order_no, channel, amount, status, callback_status, "
-                       "created_at, updated_at) VALUES (%s, %s, %s, %s, 'pending', NULL, %s, %s)",
-                       (step.trade_no, run.plan.order_no, step.channel, run.plan.amount, at, at))
+            self._run_sql(tx, run, "start_payment", (step.trade_no, run.plan.order_no, step.channel,
+                                                     layout.payment_amount(run.plan.amount),
+                                                     layout.payment_status("pending"), at, at))
 
     def _lock_order(self, tx: Tx, run: OrderRun) -> tuple[str, Decimal]:
-        status, amount = tx.one("SELECT status, amount FROM orders WHERE order_no = %s FOR UPDATE",
-                                (run.plan.order_no,))
-        return status, amount
+        tables = self._layout.of(run.plan.order_no)
+        status, amount = tx.one(self._sql["lock_order"].format(**tables), (run.plan.order_no,))
+        return self._layout.status_of_order(status), amount
 
     def _move(self, tx: Tx, run: OrderRun, current: str, to: str, trade_no: str, *, guarded: bool = True) -> None:
         """Change the order's status; announce it when the contract says so."""
         if current == to or (guarded and to not in ALLOWED.get(current, ())):
             return
         at = utc_now()
-        tx.execute("UPDATE orders SET status = %s, updated_at = %s WHERE order_no = %s", (to, at, run.plan.order_no))
+        self._run_sql(tx, run, "move_order", (self._layout.order_status(to), at, run.plan.order_no))
         if current == "pending":
             tx.on_commit(lambda: setattr(run, "left_pending_at", time.monotonic()))
         if to in ANNOUNCED:
@@ -184,8 +190,7 @@ class PaymentService:
             status, amount = self._lock_order(tx, run)
             if "refunded" not in ALLOWED.get(status, ()):
                 return
-            tx.execute("INSERT INTO refunds (order_no, trade_no, amount, created_at) VALUES (%s, %s, %s, %s)",
-                       (run.plan.order_no, step.trade_no, amount, utc_now()))
+            self._run_sql(tx, run, "refund", (run.plan.order_no, step.trade_no, amount, utc_now()))
             self._move(tx, run, status, "refunded", step.trade_no)
 
     # ------------------------------------------------------------ the notification handler
@@ -210,8 +215,12 @@ class PaymentService:
                      extra={"trade_no": step.trade_no, "reason": str(exc)})
 
     def _handle(self, tx: Tx, run: OrderRun, step: Notify, success: bool) -> None:
-        policy = run.plan.policy
+        policy, layout = run.plan.policy, self._layout
         status, amount = self._lock_order(tx, run)
+        if layout.logs_callbacks:
+            # What the channel sent, as it sent it, whatever the handler then makes of it.
+            self._run_sql(tx, run, "log_callback", (step.trade_no, layout.channel_status(step.status), step.amount,
+                                                    utc_now()))
         if policy.verify_amount and step.amount != amount:
             log.warning("notification rejected: amount differs from the order", extra={"trade_no": step.trade_no})
             return
@@ -221,13 +230,14 @@ class PaymentService:
         if not self._claim(tx, run, step, success):
             return
         at = utc_now()
+        # The flat shop keeps the channel's word on the payment row; the mall only in its callback log.
+        said = () if layout.logs_callbacks else (step.status,)
         if not success:
-            tx.execute("UPDATE payments SET status = 'failed', callback_status = %s, updated_at = %s "
-                       "WHERE trade_no = %s", (step.status, at, step.trade_no))
+            self._run_sql(tx, run, "payment_failed", (layout.payment_status("failed"), *said, at, step.trade_no))
             return
         # The amount booked is the notification's: equal to the order's unless verification is off.
-        tx.execute("UPDATE payments SET status = 'success', callback_status = %s, amount = %s, updated_at = %s "
-                   "WHERE trade_no = %s", (step.status, step.amount, at, step.trade_no))
+        self._run_sql(tx, run, "payment_success", (layout.payment_status("success"), *said,
+                                                   layout.payment_amount(step.amount), at, step.trade_no))
         if not policy.ship_first:
             self._ship(tx, run, step.trade_no)
         self._grant_points(tx, run, step.trade_no)
@@ -246,9 +256,8 @@ class PaymentService:
         if step.via == VIA_QUERY and policy.query_own_key:
             key = f"query:{key}"
         try:
-            tx.execute("INSERT INTO idempotency (idem_key, trade_no, order_no, result, created_at) "
-                       "VALUES (%s, %s, %s, %s, %s)",
-                       (key, step.trade_no, run.plan.order_no, "success" if success else "failed", utc_now()))
+            self._run_sql(tx, run, "claim", (key, step.trade_no, run.plan.order_no, "success" if success else "failed",
+                                             utc_now()))
         except pymysql.err.IntegrityError as exc:
             if exc.args[0] != ER_DUP_ENTRY:
                 raise
@@ -257,15 +266,17 @@ class PaymentService:
         return True
 
     def _ship(self, tx: Tx, run: OrderRun, trade_no: str) -> None:
-        at = utc_now()
-        tx.execute("INSERT INTO shipments (trade_no, order_no, pickup_code, created_at) VALUES (%s, %s, %s, %s)",
-                   (trade_no, run.plan.order_no, f"{secrets.randbelow(10 ** 6):06d}", at))
-        tx.announce(self._event(run, SHIPMENT_CREATED, trade_no, str(tx.cursor.lastrowid), "created", at,
-                                "shipments"))
+        self._effect(tx, run, "ship", SHIPMENT_CREATED, "shipments", "created",
+                     (trade_no, run.plan.order_no, f"{secrets.randbelow(10 ** 6):06d}"))
 
     def _grant_points(self, tx: Tx, run: OrderRun, trade_no: str) -> None:
+        self._effect(tx, run, "grant_points", POINTS_GRANTED, "points_grants", "granted",
+                     (trade_no, run.plan.order_no, int(run.plan.amount)))
+
+    def _effect(self, tx: Tx, run: OrderRun, step: str, event_type: str, role: str, status: str,
+                args: tuple[Any, ...]) -> None:
+        """One side effect row and its announcement; its id is the table's auto-increment, or the service's own."""
         at = utc_now()
-        tx.execute("INSERT INTO points_grants (trade_no, order_no, points, created_at) VALUES (%s, %s, %s, %s)",
-                   (trade_no, run.plan.order_no, int(run.plan.amount), at))
-        tx.announce(self._event(run, POINTS_GRANTED, trade_no, str(tx.cursor.lastrowid), "granted", at,
-                                "points_grants"))
+        own_id = uuid.uuid4().hex[:24] if self._layout.numbers_effects else None
+        self._run_sql(tx, run, step, (*((own_id,) if own_id else ()), *args, at))
+        tx.announce(self._event(run, event_type, args[0], own_id or str(tx.cursor.lastrowid), status, at, role))

@@ -11,6 +11,8 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from oncewatch.shop.layout import SHAPE_MALL, SHAPES
+
 # How the service tells Kafka what it did (DESIGN §1): after the commit, inside the
 # transaction (before the commit), or through a transactional outbox and a relay.
 STYLE_AFTER_COMMIT = "after_commit"
@@ -51,6 +53,7 @@ class ShopSettings:
     rate: float = 50.0  # new orders per second
     faults: str = "none"  # "all", "none" or "mode=rate,..." (see shop.faults)
     style: str = STYLE_AFTER_COMMIT
+    shape: str = "shop"  # how the service keeps its rows and words its events (shop.layout.SHAPES)
     truth_path: str | None = None
     reset: bool = False  # drop and recreate the shop tables and the topic first
     workers: int = 8  # service threads, one database connection each (commits wait on the disk)
@@ -62,6 +65,10 @@ class ShopSettings:
     def __post_init__(self) -> None:
         if self.style not in STYLES:
             raise SettingsError(f"style: must be one of {', '.join(STYLES)}, got {self.style!r}")
+        if self.shape not in SHAPES:
+            raise SettingsError(f"shape: must be one of {', '.join(SHAPES)}, got {self.shape!r}")
+        if self.shape == SHAPE_MALL and self.style == STYLE_OUTBOX:
+            raise SettingsError("style: the mall shape has no outbox table; use after_commit or in_transaction")
         if not self.rate > 0:
             raise SettingsError(f"rate: orders per second must be above 0, got {self.rate}")
         if self.orders < 0 or (self.duration is not None and self.duration < 0):

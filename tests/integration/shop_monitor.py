@@ -18,12 +18,12 @@ from oncewatch.shop import GroundTruth
 IDLE = 12.0
 
 
-def prepared(folder: Path) -> tuple[Path, str]:
-    """A fresh shop (tables, its own topic) and a monitor that has taken its first checkpoint there:
+def prepared(folder: Path, shape: str = "shop") -> tuple[Path, str]:
+    """A fresh shop of `shape` (tables, its own topic) and a monitor that has taken its first checkpoint there:
     (config, topic) for a recorded run."""
     topic = new_topic()
-    shop.run(shop_settings(topic, orders=0, reset=True))
-    config = shop_config(folder, topic=topic)
+    shop.run(shop_settings(topic, shape, orders=0, reset=True))
+    config = shop_config(folder, topic=topic, shape=shape)
     run_until_idle(config, idle=1.0)
     return config, topic
 
