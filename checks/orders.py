@@ -66,11 +66,14 @@ class OrderLife:
         return f"order {key} pending longer than {self.threshold:g}s"
 
     def _check_transition(self, key: str, change: RowChange) -> None:
-        old, new = self.orders.status(change.before or {}), self.orders.status(change.row)
+        o = self.orders
+        old, new = o.status(change.before or {}), o.status(change.row)
         if old == new or new in self.machine.get(old, ()):
             return
+        stored = ((change.before or {}).get(o.status_column), change.row.get(o.status_column))
+        words = f" ({stored[0]} -> {stored[1]} in {change.qualified_table})" if stored != (old, new) else ""
         self.findings.raise_("F4", (key, change.txid, change.row_index), keys={"order": key, "from": old, "to": new},
-                             summary=f"order {key} went {old} -> {new}, not allowed by domain.state_machine",
+                             summary=f"order {key} went {old} -> {new}{words}, not allowed by domain.state_machine",
                              time=change.commit_time, evidence=[self._evidence(change)])
 
     def truncated(self, at: float, where: str, shard: str | None = None) -> None:

@@ -115,6 +115,33 @@ def test_alter_table_mid_stream_later_rows_carry_new_column(admin, table_name, t
     assert rows[2].before["channel"] is None and rows[2].after["channel"] == "card"
 
 
+def test_a_pattern_reads_every_shard_one_created_after_the_start_too(admin, table_name, tmp_path):
+    # shards in both of the mall's test schemas, and an unwatched table beside them
+    for schema, n in (("owmall_0", 0), ("owmall_1", 1)):
+        create_orders(admin, f"{schema}.{table_name}_{n}")
+    create_orders(admin, f"owtest.{table_name}_x")
+    entry = f"owmall_*.{table_name}_*"
+    cfg = monitor_config([entry], tmp_path, commit_time_columns={entry: "updated_at"})
+    with admin.cursor() as c:
+        c.execute(f"INSERT INTO owmall_0.{table_name}_0 VALUES ('s0', 1, 'pending', NULL, NOW(3))")
+        c.execute(f"INSERT INTO owmall_1.{table_name}_1 VALUES ('s1', 1, 'pending', NULL, NOW(3))")
+    chunks = list(bootstrap(cfg.mysql))
+    snapshot = [r for chunk in chunks for r in chunk.rows]
+    assert sorted((r.schema, r.table, r.pk[0]) for r in snapshot) == [
+        ("owmall_0", f"{table_name}_0", "s0"), ("owmall_1", f"{table_name}_1", "s1")]
+    start = chunks[-1].position
+    with admin.cursor() as c:
+        c.execute(f"INSERT INTO owtest.{table_name}_x VALUES ('x', 1, 'pending', NULL, NOW(3))")  # not watched
+        c.execute(f"INSERT INTO owmall_1.{table_name}_1 VALUES ('t1', 2, 'pending', NULL, NOW(3))")
+        create_orders(admin, f"owmall_1.{table_name}_2")  # a new shard, after the monitor's start
+        c.execute(f"INSERT INTO owmall_1.{table_name}_2 VALUES ('t2', 3, 'pending', NULL, '2026-01-01 12:00:00')")
+    rows = collect(BinlogCollector(cfg.mysql, start), lambda rs: len(rs) >= 2)
+    assert [(r.table, r.pk[0]) for r in rows] == [(f"{table_name}_1", "t1"), (f"{table_name}_2", "t2")]
+    # the new shard's commit time column is found by its pattern too
+    assert rows[1].commit_clock == "row_column"
+    assert rows[1].commit_time == dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.timezone.utc).timestamp()
+
+
 def test_mariadb_restart_mid_stream_every_row_exactly_once(admin, table_name, tmp_path):
     create_orders(admin, table_name)
     cfg = monitor_config([f"owtest.{table_name}"], tmp_path)
