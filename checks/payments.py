@@ -33,7 +33,8 @@ def money(value: Any, scale: Decimal = ONE) -> Decimal | None:
         amount = value if isinstance(value, Decimal) else Decimal(str(value))
     except InvalidOperation:
         return None
-    return amount if scale == ONE else amount / scale
+    # a power of ten: shifting the exponent is exact and keeps the cents' digits (82360 / 100 is 823.60)
+    return amount if scale == ONE else amount.scaleb(-scale.adjusted())
 
 
 class PaymentChecks:

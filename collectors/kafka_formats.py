@@ -182,8 +182,9 @@ class KeyExtractor:
             top = compiled[0] if len(compiled) == 1 and isinstance(compiled[0], str) else None
             kept, convert = KEY_TYPES[k]
             if k == "amount" and topic.amount_scale != 1:
-                scale = topic.amount_scale
-                convert = lambda value, unscaled=convert: unscaled(value) / scale  # noqa: E731 - exact: a power of ten
+                # a power of ten: shifting the exponent is exact and keeps the digits (1999 cents are 19.99)
+                shift = -topic.amount_scale.adjusted()
+                convert = lambda value, unscaled=convert: unscaled(value).scaleb(shift)  # noqa: E731
             paths.append((k, p, compiled, top, kept, convert))
         return cls(tuple(paths), frozenset(topic.required), tuple(composites))
 

@@ -165,6 +165,9 @@ def test_rows_of_every_shard_reach_their_role_a_shard_created_later_too():
                  shop.tx(3, payment("mall_1.pay_payment_3", "T2", "O1", "SUCCESS")))
     assert [f.rule for f in found] == ["F2"]
     assert {e.values["table"] for e in found[0].evidence} == {"mall_0.pay_payment_1", "mall_1.pay_payment_3"}
+    # the payments' cents read as the unit of the orders, to the cent
+    assert found[0].summary == "order O1 paid successfully 2 times: 19.99 + 19.99 = 39.98"
+    assert found[0].keys["charged"] == Decimal("39.98")
     # pay_order_17 did not exist when the engine started
     found = feed(engine, shop.tx(4, order("mall_1.pay_order_17", "O9", "REFUNDED")),
                  shop.tx(5, order("mall_1.pay_order_17", "O9", "PAID", was="REFUNDED")))
