@@ -47,7 +47,8 @@ def bare_loop(cfg, start, expected: int) -> float:
     t0 = time.perf_counter()
     stream = BinLogStreamReader(connection_settings=connection_settings(cfg.mysql), server_id=cfg.mysql.server_id + 1,
                                 is_mariadb=True, auto_position=start.gtid, blocking=True, resume_stream=True,
-                                only_schemas=list(cfg.mysql.schemas), only_tables=list(cfg.mysql.table_names()),
+                                only_schemas=list(cfg.mysql.watched.exact_schemas() or ()) or None,
+                                only_tables=list(cfg.mysql.watched.exact_tables() or ()) or None,
                                 only_events=[MariadbGtidEvent, XidEvent, QueryEvent, RotateEvent,
                                              WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
                                 enable_logging=False)

@@ -11,7 +11,9 @@ finding: the duplicate happened (and may already have been shipped).
 
 from __future__ import annotations
 
-from oncewatch.checks.findings import Findings, row_evidence, warn_null_key
+from collections import Counter
+
+from oncewatch.checks.findings import Findings, row_evidence, values_of, warn_null_key
 from oncewatch.checks.horizon import BINLOG, Memory
 from oncewatch.core.domain import Effect
 from oncewatch.core.names import key_text
@@ -50,8 +52,10 @@ class DuplicateEffects:
         self.rows.put(key, rows, change.commit_time)
         if len(rows) > 1:
             duplicated = {t: r for t in self.tables if len(r := self.rows.get(f"{t}\x1f{trade_no}") or {}) > 1}
+            evidence = [e for _, r in sorted(duplicated.items()) for e in r.values()]
+            # the summary names the real tables (a pattern's shards), the keys the configured ones
+            rows_in = Counter(values_of(e)["table"] for e in evidence)
             self.findings.raise_("F1", (trade_no,), keys={"trade_no": trade_no, "tables": sorted(duplicated)},
                                  summary=f"trade_no {trade_no}: " + ", ".join(
-                                     f"{len(r)} rows in {t}" for t, r in sorted(duplicated.items())),
-                                 time=change.commit_time,
-                                 evidence=[e for _, r in sorted(duplicated.items()) for e in r.values()])
+                                     f"{n} rows in {t}" for t, n in sorted(rows_in.items())),
+                                 time=change.commit_time, evidence=evidence)

@@ -94,7 +94,7 @@ class PaymentChecks:
     def on_callback(self, change: RowChange) -> None:
         """A callback log row: a success the channel sent is kept and compared with its order's amount (F5)."""
         c = self.log
-        if not self.compare_callbacks or change.op == OP_DELETE or change.snapshot \
+        if not self.compare_callbacks or change.op == OP_DELETE \
                 or change.row.get(c.status_column) not in self.log_success:
             return
         trade_no = change.row.get(c.trade_no_column)

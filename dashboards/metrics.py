@@ -62,7 +62,11 @@ def _binlog(value: dict[str, Any]) -> Iterator[Metric]:
     yield from (file_number, offset, gtid)
     transactions = _counter("binlog_transactions_read", "Committed transactions read from the binlog.")
     transactions.add_metric([], value.get("transactions_read", 0))
+    events = _counter("binlog_events_read", "Binlog events the server sent, handed on or skipped: after a reconnect "
+                      "it grows by what came after the checkpoint, never by a replay.")
+    events.add_metric([], value.get("events_read", 0))
     yield transactions
+    yield events
 
 
 def _quarantine(counts: dict[tuple[str, str], int], events: dict[str, Any]) -> Metric:

@@ -80,6 +80,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from contextlib import closing
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 
 from openpyxl import Workbook, load_workbook
@@ -238,8 +239,13 @@ def _roles_for(roles: Mapping[str, Roles], table: Any) -> Roles:
     """The Roles of a real table: its own entry's, or that of the pattern it is a shard of."""
     found = roles.get(table)
     if found is None and isinstance(table, str):
-        found = roles.get(Watched(roles).qualified(table) or "")
+        found = roles.get(_entry(tuple(roles), table) or "")
     return found or Roles()
+
+
+@lru_cache(maxsize=4096)
+def _entry(entries: tuple[str, ...], table: str) -> str | None:
+    return Watched(entries).qualified(table)
 
 
 def _about(kind: str, coordinates: str, values: dict[str, Any], roles: Mapping[str, Roles]) -> dict[str, Any]:

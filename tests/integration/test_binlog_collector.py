@@ -172,6 +172,55 @@ def test_mariadb_restart_mid_stream_every_row_exactly_once(admin, table_name, tm
     assert collector.status.connected
 
 
+def test_a_dropped_replication_connection_resumes_from_the_checkpoint_not_the_opening_gtid(admin, table_name,
+                                                                                            tmp_path):
+    """Issue 16: the server drops the monitor's replication connection (KILL CONNECTION) after a large binlog;
+    the collector reconnects by itself from what it handed on, reads only what came after (events counted),
+    and the drop is counted and visible."""
+    create_orders(admin, table_name)
+    cfg = monitor_config([f"owtest.{table_name}"], tmp_path)
+    start = start_position(cfg)
+    big, rows_per_tx, after = 40, 1000, 5
+    with admin.cursor() as c:
+        for t in range(big):  # one statement of rows_per_tx rows per transaction
+            values = ", ".join(["(%s, 1, 'pending', NULL, NOW(3))"] * rows_per_tx)
+            c.execute(f"INSERT INTO {table_name} VALUES {values}", [f"b{t}-{i}" for i in range(rows_per_tx)])
+            admin.commit()
+    collector = BinlogCollector(cfg.mysql, start)
+    at_kill: dict[str, int] = {}
+
+    def write_after() -> None:
+        conn = admin_connection()
+        with conn.cursor() as c:
+            for i in range(after):
+                c.execute(f"INSERT INTO {table_name} VALUES (%s, 2, 'pending', NULL, NOW(3))", (f"a{i}",))
+        conn.close()
+
+    def until(rs):
+        if len(rs) == big * rows_per_tx and not at_kill:
+            port = collector._stream._stream_connection._sock.getsockname()[1]
+            conn = admin_connection()
+            with conn.cursor() as c:
+                c.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE HOST = %s", (f"127.0.0.1:{port}",))
+                (thread_id,), = c.fetchall()
+                c.execute(f"KILL CONNECTION {int(thread_id)}")
+            conn.close()
+            at_kill.update(events=collector.status.events_read, reconnects=collector.status.reconnects)
+            threading.Thread(target=write_after, daemon=True).start()
+        return len(rs) >= big * rows_per_tx + after
+
+    rows = collect(collector, until, timeout=240)
+    assert [r.pk[0] for r in rows[big * rows_per_tx:]] == [f"a{i}" for i in range(after)]
+    assert len(rows) == big * rows_per_tx + after  # nothing twice, nothing lost
+    assert at_kill["events"] > big * 4  # a GTID, a table map, rows events and an XID per big transaction
+    read_after = collector.status.events_read - at_kill["events"]
+    # the five new transactions (GTID, table map, rows, XID each) and the new stream's preamble (rotate, format
+    # description, GTID list, binlog checkpoint, heartbeats): a replay from the opening GTID would be thousands
+    assert read_after <= after * 4 + 20, read_after
+    assert collector.status.reconnects == at_kill["reconnects"] + 1  # the drop is counted (and was shown)
+    assert collector.status.connected
+
+
 def test_purged_checkpoint_gives_specific_error(admin, table_name, tmp_path):
     create_orders(admin, table_name)
     cfg = monitor_config([f"owtest.{table_name}"], tmp_path)

@@ -178,6 +178,17 @@ def test_rows_of_every_shard_reach_their_role_a_shard_created_later_too():
     assert feed(engine, shop.tx(6, order("mall.pay_order_1", "O3", "PAID", was="REFUNDED"))) == []  # not watched
 
 
+def test_duplicate_effects_in_a_shard_name_the_shard_and_the_entry():
+    engine, cfg = engine_of()
+    shop = Mall(cfg)
+    found = feed(engine, shop.tx(1, ("mall_1.shipment", OP_INSERT, None, {"shipment_no": "S1", "trade_no": "T1"})),
+                 shop.tx(2, ("mall_1.shipment", OP_INSERT, None, {"shipment_no": "S2", "trade_no": "T1"})),
+                 # the same shipment number in the other schema is another row, of another trade here
+                 shop.tx(3, ("mall_0.shipment", OP_INSERT, None, {"shipment_no": "S1", "trade_no": "T9"})))
+    assert [(f.rule, f.keys["tables"], f.summary) for f in found] == [
+        ("F1", ["mall_*.shipment"], "trade_no T1: 2 rows in mall_1.shipment")]
+
+
 def test_a_truncated_shard_ends_only_its_own_pending_orders():
     engine, cfg = engine_of()
     shop = Mall(cfg)
@@ -256,6 +267,24 @@ def test_1999_cents_equal_19_99_and_1998_do_not():
     engine, cfg = engine_of()
     found = feed(engine, *a_paid_order(Mall(cfg), cents=1998))
     assert [f.rule for f in found] == ["F5"] and found[0].keys["amount_involved"] == Decimal("0.01")
+
+
+def test_every_amount_column_has_its_own_scale():
+    def cents_everywhere(d):
+        d["domain"]["orders"]["amount_scale"] = 100
+        d["domain"]["callbacks"]["amount_scale"] = 1000  # a channel that sends thousandths
+
+    def paid_with(sent: str) -> list:
+        engine, cfg = engine_of(mall(cents_everywhere))
+        shop = Mall(cfg)
+        return feed(engine, shop.tx(1, order("mall_1.pay_order_2", "O1", "WAIT_PAY", amount="1999")),
+                    shop.tx(2, payment("mall_1.pay_payment_2", "T1", "O1", "WAIT")),
+                    shop.tx(3, callback("mall_1", 1, "T1", "TRADE_SUCCESS", sent),
+                            payment("mall_1.pay_payment_2", "T1", "O1", "SUCCESS", 1999, was="WAIT"),
+                            order("mall_1.pay_order_2", "O1", "PAID", amount="1999", was="WAIT_PAY")))
+
+    assert paid_with("19990") == []  # order 1999 cents, payment 1999 cents, callback 19990 thousandths: 19.99
+    assert [(f.rule, f.keys["amount_involved"]) for f in paid_with("19991")] == [("F5", Decimal("0.001"))]
 
 
 def test_an_events_amount_in_cents_is_read_in_the_unit_of_the_tables():
