@@ -2,7 +2,8 @@
 
 Writes N transactions (ROWS_PER_TX rows each) into a fresh table on the dev MariaDB, then
 reads them back RUNS times with each loop, alternating, and prints the medians and their
-ratio (collector / bare). Target: ratio >= 0.8. Usage:
+ratio (collector / bare), per CPU-second of this process (the server's work is not ours) and
+per wall-second. Target (issue 16): ratio >= 2.0 per CPU-second. Usage:
 
     .venv/bin/python bench/binlog_ingest.py [--transactions 5000] [--rows-per-tx 4] [--runs 5]
 """
@@ -43,8 +44,13 @@ def write_workload(table: str, transactions: int, rows_per_tx: int) -> None:
     conn.close()
 
 
-def bare_loop(cfg, start, expected: int) -> float:
-    t0 = time.perf_counter()
+def rates(rows: int, wall0: float, cpu0: float) -> tuple[float, float]:
+    """(rows per CPU-second, rows per wall-second) since the two clocks' readings."""
+    return rows / (time.process_time() - cpu0), rows / (time.perf_counter() - wall0)
+
+
+def bare_loop(cfg, start, expected: int) -> tuple[float, float]:
+    t0, c0 = time.perf_counter(), time.process_time()
     stream = BinLogStreamReader(connection_settings=connection_settings(cfg.mysql), server_id=cfg.mysql.server_id + 1,
                                 is_mariadb=True, auto_position=start.gtid, blocking=True, resume_stream=True,
                                 only_schemas=list(cfg.mysql.watched.exact_schemas() or ()) or None,
@@ -58,22 +64,22 @@ def bare_loop(cfg, start, expected: int) -> float:
             rows += len(event.rows)
             if rows >= expected:
                 break
-    elapsed = time.perf_counter() - t0
+    out = rates(rows, t0, c0)
     stream.close()
-    return rows / elapsed
+    return out
 
 
-def collector_loop(cfg, start, expected: int) -> float:
-    t0 = time.perf_counter()
+def collector_loop(cfg, start, expected: int) -> tuple[float, float]:
+    t0, c0 = time.perf_counter(), time.process_time()
     collector = BinlogCollector(cfg.mysql, start)
     rows = 0
     for tx in collector.transactions():
         rows += len(tx.rows)
         if rows >= expected:
             break
-    elapsed = time.perf_counter() - t0
+    out = rates(rows, t0, c0)
     collector.stop()
-    return rows / elapsed
+    return out
 
 
 def main() -> None:
@@ -93,10 +99,12 @@ def main() -> None:
     for run in range(args.runs):
         bare.append(bare_loop(cfg, start, expected))
         ours.append(collector_loop(cfg, start, expected))
-        print(f"run {run + 1}: bare {bare[-1]:,.0f} rows/s, collector {ours[-1]:,.0f} rows/s", flush=True)
-    b, o = statistics.median(bare), statistics.median(ours)
-    print(f"median over {args.runs} runs of {expected} rows: bare pymysqlreplication {b:,.0f} rows/s, "
-          f"BinlogCollector {o:,.0f} rows/s, ratio {o / b:.2f} (target >= 0.80)")
+        print(f"run {run + 1}: bare {bare[-1][0]:,.0f} rows/CPU-s ({bare[-1][1]:,.0f}/s wall), "
+              f"collector {ours[-1][0]:,.0f} rows/CPU-s ({ours[-1][1]:,.0f}/s wall)", flush=True)
+    for i, clock in enumerate(("CPU-second", "wall-second")):
+        b, o = statistics.median(r[i] for r in bare), statistics.median(r[i] for r in ours)
+        print(f"median over {args.runs} runs of {expected} rows, per {clock}: bare pymysqlreplication {b:,.0f}, "
+              f"BinlogCollector {o:,.0f}, ratio {o / b:.2f}" + (" (target >= 2.0)" if i == 0 else ""))
 
 
 if __name__ == "__main__":
