@@ -134,7 +134,8 @@ class Announcements:
         for a in entries:
             if not a.selects(change.op, change.before, change.after):
                 continue
-            key = key_of(change.row, a.key_columns)
+            columns = a.key_columns
+            key = change.row.get(columns[0]) if len(columns) == 1 else key_of(change.row, columns)
             if key is None:
                 warn_null_key("announced change", change.coordinates)
                 continue

@@ -21,6 +21,8 @@ class OrderLife:
     def __init__(self, orders: Orders, state_machine: dict[str, tuple[str, ...]] | None, threshold: float,
                  memory: Memory, findings: Findings):
         self.orders = orders
+        self.key_column = orders.key_columns[0] if len(orders.key_columns) == 1 else None
+        self.aliases = orders.status_aliases
         self.pending_statuses = frozenset(orders.pending_statuses)
         self.machine = state_machine
         self.threshold = threshold
@@ -29,13 +31,16 @@ class OrderLife:
         self.findings = findings
 
     def on_row(self, change: RowChange) -> None:
-        o = self.orders
-        key = key_of(change.row, o.key_columns)
+        o, row = self.orders, change.row
+        # runs for every order row: the one-column key and the aliases are read inline
+        key = row.get(self.key_column) if self.key_column is not None else key_of(row, o.key_columns)
         if key is None:
             warn_null_key("order row", change.coordinates)
             return
         key = key_text(key)
-        status = o.status(change.row)
+        status = row.get(o.status_column)
+        if self.aliases:
+            status = self.aliases.get(status, status)
         if change.op != OP_DELETE and status in self.pending_statuses:
             if not self.pending.has(key):
                 self.pending.add(key, {"t": change.commit_time, "ev": self._evidence(change)})

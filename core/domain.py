@@ -113,13 +113,17 @@ class Announce:
             return False
         if self.when_column is None:
             return True
-        if after is None or self._value(after) != self.becomes:
+        if after is None:
             return False
-        return before is None or self._value(before) != self.becomes
-
-    def _value(self, row: dict[str, Any]) -> str:
-        value = row.get(self.when_column)
-        return str(self.aliases.get(value, value) if self.aliases else value)
+        # runs for every change of an announced table: the aliases are looked up inline
+        column, aliases = self.when_column, self.aliases
+        now = after.get(column)
+        if str(aliases.get(now, now) if aliases else now) != self.becomes:
+            return False
+        if before is None:
+            return True
+        was = before.get(column)
+        return str(aliases.get(was, was) if aliases else was) != self.becomes
 
 
 @dataclass(frozen=True)

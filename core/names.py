@@ -79,9 +79,12 @@ def key_text(value: Any) -> str:
     """A key (order, trade_no, announced key) as the text both streams agree on: a VARBINARY
     column's bytes are the text they hold, as the event's JSON carries it, not "b'...'"; a
     composite key's parts joined by "/" (a tuple from a row, a list once through JSON)."""
-    if isinstance(value, bytes):
+    kind = value.__class__
+    if kind is str:  # nearly every key: the fast way out (this runs several times per record)
+        return value
+    if kind is bytes:
         return value.decode("utf-8", "backslashreplace")
-    if isinstance(value, (tuple, list)):
+    if kind is tuple or kind is list:
         return "/".join(map(key_text, value))
     return str(value)
 
