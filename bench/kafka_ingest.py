@@ -12,7 +12,8 @@ admin client and topic discovery, about 0.1 s more) is printed on its own. The p
 the monitor's garbage-collector settings (`oncewatch.monitor.tune_gc`), which both loops share. On
 a machine shared with other work the wall-clock rates swing with the load; the CPU-time rates are
 the steadier comparison.
-Target: ratio >= 0.7. Usage:
+Target (issue 16): ratio >= 0.5 per CPU-second against the bare loop with crc32c installed (without it
+the bare loop spends most of its time on the CRC in Python). Usage:
 
     .venv/bin/python bench/kafka_ingest.py [--events 50000] [--partitions 3] [--runs 5] [--batch 500]
 """
@@ -176,7 +177,7 @@ def main() -> None:
         admin.close()
     print(f"start-up to the end of the first batch, median: bare {statistics.median(r.startup for r in bare):.3f} s, "
           f"collector {statistics.median(r.startup for r in ours):.3f} s (its admin client and topic discovery)")
-    print(f"median over {args.runs} runs (target ratio >= 0.7):")
+    print(f"median over {args.runs} runs (target ratio >= 0.5 per CPU-second):")
     for clock in ("wall", "cpu"):
         b = statistics.median(getattr(r, clock) for r in bare)
         o = statistics.median(getattr(r, clock) for r in ours)
