@@ -1,0 +1,171 @@
+"""Records/s of the whole monitor, servers included: the real `oncewatch run` from a cold start until caught up.
+
+A recorded workload is written before the monitor starts: ORDERS orders of the shop's shape
+(examples/shop.toml, in the test schema), each a pending order, a successful payment, the order
+paid, a shipment and a points grant (5 watched rows, their times those of the writing), and the
+three events that announce them (order.paid, shipment.created, points.granted), stamped 0.1 s
+after their rows. The monitor has taken its first checkpoint on the empty tables before, so it
+tails all of it from the binlog and the topic, as after a night's downtime. Timed from the
+process's start to the moment its store's checkpoints reach the end of both streams; its RSS is
+sampled every half second (peak, and the peak of each third of the run: flat means flat). The
+workload is clean, so the run must end with no finding. Target (issue 16): >= 30,000 records/s on
+this 2-core machine, RSS flat. Usage:
+
+    .venv/bin/python bench/monitor_throughput.py [--orders 100000] [--batch 200] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kafka import KafkaAdminClient, KafkaProducer  # noqa: E402
+
+from devservices import stack  # noqa: E402
+from devservices.shop_monitor import (ROOT, SCHEMA, new_topic, run_until_idle, shop_config,  # noqa: E402
+                                      shop_settings)
+from oncewatch.core.names import BINLOG_CHECKPOINT, KAFKA_CHECKPOINT  # noqa: E402
+from oncewatch.shop.schema import binlog_position, connect, prepare_tables, prepare_topic  # noqa: E402
+from oncewatch.store import Store  # noqa: E402
+
+ROWS_PER_ORDER, EVENTS_PER_ORDER = 5, 3
+IDLE = 3.0  # --until-idle: the monitor exits this long after it has nothing left to read
+
+
+def write_workload(settings, topic: str, orders: int, batch: int) -> str:
+    """The rows (two transactions per `batch` orders) and their events; the binlog's GTID position at the end."""
+    conn = connect(settings.mysql)
+    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, linger_ms=20, batch_size=256 * 1024)
+    with conn.cursor() as c:
+        for first in range(0, orders, batch):
+            ids = range(first, min(first + batch, orders))
+            # row times are the writing's, as the binlog's header times are: no order waits longer than a batch
+            now = time.time()
+            at = dt.datetime.fromtimestamp(now, dt.timezone.utc).replace(tzinfo=None, microsecond=0)
+            stamp = round(at.replace(tzinfo=dt.timezone.utc).timestamp() * 1000) + 100
+            no = {i: f"B{i:09d}" for i in ids}
+            c.executemany("INSERT INTO orders VALUES (%s, 1, 10.00, 'pending', %s, %s)",
+                          [(no[i], at, at) for i in ids])
+            conn.commit()
+            c.executemany("INSERT INTO payments VALUES (%s, %s, 'card', 10.00, 'success', 'success', %s, %s)",
+                          [(f"T{no[i]}", no[i], at, at) for i in ids])
+            c.executemany("UPDATE orders SET status = 'paid', updated_at = %s WHERE order_no = %s",
+                          [(at, no[i]) for i in ids])
+            c.executemany("INSERT INTO shipments VALUES (%s, %s, %s, '000000', %s)",
+                          [(i + 1, f"T{no[i]}", no[i], at) for i in ids])
+            c.executemany("INSERT INTO points_grants VALUES (%s, %s, %s, 10, %s)",
+                          [(i + 1, f"T{no[i]}", no[i], at) for i in ids])
+            conn.commit()
+            for i in ids:
+                for kind, entity in (("shipment.created", str(i + 1)), ("points.granted", str(i + 1)),
+                                     ("order.paid", no[i])):
+                    body = {"type": kind, "order_no": no[i], "trade_no": f"T{no[i]}", "entity_id": entity,
+                            "amount": "10.00", "status": "paid"}
+                    producer.send(topic, key=no[i].encode(), value=json.dumps(body).encode(), timestamp_ms=stamp)
+    producer.flush(120)
+    producer.close()
+    conn.close()
+    return binlog_position(settings.mysql)
+
+
+def end_offsets(topic: str, partitions: int) -> int:
+    from kafka import KafkaConsumer, TopicPartition
+    consumer = KafkaConsumer(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}")
+    ends = consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+    consumer.close()
+    return sum(ends.values())
+
+
+def caught_up(store_path: str, gtid: str, events: int) -> bool:
+    store = Store(store_path, readonly=True)
+    try:
+        binlog = store.checkpoint(BINLOG_CHECKPOINT) or {}
+        kafka = store.checkpoint(KAFKA_CHECKPOINT) or {}
+    finally:
+        store.close()
+    return binlog.get("gtid") == gtid and sum(kafka.values()) >= events
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def one_run(orders: int, batch: int) -> dict[str, float]:
+    topic = new_topic()
+    settings = shop_settings(topic)
+    prepare_tables(settings.mysql, reset=True)
+    admin = KafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
+    prepare_topic(admin, settings.kafka, reset=True)
+    admin.close()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        config = shop_config(folder, topic=topic)
+        run_until_idle(config, idle=1.0)  # the first checkpoint, on the empty tables
+        t0 = time.perf_counter()
+        gtid = write_workload(settings, topic, orders, batch)
+        events = end_offsets(topic, settings.kafka.partitions)
+        print(f"  wrote {orders * ROWS_PER_ORDER:,} rows and {events:,} events in {time.perf_counter() - t0:.0f} s",
+              flush=True)
+        store_path = str(folder / "store.db")
+        start = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "oncewatch.cli", "run", "--config", str(config),
+                                 "--until-idle", str(IDLE)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        samples: list[float] = []
+        done_at = None
+        while proc.poll() is None:
+            samples.append(rss_mib(proc.pid))
+            if done_at is None and caught_up(store_path, gtid, events):
+                done_at = time.perf_counter()
+            time.sleep(0.5)
+        if proc.returncode != 0:
+            raise SystemExit(f"oncewatch run exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
+        if done_at is None:
+            raise SystemExit("the monitor exited before its checkpoints reached the end of both streams")
+        store = Store(store_path, readonly=True)
+        findings = store.findings()
+        store.close()
+    if findings:
+        raise SystemExit(f"a clean workload gave {len(findings)} findings, first: {findings[0].summary}")
+    seconds = done_at - start
+    thirds = [max(samples[k * len(samples) // 3:(k + 1) * len(samples) // 3] or [0.0]) for k in range(3)]
+    records = orders * ROWS_PER_ORDER + events
+    return {"records": records, "seconds": seconds, "rate": records / seconds, "peak": max(samples),
+            **{f"third{k + 1}": v for k, v in enumerate(thirds)}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--orders", type=int, default=100_000)
+    ap.add_argument("--batch", type=int, default=200, help="orders per transaction pair")
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    print(f"monitor throughput: {args.orders:,} orders ({args.orders * ROWS_PER_ORDER:,} rows, "
+          f"{args.orders * EVENTS_PER_ORDER:,} events) into {SCHEMA}, {args.runs} runs", flush=True)
+    results = []
+    for run in range(args.runs):
+        r = one_run(args.orders, args.batch)
+        results.append(r)
+        print(f"run {run + 1}: {r['records']:,} records caught up in {r['seconds']:.1f} s: {r['rate']:,.0f} records/s; "
+              f"RSS peak {r['peak']:.0f} MiB (peak per third: {r['third1']:.0f} / {r['third2']:.0f} / "
+              f"{r['third3']:.0f} MiB)", flush=True)
+    rate = statistics.median(r["rate"] for r in results)
+    peak = statistics.median(r["peak"] for r in results)
+    print(f"median over {args.runs} runs: {rate:,.0f} records/s end to end (target >= 30,000), "
+          f"RSS peak {peak:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
