@@ -23,7 +23,9 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from oncewatch.shop import GroundTruth, KafkaTarget, MySQLTarget, ShopSettings, run
 from oncewatch.shop.faults import MODES, FaultMix, FaultSpecError
+from oncewatch.shop.layout import Layout
 from oncewatch.shop.plan import build
+from oncewatch.shop.settings import SettingsError
 
 RULES = tuple(f"F{n}" for n in range(1, 11))
 EVENT_RULES = ("F7", "F8", "F9", "F10")
@@ -237,3 +239,16 @@ def test_fault_specs() -> None:
     for bad in ("send_lost", "nope=0.1", "F2=2", "all=0.2"):
         with pytest.raises(FaultSpecError):
             FaultMix.parse(bad, "outbox")
+
+
+def test_shapes_and_what_they_refuse() -> None:
+    with pytest.raises(SettingsError, match="^style: the mall shape has no outbox table"):
+        ShopSettings(shape="mall", style="outbox")
+    with pytest.raises(SettingsError, match="^shape: must be one of shop, mall"):
+        ShopSettings(shape="bazaar")
+    # the mall's shards: every order to one of 2 x 4, all of them used, always the same one for an order
+    mall = Layout("mall", "owmall")
+    shards = {mall.of(f"O{i}")["orders"] for i in range(200)}
+    assert shards == {f"`owmall_{s}`.`pay_order_{n}`" for s in (0, 1) for n in range(4)}
+    assert mall.of("O7") == mall.of("O7") and mall.of("O7")["payments"].startswith(mall.of("O7")["orders"][:10])
+    assert mall.status_of_order(mall.order_status("refunded")) == "refunded"
