@@ -285,8 +285,9 @@ class BinlogCollector:
             self._stream = None
 
     def _open(self, position: BinlogPosition) -> BinLogStreamReader:
-        # Every stream gets a fresh server_id offset so that a half-dead previous connection
-        # of ours is not mistaken for a duplicate replica (MariaDB error 4052).
+        # Every stream of this collector registers with the same server_id: a half-dead previous connection of
+        # ours that the server still holds is then the one it drops (MariaDB kills the older dump thread of a
+        # replica id; error 4052 goes to that one), not the new stream.
         self._stream = BinLogStreamReader(
             connection_settings=connection_settings(self.cfg),
             server_id=self.cfg.server_id,
