@@ -25,7 +25,7 @@ from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, RotateEvent, 
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent  # noqa: E402
 
 from devservices import stack  # noqa: E402
-from oncewatch.collectors.binlog import BinlogCollector, connection_settings  # noqa: E402
+from oncewatch.collectors.binlog import BinlogCollector, connection_settings, library_filter  # noqa: E402
 from oncewatch.core.config import parse  # noqa: E402
 
 
@@ -53,8 +53,7 @@ def bare_loop(cfg, start, expected: int) -> tuple[float, float]:
     t0, c0 = time.perf_counter(), time.process_time()
     stream = BinLogStreamReader(connection_settings=connection_settings(cfg.mysql), server_id=cfg.mysql.server_id + 1,
                                 is_mariadb=True, auto_position=start.gtid, blocking=True, resume_stream=True,
-                                only_schemas=list(cfg.mysql.watched.exact_schemas() or ()) or None,
-                                only_tables=list(cfg.mysql.watched.exact_tables() or ()) or None,
+                                **library_filter(cfg.mysql),
                                 only_events=[MariadbGtidEvent, XidEvent, QueryEvent, RotateEvent,
                                              WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
                                 enable_logging=False)

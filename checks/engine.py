@@ -73,7 +73,7 @@ from oncewatch.checks.orders import OrderLife
 from oncewatch.checks.payments import PaymentChecks
 from oncewatch.checks.settings import Settings
 from oncewatch.core.records import EmittedEvent, Finding, OffsetsSnapshot, RowChange, SchemaChange, Transaction
-from oncewatch.core.tables import Watched, is_pattern
+from oncewatch.core.tables import is_pattern
 
 log = logging.getLogger("oncewatch.checks.engine")
 
@@ -127,7 +127,8 @@ class Engine:
                                     self.findings)
             self._route(domain.orders.table, self.orders.on_row)
         if domain.payments:
-            payments = PaymentChecks(domain.payments, domain.orders, domain.callbacks, self.memory, self.findings)
+            payments = PaymentChecks(domain.payments, domain.orders, domain.callbacks, settings.watched, self.memory,
+                                     self.findings)
             self._route(domain.payments.table, payments.on_payment)
             if domain.callbacks:
                 self._route(domain.callbacks.table, payments.on_callback)
@@ -139,7 +140,7 @@ class Engine:
         for table, entries in self.announcements.by_table.items():
             self._route(table, partial(self.announcements.on_change, entries))
         self.offsets = OffsetChecks(rules, self.findings)
-        self.watched = Watched(settings.tables or self._handlers)
+        self.watched = settings.watched
         self.needs = shape.needs(settings)
         # table -> its shape problems (ShapeProblem.to_dict), as the last DDL on it left them
         self.shape_problems = self.memory.counters("shape_problems", {})

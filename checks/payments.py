@@ -17,7 +17,7 @@ from typing import Any
 
 from oncewatch.checks.findings import EvidenceItem, Findings, row_evidence, values_of, warn_null_key
 from oncewatch.checks.horizon import BINLOG, Aging, Memory
-from oncewatch.core.domain import Callbacks, Orders, Payments
+from oncewatch.core.domain import Callbacks, Orders, Payments, in_unit
 from oncewatch.core.names import key_of, key_text
 from oncewatch.core.records import OP_DELETE, OP_UPDATE, RowChange, Transaction
 from oncewatch.core.tables import Watched
@@ -33,13 +33,13 @@ def money(value: Any, scale: Decimal = ONE) -> Decimal | None:
         amount = value if isinstance(value, Decimal) else Decimal(str(value))
     except InvalidOperation:
         return None
-    # a power of ten: shifting the exponent is exact and keeps the cents' digits (82360 / 100 is 823.60)
-    return amount if scale == ONE else amount.scaleb(-scale.adjusted())
+    return in_unit(amount, scale)
 
 
 class PaymentChecks:
-    def __init__(self, payments: Payments, orders: Orders | None, callbacks: Callbacks | None, memory: Memory,
-                 findings: Findings):
+    def __init__(self, payments: Payments, orders: Orders | None, callbacks: Callbacks | None, tables: Watched,
+                 memory: Memory, findings: Findings):
+        """`tables`: the engine's Watched (which entry a row's real table falls under)."""
         p = self.p = payments
         self.orders, self.log = orders, callbacks
         self.success = frozenset(p.success_statuses)
@@ -52,7 +52,7 @@ class PaymentChecks:
                                              callbacks.amount_column) if c) if callbacks else ()
         self.log_success = frozenset(callbacks.success_statuses) if callbacks else frozenset()
         self.whitelist = callbacks.status_whitelist if callbacks else p.callback_status_whitelist
-        self.tables = Watched(t.table for t in (orders, payments, callbacks) if t is not None)
+        self.tables = tables
         # order key -> {trade_no: evidence of the row that made it successful}
         self.successes = memory.aging("successful_payments", BINLOG, spill=True)
         # order key -> (amount as text, evidence of the row that set it)

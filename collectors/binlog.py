@@ -152,6 +152,14 @@ def connection_settings(cfg: MySQLConfig) -> dict[str, Any]:
             "connect_timeout": cfg.connect_timeout, "read_timeout": cfg.read_timeout}
 
 
+def library_filter(cfg: MySQLConfig) -> dict[str, list[str] | None]:
+    """BinLogStreamReader's only_schemas / only_tables for the watched entries: a pattern leaves its part
+    unfiltered by the library (None), and the collector keeps the watched tables itself."""
+    schemas, tables = cfg.watched.exact_schemas(), cfg.watched.exact_tables()
+    return {"only_schemas": None if schemas is None else list(schemas),
+            "only_tables": None if tables is None else list(tables)}
+
+
 def connect(cfg: MySQLConfig, **extra: Any) -> pymysql.Connection:
     """A plain client connection as the monitor user (bootstrap, status queries)."""
     s = connection_settings(cfg)
@@ -295,9 +303,7 @@ class BinlogCollector:
             auto_position=position.gtid or None,
             blocking=True,
             resume_stream=True,
-            # a pattern leaves that part unfiltered by the library: `_read` keeps the watched tables
-            only_schemas=self._only(self.cfg.watched.exact_schemas()),
-            only_tables=self._only(self.cfg.watched.exact_tables()),
+            **library_filter(self.cfg),
             only_events=[MariadbGtidEvent, XidEvent, QueryEvent, RotateEvent, HeartbeatLogEvent,
                          WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
             slave_heartbeat=self.cfg.heartbeat_seconds,
@@ -309,10 +315,6 @@ class BinlogCollector:
             enable_logging=False,
         )
         return self._stream
-
-    @staticmethod
-    def _only(names: tuple[str, ...] | None) -> list[str] | None:
-        return None if names is None else list(names)
 
     def _read(self, position: BinlogPosition) -> Iterator[Transaction]:
         stream = self._open(position)
@@ -456,14 +458,16 @@ def _released(stream: BinLogStreamReader) -> Iterator[Any]:
 def watched_tables(cur: Any, cfg: MySQLConfig) -> list[tuple[str, str, str]]:
     """(entry, schema, table) of every table on the server that a watched entry names, in the order of
     `mysql.tables` then by name: an exact entry as it is, a pattern as each shard it matches now."""
+    names: list[tuple[str, str]] = []
+    if any(map(is_pattern, cfg.tables)):  # the server's tables, read once for all the patterns
+        cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' "
+                    "ORDER BY TABLE_SCHEMA, TABLE_NAME")
+        names = [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in cur.fetchall()]
     out = []
     for entry in cfg.tables:
         if not is_pattern(entry):
             out.append((entry, *entry.split(".", 1)))
             continue
-        cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' "
-                    "ORDER BY TABLE_SCHEMA, TABLE_NAME")
-        names = [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in cur.fetchall()]
         out += [(entry, schema, table) for schema, table in names if cfg.watched.entry(schema, table) == entry]
     return out
 
@@ -517,4 +521,4 @@ def bootstrap(cfg: MySQLConfig, chunk: int = 5000) -> Iterator[Transaction]:
 
 
 __all__ = ["BinlogCollector", "BinlogError", "BinlogPurgedError", "BinlogAccessError", "CollectorStatus",
-           "bootstrap", "connect", "gtid_set", "gtid_text", "watched_tables"]
+           "bootstrap", "connect", "gtid_set", "gtid_text", "library_filter", "watched_tables"]

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import msgspec
 
 from oncewatch.core.config import TopicConfig
+from oncewatch.core.domain import in_unit
 from oncewatch.core.exact_json import parse_exact_json, to_json
 from oncewatch.core.names import (MISSING_PATH, NOT_JSON, NOT_UTF8, NULL_VALUE, QUARANTINE_REASONS, TOO_LARGE,
                                   UNPARSEABLE, WRONG_TYPE)
@@ -182,9 +183,8 @@ class KeyExtractor:
             top = compiled[0] if len(compiled) == 1 and isinstance(compiled[0], str) else None
             kept, convert = KEY_TYPES[k]
             if k == "amount" and topic.amount_scale != 1:
-                # a power of ten: shifting the exponent is exact and keeps the digits (1999 cents are 19.99)
-                shift = -topic.amount_scale.adjusted()
-                convert = lambda value, unscaled=convert: unscaled(value).scaleb(shift)  # noqa: E731
+                scale = topic.amount_scale
+                convert = lambda value, unscaled=convert: in_unit(unscaled(value), scale)  # noqa: E731
             paths.append((k, p, compiled, top, kept, convert))
         return cls(tuple(paths), frozenset(topic.required), tuple(composites))
 

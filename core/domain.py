@@ -21,6 +21,12 @@ if TYPE_CHECKING:
 OPS = ("insert", "update", "delete")
 
 
+def in_unit(amount: Decimal, scale: Decimal) -> Decimal:
+    """An amount divided by its `amount_scale`, a power of ten: the exponent is shifted, which is exact and keeps
+    the digits (82360 cents are 823.60)."""
+    return amount if scale == 1 else amount.scaleb(-scale.adjusted())
+
+
 @dataclass(frozen=True)
 class Orders:
     table: str

@@ -12,7 +12,7 @@ from __future__ import annotations
 from oncewatch.checks.settings import Settings
 from oncewatch.core.names import key_of, key_text
 from oncewatch.core.records import EmittedEvent, RowChange
-from oncewatch.core.tables import Watched, is_pattern
+from oncewatch.core.tables import is_pattern
 
 
 class EntityIndex:
@@ -34,7 +34,7 @@ class EntityIndex:
                 self.columns.setdefault(a.table, []).append((f"key:{a.table}", a.key_columns))
         # (topic, event type) -> (table, the event's key field) of the announcements it answers
         self.announced = {(a.topic, a.event_type): (a.table, a.event_key) for a in settings.announce}
-        self.watched = Watched(settings.tables or self.columns)
+        self.watched = settings.watched
 
     def of_row(self, row: RowChange) -> list[str]:
         image, pk = row.row, "/".join(str(v) for v in row.pk)
