@@ -63,9 +63,23 @@ def reset_shop() -> None:
         admin.close()
 
 
+LOGS: dict[subprocess.Popen, Path] = {}  # each spawned process's log, to name it when it dies
+
+
 def spawn(argv: list[str], log: Path) -> subprocess.Popen:
     with open(log, "ab") as out:
-        return subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    LOGS[proc] = log
+    return proc
+
+
+def report_failed(procs: list[subprocess.Popen], reported: set[subprocess.Popen]) -> None:
+    """Say so, once, when a process of the demo has failed: a shop that died leaves its rules unshown."""
+    for p in procs:
+        if p not in reported and p.poll() not in (None, 0):
+            reported.add(p)
+            print(f"demo: {Path(p.args[0]).name} failed (exit {p.returncode}); see {LOGS.get(p, 'its log')}",
+                  flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"demo: /metrics   {metrics_url}", flush=True)
         print(f"demo: config, store and logs in {work}; Ctrl-C stops the shop, the monitor and the dashboard",
               flush=True)
+        reported: set[subprocess.Popen] = set()
         while not stopping and all(p.poll() is None for p in procs[:1]):
+            report_failed(procs, reported)
             time.sleep(0.5)
     finally:
         for p in reversed(procs):

@@ -11,6 +11,7 @@ then measures the consumer lags and returns the `GroundTruth` (also written as J
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from oncewatch.shop.truth import Fault, GroundTruth, Recorder
 log = logging.getLogger(__name__)
 
 DRAIN_SECONDS = 60.0
+TAG_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 class ShopError(RuntimeError):
@@ -204,10 +206,12 @@ def run(settings: ShopSettings) -> GroundTruth:
 
 
 def _new_tag() -> str:
-    """Base-36 of the current time in 1/100 s: unique per run, short enough for a trade_no."""
-    n, digits = int(time.time() * 100), "0123456789abcdefghijklmnopqrstuvwxyz"
-    out = ""
+    """Base-36 of the current time in 1/100 s (its last 6 digits: a new value every run, for 250 days) and 4
+    random digits: two shops started in the same instant, as the demo starts its two, still get tags of their
+    own (with the time alone they once shared one, and the second died on the first's order numbers).
+    10 characters, short enough for an order number and a trade_no."""
+    n, out = int(time.time() * 100), ""
     while n:
         n, r = divmod(n, 36)
-        out = digits[r] + out
-    return out[-7:]
+        out = TAG_DIGITS[r] + out
+    return out[-6:] + "".join(secrets.choice(TAG_DIGITS) for _ in range(4))

@@ -25,6 +25,7 @@ from oncewatch.shop import GroundTruth, KafkaTarget, MySQLTarget, ShopSettings, 
 from oncewatch.shop.faults import MODES, FaultMix, FaultSpecError
 from oncewatch.shop.layout import Layout
 from oncewatch.shop.plan import build
+from oncewatch.shop.runner import _new_tag
 from oncewatch.shop.settings import SettingsError
 
 RULES = tuple(f"F{n}" for n in range(1, 11))
@@ -252,3 +253,9 @@ def test_shapes_and_what_they_refuse() -> None:
     assert shards == {f"`owmall_{s}`.`pay_order_{n}`" for s in (0, 1) for n in range(4)}
     assert mall.of("O7") == mall.of("O7") and mall.of("O7")["payments"].startswith(mall.of("O7")["orders"][:10])
     assert mall.status_of_order(mall.order_status("refunded")) == "refunded"
+
+
+def test_two_shops_started_in_one_instant_get_tags_of_their_own() -> None:
+    # The demo starts its two shops together; with a tag of the time alone (1/100 s) they once shared one.
+    tags = [_new_tag() for _ in range(20)]  # well within one 1/100 s
+    assert len(set(tags)) == 20 and all(len(t) == 10 and t.isalnum() for t in tags)
