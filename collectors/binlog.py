@@ -37,6 +37,7 @@ from pymysqlreplication.event import (HeartbeatLogEvent, MariadbGtidEvent, Query
                                       XidEvent)
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from oncewatch.collectors.row_images import RowImages
 from oncewatch.core.config import MySQLConfig
 from oncewatch.core.names import UNDECODABLE, UNPARSEABLE
 from oncewatch.core.tables import is_pattern
@@ -195,6 +196,7 @@ class BinlogCollector:
         self._stream: BinLogStreamReader | None = None
         self._probe: pymysql.Connection | None = None
         self._probe_lock = threading.Lock()
+        self._images = RowImages()
 
     # -------------------------------------------------------------- public
 
@@ -360,7 +362,7 @@ class BinlogCollector:
             if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                 if not skip_tx and watched(event.schema, event.table) is not None:
                     try:
-                        read = list(self._row_tuples(event))
+                        read = self._row_tuples(event)
                     except Exception as exc:  # noqa: BLE001 - one event the library cannot decode must not stop the tail
                         bad.append(self._quarantined(event, tx_gtid, log_file, exc))
                         read = []
@@ -403,15 +405,18 @@ class BinlogCollector:
         self.status.rows_read += len(tx.rows)
         return tx
 
-    @staticmethod
-    def _row_tuples(event: Any) -> Iterator[tuple[str, Any, dict | None, dict | None]]:
-        for r in event.rows:
-            if isinstance(event, WriteRowsEvent):
-                yield OP_INSERT, event, None, r["values"]
-            elif isinstance(event, UpdateRowsEvent):
-                yield OP_UPDATE, event, r["before_values"], r["after_values"]
-            else:
-                yield OP_DELETE, event, r["values"], None
+    def _row_tuples(self, event: Any) -> list[tuple[str, Any, dict | None, dict | None]]:
+        """(op, event, before, after) of each row: decoded here when the table's types allow (row_images),
+        else by the library."""
+        images = self._images.of(event)
+        if isinstance(event, WriteRowsEvent):
+            return ([(OP_INSERT, event, None, a) for a, in images] if images is not None else
+                    [(OP_INSERT, event, None, r["values"]) for r in event.rows])
+        if isinstance(event, UpdateRowsEvent):
+            return ([(OP_UPDATE, event, b, a) for b, a in images] if images is not None else
+                    [(OP_UPDATE, event, r["before_values"], r["after_values"]) for r in event.rows])
+        return ([(OP_DELETE, event, b, None) for b, in images] if images is not None else
+                [(OP_DELETE, event, r["values"], None) for r in event.rows])
 
     @staticmethod
     def _quarantined(event: Any, gtid: str, log_file: str | None, exc: Exception) -> QuarantinedRows:
@@ -442,8 +447,8 @@ class BinlogCollector:
                 txid=gtid, row_index=i, binlog_file=end.file, end_pos=end.pos,
                 commit_time=row_time if row_time is not None else float(header_time),
                 commit_clock=CLOCK_ROW_COLUMN if row_time is not None else CLOCK_BINLOG_HEADER))
-        return Transaction(rows=tuple(out), position=end, commit_time=float(header_time), quarantined=tuple(quarantined),
-                           schema_changes=tuple(changes), complete=complete)
+        return Transaction(rows=tuple(out), position=end, commit_time=float(header_time),
+                           quarantined=tuple(quarantined), schema_changes=tuple(changes), complete=complete)
 
 
 def _released(stream: BinLogStreamReader) -> Iterator[Any]:
