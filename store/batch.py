@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from itertools import chain
 from typing import Any
 
-from oncewatch.core.exact_json import to_json
+from oncewatch.core.exact_json import flat_json, to_json
 from oncewatch.core.names import ACKNOWLEDGED, CLOSED, OPEN, RESOLVED
 from oncewatch.core.records import EmittedEvent, Finding, QuarantinedRecord, QuarantinedRows, RowChange
 from oncewatch.store.codec import EVENT_COLUMNS, FINDING_COLUMNS, event_body, headers_json
@@ -17,6 +17,10 @@ from oncewatch.store.codec import EVENT_COLUMNS, FINDING_COLUMNS, event_body, he
 MONITOR = "oncewatch"
 # The fact behind a person's status: what the engine would say.
 FACT = {ACKNOWLEDGED: OPEN, CLOSED: OPEN}
+
+ROW_CHANGE_INSERT = ("seq, txid, row_index, schema_name, table_name, op, pk, before_row, after_row, binlog_file, end_pos, "
+                     "commit_time, commit_clock, snapshot")
+
 
 class Batch:
     """Writes inside one store transaction; obtained from `Store.batch()`."""
@@ -29,20 +33,21 @@ class Batch:
                           "ON CONFLICT(name) DO UPDATE SET value=excluded.value, updated_at=excluded.updated_at",
                           (name, to_json(value), time.time()))
 
-    def add_row_changes(self, rows: Iterable[RowChange], entities: Iterable[tuple[int, str]] = ()) -> list[int]:
+    def add_row_changes(self, rows: Sequence[RowChange], entities: Iterable[tuple[int, str]] = ()) -> list[int]:
         """Store rows; returns their sequence numbers (in order). `entities` pairs a row's index in
         `rows` with an entity key ('trade_no:T1') for the drill-down index."""
-        seqs = []
-        for r in rows:
-            cur = self.conn.execute(
-                "INSERT INTO row_changes (txid, row_index, schema_name, table_name, op, pk, before_row, after_row,"
-                " binlog_file, end_pos, commit_time, commit_clock, snapshot) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (r.txid, r.row_index, r.schema, r.table, r.op, to_json(list(r.pk)),
-                 None if r.before is None else to_json(r.before), None if r.after is None else to_json(r.after),
-                 r.binlog_file, r.end_pos, r.commit_time, r.commit_clock, int(r.snapshot)))
-            seqs.append(cur.lastrowid)
-        self.conn.executemany("INSERT OR IGNORE INTO entity_index (entity, kind, ref) VALUES (?, 'row_change', ?)",
-                              [(entity, str(seqs[i])) for i, entity in entities])
+        # The monitor is the store's only writer of rows (its lock), so the numbers SQLite would give, one
+        # past the largest, are known before the rows are written, and the rows go many to a statement.
+        (last,), = self.conn.execute("SELECT COALESCE(MAX(seq), 0) FROM row_changes")
+        seqs = list(range(last + 1, last + 1 + len(rows)))
+        self._insert(f"INSERT INTO row_changes ({ROW_CHANGE_INSERT}) VALUES ", "(?,?,?,?,?,?,?,?,?,?,?,?,?,?)", 16,
+                     [(seq, r.txid, r.row_index, r.schema, r.table, r.op, flat_json(r.pk),
+                       None if r.before is None else flat_json(r.before),
+                       None if r.after is None else flat_json(r.after),
+                       r.binlog_file, r.end_pos, r.commit_time, r.commit_clock, int(r.snapshot))
+                      for seq, r in zip(seqs, rows)])
+        self._insert("INSERT OR IGNORE INTO entity_index (entity, kind, ref) VALUES ", "(?,'row_change',?)", 50,
+                     [(entity, str(seqs[i])) for i, entity in entities])
         return seqs
 
     def add_events(self, events: Iterable[EmittedEvent], entities: Iterable[tuple[int, str]] = ()) -> None:

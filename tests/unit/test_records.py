@@ -8,7 +8,7 @@ from decimal import Decimal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oncewatch.core.exact_json import from_json, to_json
+from oncewatch.core.exact_json import flat_json, from_json, to_json
 from oncewatch.core.records import RowChange
 
 values = st.one_of(
@@ -25,6 +25,20 @@ def test_row_values_round_trip_exactly(row):
     back = from_json(to_json(row))
     assert back == row
     assert {k: type(v) for k, v in back.items()} == {k: type(v) for k, v in row.items()}
+
+
+flat_values = st.one_of(values, st.floats(), st.integers(min_value=-2 ** 80, max_value=2 ** 80),
+                        st.sets(st.text(max_size=3), max_size=3), st.timedeltas(),
+                        st.datetimes(timezones=st.timezones()), st.lists(st.integers(), max_size=2))
+
+
+@given(st.one_of(st.dictionaries(st.text(min_size=1).filter(lambda k: not k.startswith("$")), flat_values),
+                 st.lists(flat_values, max_size=4)))
+def test_flat_json_writes_what_to_json_writes(value):
+    """The store's fast encoder of row images and keys writes what to_json writes, character for character,
+    whatever the values (a float, a nested list or a huge int take to_json's own path)."""
+    assert flat_json(value) == to_json(value)
+    assert flat_json(tuple(value) if isinstance(value, list) else value) == to_json(value)
 
 
 def test_row_change_round_trip():
