@@ -92,9 +92,9 @@ def _flat_tag(value: Any) -> Any:
                 _DATETIME_TAGS.clear()
             tag = _DATETIME_TAGS[value] = {"$datetime": value.isoformat()}
         return tag
-    if type(value) is float:
-        raise TypeError("floats take to_json's repr")
-    return _default(value)
+    if isinstance(value, (Decimal, dt.date, bytes, bytearray)):  # tags holding text
+        return _default(value)
+    raise TypeError("to_json's own path")  # a float, or a tag holding one (a timedelta), is written by repr
 
 
 def flat_json(value: dict[str, Any] | list[Any] | tuple[Any, ...]) -> str:

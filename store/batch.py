@@ -18,8 +18,8 @@ MONITOR = "oncewatch"
 # The fact behind a person's status: what the engine would say.
 FACT = {ACKNOWLEDGED: OPEN, CLOSED: OPEN}
 
-ROW_CHANGE_INSERT = ("seq, txid, row_index, schema_name, table_name, op, pk, before_row, after_row, binlog_file, end_pos, "
-                     "commit_time, commit_clock, snapshot")
+ROW_CHANGE_INSERT = ("seq, txid, row_index, schema_name, table_name, op, pk, before_row, after_row, binlog_file, "
+                     "end_pos, commit_time, commit_clock, snapshot")
 
 
 class Batch:

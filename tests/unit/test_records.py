@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oncewatch.core.exact_json import flat_json, from_json, to_json
@@ -32,6 +32,7 @@ flat_values = st.one_of(values, st.floats(), st.integers(min_value=-2 ** 80, max
                         st.datetimes(timezones=st.timezones()), st.lists(st.integers(), max_size=2))
 
 
+@settings(max_examples=400)
 @given(st.one_of(st.dictionaries(st.text(min_size=1).filter(lambda k: not k.startswith("$")), flat_values),
                  st.lists(flat_values, max_size=4)))
 def test_flat_json_writes_what_to_json_writes(value):
