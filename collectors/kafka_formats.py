@@ -39,7 +39,7 @@ import msgspec
 
 from oncewatch.core.config import TopicConfig
 from oncewatch.core.domain import in_unit
-from oncewatch.core.exact_json import parse_exact_json, to_json
+from oncewatch.core.exact_json import decimal_shift, parse_exact_json, to_json
 from oncewatch.core.names import (MISSING_PATH, NOT_JSON, NOT_UTF8, NULL_VALUE, QUARANTINE_REASONS, TOO_LARGE,
                                   UNPARSEABLE, WRONG_TYPE)
 from oncewatch.core.paths import compile_path, lookup
@@ -288,7 +288,7 @@ def _decimal_columns(schema: dict[str, Any] | None, field_name: str) -> dict[str
 
 def _connect_decimal(encoded: str, scale: int) -> Decimal:
     unscaled = int.from_bytes(base64.b64decode(encoded, validate=True), "big", signed=True)
-    return Decimal(unscaled).scaleb(-scale)
+    return decimal_shift(Decimal(unscaled), -scale)
 
 
 def _decode_decimals(row: dict[str, Any] | None, columns: dict[str, Any], where: str) -> dict[str, Any] | None:

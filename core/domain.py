@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from oncewatch.core.exact_json import decimal_shift
 from oncewatch.core.sections import ConfigError, Section
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ OPS = ("insert", "update", "delete")
 def in_unit(amount: Decimal, scale: Decimal) -> Decimal:
     """An amount divided by its `amount_scale`, a power of ten: the exponent is shifted, which is exact and keeps
     the digits (82360 cents are 823.60)."""
-    return amount if scale == 1 else amount.scaleb(-scale.adjusted())
+    return amount if scale == 1 else decimal_shift(amount, -scale.adjusted())
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,20 @@ import base64
 import datetime as dt
 import json
 from collections.abc import Callable, Iterable
-from decimal import Decimal
+from decimal import MAX_PREC, Context, Decimal
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 import msgspec
+
+_EVERY_DIGIT = Context(prec=MAX_PREC)
+
+
+def decimal_shift(value: Decimal, places: int) -> Decimal:
+    """`value` times 10**places with every digit kept: Decimal's own `scaleb` rounds to its context's 28
+    digits, so a DECIMAL(40,12) lost its last places."""
+    return value.scaleb(places, _EVERY_DIGIT)
+
 
 def _default(value: Any) -> Any:
     if isinstance(value, Decimal):

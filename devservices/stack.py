@@ -1,8 +1,9 @@
-"""The development services: a real MariaDB, a real Kafka broker, and the paging path (Debian's
-Prometheus and Alertmanager, devservices.paging), all on loopback.
+"""The development services: a real MariaDB, a real Kafka broker, a Kafka Connect worker with Debezium's
+MariaDB connector (devservices.kafka_connect), and the paging path (Debian's Prometheus and
+Alertmanager, devservices.paging), all on loopback.
 
 `python -m devservices.stack up|down|status` installs what is missing (Debian packages, the
-Kafka jars from Maven Central), initialises data dirs once under `.devstack/`, starts each
+Kafka, Connect and Debezium jars from Maven Central), initialises data dirs once under `.devstack/`, starts each
 service in the background, waits until it really answers and prints where it listens.
 `up` is a no-op for a service that already runs; `down` stops only processes this script
 started (their pid files live in `.devstack/`). Tests import the start/stop functions to
@@ -37,7 +38,7 @@ ADMIN_USER = "dev_admin"
 ADMIN_PASSWORD = "dev_admin"
 MONITOR_USER = "oncewatch"
 # Schemas the monitor may SELECT from: the simulated shop and the test schemas.
-MONITORED_SCHEMAS = ("shop", "owtest", "mall_0", "mall_1", "owmall_0", "owmall_1")
+MONITORED_SCHEMAS = ("shop", "owtest", "mall_0", "mall_1", "owmall_0", "owmall_1", "owcdc")
 
 DEBIAN_PACKAGES = {
     "mariadbd": ["mariadb-server", "mariadb-client"],
@@ -239,6 +240,7 @@ def already_up(svc: Service, port: int) -> bool:
 def mariadb_up() -> None:
     svc = MARIADB
     if already_up(svc, MARIADB_PORT):
+        ensure_mariadb_users()  # a schema or grant added since it started
         return
     d = mariadb_dir()
     d.mkdir(parents=True, exist_ok=True)
@@ -359,27 +361,28 @@ def kafka_down() -> bool:
 # ---------------------------------------------------------------- commands
 
 def up() -> None:
-    from devservices import paging
+    from devservices import kafka_connect, paging
 
     ensure_debian_packages()
     mariadb_up()
     kafka_up()
+    kafka_connect.up()
     paging.up()
 
 
 def down() -> None:
-    from devservices import paging
+    from devservices import kafka_connect, paging
 
-    stopped = paging.down() + [("kafka", kafka_down()), ("mariadb", mariadb_down())]
+    stopped = paging.down() + kafka_connect.down() + [("kafka", kafka_down()), ("mariadb", mariadb_down())]
     for name, was_running in stopped:
         log(f"{name} stopped" if was_running else f"{name} was not started by this script")
 
 
 def status() -> int:
-    from devservices import paging
+    from devservices import kafka_connect, paging
 
     rc = 0
-    for svc, port in ((MARIADB, MARIADB_PORT), (KAFKA, KAFKA_PORT), *paging.SERVICES):
+    for svc, port in ((MARIADB, MARIADB_PORT), (KAFKA, KAFKA_PORT), *kafka_connect.SERVICES, *paging.SERVICES):
         pid = read_pid(svc)
         if pid is None:
             rc = 1

@@ -1,0 +1,327 @@
+"""Committed transactions rebuilt from Debezium's topics: the change source of CDC mode (issue 15).
+
+Debezium writes each captured table's changes to its own topic and, with
+`provide.transaction.metadata=true`, every transaction's BEGIN and END to `<prefix>.transaction`;
+each data record names its transaction (`transaction.id`, the MariaDB GTID, and `total_order`).
+`Assembler` (no I/O) takes both and hands on `Transaction`s in commit order, the order of the
+transaction topic, each once its END has come and every record the END counts for the watched
+tables has too; the rows are those the binlog collector would give for the same transaction
+(collectors.debezium_rows reads the values; a primary-key change, which Debezium writes as a delete,
+a tombstone and an insert, is one update again; tombstones are dropped). A TRUNCATE is a
+`SchemaChange`, as in the binlog; Debezium gives its transaction a BEGIN and no END, so a
+transaction whose BEGIN is followed by another's is over there (Assembler says how its record is
+placed).
+
+A transaction whose END counts records that have not come within `grace_seconds` is handed on
+with what came, and counted (`incomplete`): the stream never stops behind a lost record. A record
+that cannot be read exactly is quarantined with its coordinates. `CdcCollector` reads the topics
+from the offsets its caller stored (`positions()`: per partition the first record of a transaction
+not yet handed on), so a restart hands nothing on twice and loses nothing; a transaction already
+handed on that comes again (a connector restart replays) is skipped by its GTID, and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from oncewatch.collectors.binlog import gtid_set, gtid_text, to_epoch
+from oncewatch.collectors.debezium_rows import Undecodable, column_decoders, image, image_schema, key_columns
+from oncewatch.core.config import MySQLConfig
+from oncewatch.core.names import UNDECODABLE
+from oncewatch.core.records import (CLOCK_BINLOG_HEADER, CLOCK_ROW_COLUMN, OP_DELETE, OP_INSERT, OP_UPDATE,
+                                    BinlogPosition, QuarantinedRows, RowChange, SchemaChange, Transaction)
+
+log = logging.getLogger("oncewatch.collectors.cdc")
+
+OPS = {"c": OP_INSERT, "u": OP_UPDATE, "d": OP_DELETE, "r": OP_INSERT}
+NEW_KEY, OLD_KEY = "__debezium.newkey", "__debezium.oldkey"
+GRACE_SECONDS = 30.0
+TOPICS_EVERY_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class DataRecord:
+    """One Debezium data record of a watched table, read: its row, or why it could not be."""
+
+    topic: str
+    partition: int
+    offset: int
+    txid: str
+    order: int  # transaction.total_order
+    op: str  # c u d r t
+    db: str
+    table: str
+    pk: tuple[Any, ...]
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    file: str
+    pos: int
+    header_time: float
+    key_changed: str | None = None  # NEW_KEY on the delete of a primary-key change, OLD_KEY on its insert
+    undecodable: str | None = None
+
+
+def read_record(topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                headers: Sequence[tuple[str, bytes | None]]) -> DataRecord | None:
+    """A data record as a DataRecord; None for a tombstone. A record not in Debezium's shape is Undecodable."""
+    if value is None:
+        return None
+    try:
+        doc = msgspec.json.decode(value)
+        payload, schema = doc["payload"], doc["schema"]
+        source, op = payload["source"], payload["op"]
+        tx = payload.get("transaction") or {}
+    except (msgspec.DecodeError, KeyError, TypeError) as exc:
+        raise Undecodable(f"not a Debezium change event with its schema ({type(exc).__name__}: {exc})") from None
+    txid = tx.get("id") or source.get("gtid") or ""
+    names = {h for h, _ in headers}
+    base = dict(topic=topic, partition=partition, offset=offset, txid=txid, order=int(tx.get("total_order") or 0),
+                op=op, db=source.get("db") or "", table=source.get("table") or "", file=source.get("file") or "",
+                pos=int(source.get("pos") or 0), header_time=(source.get("ts_ms") or 0) / 1000,
+                key_changed=NEW_KEY if NEW_KEY in names else OLD_KEY if OLD_KEY in names else None)
+    if op == "t":
+        return DataRecord(pk=(), before=None, after=None, **base)
+    try:
+        decoders = column_decoders(image_schema(schema))
+        before, after = image(payload.get("before"), decoders), image(payload.get("after"), decoders)
+        columns = key_columns(msgspec.json.decode(key).get("schema") if key else None)
+    except Undecodable as exc:
+        return DataRecord(pk=(), before=None, after=None, undecodable=str(exc), **base)
+    row = after if after is not None else before or {}
+    return DataRecord(pk=tuple(row.get(c) for c in columns), before=before, after=after, **base)
+
+
+@dataclass
+class _Open:
+    records: list[DataRecord] = field(default_factory=list)
+    expected: int | None = None  # from the END: records of the watched tables; None: no END came
+    ended_at: float = 0.0
+
+
+class Assembler:
+    """Transaction-topic and data records in, Transactions in commit order out (no I/O).
+
+    Feed a whole poll's records, then take `ready()`: a transaction without an END (its BEGIN followed
+    by another's) goes in its place with the records that came by then, and one of its records that
+    comes later still goes on, at once and out of its place, counted in `late`."""
+
+    def __init__(self, cfg: MySQLConfig, start_gtid: str = "", grace_seconds: float = GRACE_SECONDS):
+        self.cfg = cfg
+        self.grace = grace_seconds
+        self.done = gtid_set(start_gtid)
+        self.open: dict[str, _Open] = {}
+        self.ends: deque[str] = deque()  # transactions over (an END, or the next one's BEGIN), in commit order
+        self.begun: str | None = None  # the newest BEGIN's transaction while its END has not come
+        self.without_end: deque[str] = deque(maxlen=1000)  # recent ones handed on that had no END
+        self.incomplete = self.replayed = self.late = 0
+
+    def _seen(self, txid: str) -> bool:
+        try:
+            domain, _server, seq = (int(x) for x in txid.split("-"))
+        except ValueError:
+            return False
+        return domain in self.done and seq <= self.done[domain][1]
+
+    def on_transaction(self, payload: dict[str, Any], now: float) -> None:
+        txid = payload.get("id", "")
+        if payload.get("status") == "BEGIN":
+            if self.begun is not None:  # DDL, a TRUNCATE, or one no captured table took part in
+                self._over(self.begun, None, now)
+            self.begun = None if self._seen(txid) else txid
+            return
+        if payload.get("status") != "END" or self._seen(txid):
+            return
+        if txid == self.begun:
+            self.begun = None
+        watched = self.cfg.watched.qualified
+        self._over(txid, sum(int(c.get("event_count") or 0) for c in payload.get("data_collections") or []
+                             if watched(c.get("data_collection", "")) is not None), now)
+
+    def _over(self, txid: str, expected: int | None, now: float) -> None:
+        tx = self.open.setdefault(txid, _Open())
+        tx.expected, tx.ended_at = expected, now
+        self.ends.append(txid)
+
+    def on_record(self, record: DataRecord) -> Iterator[Transaction]:
+        if record.txid in self.open:
+            self.open[record.txid].records.append(record)
+        elif record.txid in self.without_end:
+            self.late += 1
+            log.error("a record of a CDC transaction without an END came after the transactions behind it; handed "
+                      "on out of its place", extra={"event": "cdc_record_late", "gtid": record.txid,
+                                                    "at": f"{record.topic}/{record.partition}@{record.offset}"})
+            yield self._transaction(record.txid, [record])
+        elif self._seen(record.txid):
+            self.replayed += 1
+        else:
+            self.open[record.txid] = _Open(records=[record])
+
+    def ready(self, now: float) -> Iterator[Transaction]:
+        """Transactions over whose records are all in, oldest first; one waiting past the grace goes as it is."""
+        while self.ends:
+            txid = self.ends[0]
+            tx = self.open[txid]
+            if tx.expected is not None and len(tx.records) < tx.expected:
+                if now - tx.ended_at < self.grace:
+                    return
+                self.incomplete += 1
+                log.error("a CDC transaction's END counts records that did not come; handed on without them",
+                          extra={"event": "cdc_transaction_incomplete", "gtid": txid, "expected": tx.expected,
+                                 "came": len(tx.records)})
+            if tx.expected is None:
+                self.without_end.append(txid)
+            self.ends.popleft()
+            del self.open[txid]
+            self._advance(txid)
+            yield self._transaction(txid, sorted(tx.records, key=lambda r: r.order))
+
+    def pending_records(self) -> list[DataRecord]:
+        return [r for tx in self.open.values() for r in tx.records]
+
+    def _advance(self, txid: str) -> None:
+        domain, server, seq = (int(x) for x in txid.split("-"))
+        if domain not in self.done or seq > self.done[domain][1]:
+            self.done[domain] = (server, seq)
+
+    def _transaction(self, txid: str, records: list[DataRecord]) -> Transaction:
+        rows: list[RowChange] = []
+        bad: list[QuarantinedRows] = []
+        changes: list[SchemaChange] = []
+        merged = _merge_key_changes(records)
+        last = records[-1] if records else None
+        header = max((r.header_time for r in records), default=0.0)
+        entry = self.cfg.watched.entry
+        for r in merged:
+            table = f"{r.db}.{r.table}"
+            if r.undecodable is not None:
+                bad.append(QuarantinedRows(txid=txid, binlog_file=r.file, event_pos=r.pos, table=table,
+                                           reason=UNDECODABLE, detail=f"{r.topic}/{r.partition}@{r.offset}: "
+                                                                      f"{r.undecodable}"))
+                continue
+            if r.op == "t":
+                changes.append(SchemaChange(table=table, kind="truncate", statement=f"TRUNCATE {table} (from CDC)",
+                                            columns={}, txid=txid, binlog_file=r.file, pos=r.pos))
+                continue
+            img = r.after if r.after is not None else r.before or {}
+            column = self.cfg.commit_time_columns.get(entry(r.db, r.table))
+            row_time = to_epoch(img.get(column)) if column else None
+            rows.append(RowChange(
+                schema=r.db, table=r.table, op=OPS[r.op], pk=r.pk, before=r.before if r.op != "c" else None,
+                after=r.after if r.op != "d" else None, txid=txid, row_index=len(rows), binlog_file=r.file,
+                end_pos=r.pos, commit_time=row_time if row_time is not None else r.header_time,
+                commit_clock=CLOCK_ROW_COLUMN if row_time is not None else CLOCK_BINLOG_HEADER,
+                snapshot=r.op == "r"))
+        position = BinlogPosition(gtid=gtid_text(self.done), file=last.file if last else "",
+                                  pos=last.pos if last else 0)
+        return Transaction(rows=tuple(rows), position=position, commit_time=header, quarantined=tuple(bad),
+                           schema_changes=tuple(changes))
+
+
+def _merge_key_changes(records: list[DataRecord]) -> list[DataRecord]:
+    """A primary-key change (the delete marked NEW_KEY, then the insert marked OLD_KEY) as one update, as the
+    binlog has it."""
+    out: list[DataRecord] = []
+    for r in records:
+        prev = out[-1] if out else None
+        if (r.key_changed == OLD_KEY and r.op == "c" and prev is not None and prev.key_changed == NEW_KEY
+                and prev.op == "d" and (prev.db, prev.table) == (r.db, r.table)):
+            out[-1] = DataRecord(**{**prev.__dict__, "op": "u", "after": r.after, "pk": r.pk, "key_changed": None})
+            continue
+        out.append(r)
+    return out
+
+
+class CdcCollector:
+    """Reads a Debezium connector's topics for the watched tables and yields committed Transactions with the
+    Kafka positions to store beside them.
+
+    `positions` is what the caller stored with the last transaction ({} on a first start: the topics'
+    beginnings), `start_gtid` the GTID set handed on by then. Call `stop()` from another thread to end."""
+
+    def __init__(self, cfg: MySQLConfig, bootstrap_servers: str, topic_prefix: str, *,
+                 positions: dict[str, int] | None = None, start_gtid: str = "",
+                 grace_seconds: float = GRACE_SECONDS):
+        self.cfg = cfg
+        self.servers = bootstrap_servers
+        self.prefix = topic_prefix
+        self.assembler = Assembler(cfg, start_gtid, grace_seconds)
+        self.start = dict(positions or {})
+        self.next: dict[str, int] = dict(self.start)  # per "topic/partition": the next offset to read
+        self.unreadable = 0  # data records not in Debezium's shape: logged and counted
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def topics(self) -> list[str]:
+        return [f"{self.prefix}.transaction"] + [f"{self.prefix}.{e}" for e in self.cfg.tables]
+
+    def positions(self) -> dict[str, int]:
+        """Per partition, where a restart reads from: the first record of a transaction not handed on yet."""
+        out = dict(self.next)
+        for r in self.assembler.pending_records():
+            key = f"{r.topic}/{r.partition}"
+            out[key] = min(out.get(key, r.offset), r.offset)
+        return out
+
+    def transactions(self, poll_ms: int = 200) -> Iterator[tuple[Transaction, dict[str, int]]]:
+        from kafka import KafkaConsumer
+
+        consumer = KafkaConsumer(bootstrap_servers=self.servers, enable_auto_commit=False, group_id=None,
+                                 auto_offset_reset="earliest", client_id="oncewatch-cdc")
+        try:
+            assigned = self._assign(consumer, set())
+            tx_topic = f"{self.prefix}.transaction"
+            checked = time.monotonic()
+            while not self._stop.is_set():
+                if time.monotonic() - checked >= TOPICS_EVERY_SECONDS:  # a table's topic is made at its first change
+                    assigned, checked = self._assign(consumer, assigned), time.monotonic()
+                batches = consumer.poll(timeout_ms=poll_ms)
+                now = time.time()
+                for tp, records in batches.items():
+                    for rec in records:
+                        self.next[f"{tp.topic}/{tp.partition}"] = rec.offset + 1
+                        if tp.topic == tx_topic:
+                            if rec.value is not None:
+                                self.assembler.on_transaction(msgspec.json.decode(rec.value)["payload"], now)
+                            continue
+                        try:
+                            record = read_record(tp.topic, tp.partition, rec.offset, rec.key, rec.value, rec.headers)
+                        except Undecodable as exc:
+                            self.unreadable += 1
+                            log.error("a CDC record is not a Debezium change event with its schema",
+                                      extra={"event": "cdc_record_unreadable", "topic": tp.topic,
+                                             "partition": tp.partition, "offset": rec.offset, "detail": str(exc)})
+                            continue
+                        if record is not None:
+                            for tx in self.assembler.on_record(record):
+                                yield tx, self.positions()
+                for tx in self.assembler.ready(now):
+                    yield tx, self.positions()
+        finally:
+            consumer.close()
+
+    def _assign(self, consumer: Any, assigned: set[Any]) -> set[Any]:
+        """Every partition of the topics that exist now, each read on from where it was (or from the start)."""
+        from kafka import TopicPartition
+
+        consumer.topics()  # refreshes the client's metadata: topics made since
+        parts = {TopicPartition(t, p) for t in self.topics() for p in consumer.partitions_for_topic(t) or ()}
+        if parts == assigned:
+            return assigned
+        consumer.assign(sorted(parts))
+        for tp in parts:
+            at = self.next.get(f"{tp.topic}/{tp.partition}")
+            if at is not None:
+                consumer.seek(tp, at)
+            else:
+                consumer.seek_to_beginning(tp)
+        return parts

@@ -1,0 +1,164 @@
+"""CDC for development and tests: a Kafka Connect worker with Debezium's MariaDB connector, on loopback.
+
+Both come from Maven Central (devservices/connect/worker and devservices/connect/debezium, fetched
+by `mvn dependency:copy-dependencies` the first time). The worker runs standalone (its source
+offsets in a file under .devstack/connect/, so a restart resumes where it stopped), with its REST
+API on CONNECT_PORT. Standalone mode forgets its connectors when it stops, so every start registers
+the connector again (a PUT of its config is create-or-update) and waits until its task runs.
+
+The connector captures the schema CDC_SCHEMA with transaction metadata on: topics
+`cdc.<schema>.<table>` (JSON with schemas, DECIMAL in Debezium's default `precise` form), one
+partition each, and `cdc.transaction` with each transaction's BEGIN and END; TRUNCATEs are records
+and BIGINT UNSIGNED is exact. It reads as its own
+user, DEBEZIUM_USER, with the grants Debezium documents. `poll.interval.ms` is 20 (the default
+500 would add half a second to every change's way to Kafka).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from devservices.stack import (HOST, KAFKA_PORT, MARIADB_PORT, ROOT, STATE, Service, StackError, already_up, log,
+                               mariadb_admin_sql, spawn, stop, wait_until)
+
+CONNECT_PORT = int(os.environ.get("ONCEWATCH_DEV_CONNECT_PORT", str(KAFKA_PORT - 1009)))  # 18083 by default
+JARS = ROOT / "devservices" / "connect"
+WORKER_LIB = JARS / "worker" / "lib"
+PLUGINS = JARS / "debezium"  # plugin.path: each folder in it is one plugin (plugin/)
+CONNECT_DIR = STATE / "connect"
+CONNECT = Service("connect", CONNECT_DIR / "connect.pid", CONNECT_DIR / "connect.log",
+                  str(CONNECT_DIR / "worker.properties"))
+
+CONNECTOR = "oncewatch-cdc"
+CDC_SCHEMA = "owcdc"
+TOPIC_PREFIX = "cdc"
+TRANSACTION_TOPIC = f"{TOPIC_PREFIX}.transaction"
+DEBEZIUM_USER = "debezium"
+DEBEZIUM_PASSWORD = "debezium-dev"
+DEBEZIUM_SERVER_ID = 5400  # a replica id of its own: the monitor's streams use theirs
+
+
+def table_topic(table: str, schema: str = CDC_SCHEMA) -> str:
+    return f"{TOPIC_PREFIX}.{schema}.{table}"
+
+
+def ensure_jars() -> None:
+    for pom, folder, probe in ((JARS / "worker" / "pom.xml", WORKER_LIB, "connect-runtime-*.jar"),
+                               (PLUGINS / "pom.xml", PLUGINS / "plugin", "debezium-connector-mariadb-*.jar")):
+        if not any(folder.glob(probe)):
+            log(f"fetching {pom.parent.name} jars from Maven Central")
+            subprocess.run(["mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies"], check=True)
+
+
+def ensure_debezium_user() -> None:
+    mariadb_admin_sql(
+        f"CREATE DATABASE IF NOT EXISTS `{CDC_SCHEMA}`;"
+        f"CREATE USER IF NOT EXISTS '{DEBEZIUM_USER}'@'127.0.0.1' IDENTIFIED BY '{DEBEZIUM_PASSWORD}';"
+        f"GRANT SELECT, RELOAD, SHOW DATABASES, LOCK TABLES, REPLICATION SLAVE, REPLICATION CLIENT ON *.* "
+        f"TO '{DEBEZIUM_USER}'@'127.0.0.1'; FLUSH PRIVILEGES;")
+
+
+def write_worker_config() -> Path:
+    CONNECT_DIR.mkdir(parents=True, exist_ok=True)
+    props = Path(CONNECT.marker)
+    props.write_text(f"""bootstrap.servers={HOST}:{KAFKA_PORT}
+listeners=http://{HOST}:{CONNECT_PORT}
+key.converter=org.apache.kafka.connect.json.JsonConverter
+value.converter=org.apache.kafka.connect.json.JsonConverter
+key.converter.schemas.enable=true
+value.converter.schemas.enable=true
+offset.storage.file.filename={CONNECT_DIR / 'offsets.dat'}
+offset.flush.interval.ms=1000
+plugin.path={PLUGINS}
+plugin.discovery=service_load
+topic.creation.enable=true
+""")
+    return props
+
+
+def connector_config() -> dict[str, str]:
+    return {
+        "connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
+        "tasks.max": "1",
+        "database.hostname": HOST,
+        "database.port": str(MARIADB_PORT),
+        "database.user": DEBEZIUM_USER,
+        "database.password": DEBEZIUM_PASSWORD,
+        "database.server.id": str(DEBEZIUM_SERVER_ID),
+        "topic.prefix": TOPIC_PREFIX,
+        "database.include.list": CDC_SCHEMA,
+        "provide.transaction.metadata": "true",
+        "snapshot.locking.mode": "none",
+        "poll.interval.ms": "20",
+        "include.schema.changes": "false",
+        # what the monitor needs to read every row exactly (collectors.debezium): a TRUNCATE as a record (skipped by
+        # default), and BIGINT UNSIGNED as a decimal (by default an int64, where 2**64-1 reads as -1)
+        "skipped.operations": "none",
+        "bigint.unsigned.handling.mode": "precise",
+        "schema.history.internal": "io.debezium.storage.file.history.FileSchemaHistory",
+        "schema.history.internal.file.filename": str(CONNECT_DIR / "schema-history.dat"),
+        "topic.creation.default.replication.factor": "1",
+        "topic.creation.default.partitions": "1",
+    }
+
+
+def rest(method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    request = urllib.request.Request(f"http://{HOST}:{CONNECT_PORT}{path}", method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        text = resp.read().decode()
+    return json.loads(text) if text else None
+
+
+def connector_running() -> bool:
+    """The connector and its one task both RUNNING; a FAILED task is an error with its trace's first line."""
+    try:
+        status = rest("GET", f"/connectors/{CONNECTOR}/status")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return False
+        raise
+    for task in status.get("tasks", []):
+        if task.get("state") == "FAILED":
+            first = (task.get("trace") or "").splitlines()[:1]
+            raise StackError(f"the Debezium task failed: {first}; see {CONNECT.logfile}")
+    return status["connector"]["state"] == "RUNNING" and any(t.get("state") == "RUNNING"
+                                                               for t in status.get("tasks", []))
+
+
+def register() -> None:
+    rest("PUT", f"/connectors/{CONNECTOR}/config", connector_config())
+
+
+def up() -> None:
+    ensure_jars()
+    ensure_debezium_user()
+    if not already_up(CONNECT, CONNECT_PORT):
+        props = write_worker_config()
+        proc = spawn(CONNECT, ["java", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                               "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                               "-cp", f"{WORKER_LIB}/*", "org.apache.kafka.connect.cli.ConnectStandalone", str(props)])
+        wait_until("kafka connect", lambda: rest("GET", "/") is not None, proc, CONNECT, 120)
+    register()
+    deadline = time.monotonic() + 120
+    while not connector_running():
+        if time.monotonic() > deadline:
+            raise StackError(f"the Debezium connector did not start within 120 s; see {CONNECT.logfile}")
+        time.sleep(0.5)
+    log(f"kafka connect listening on {HOST}:{CONNECT_PORT} (Debezium MariaDB connector '{CONNECTOR}' capturing "
+        f"{CDC_SCHEMA} into {TOPIC_PREFIX}.{CDC_SCHEMA}.* with transaction metadata on {TRANSACTION_TOPIC})")
+
+
+def down() -> list[tuple[str, bool]]:
+    return [("connect", stop(CONNECT))]
+
+
+SERVICES = ((CONNECT, CONNECT_PORT),)

@@ -1,0 +1,143 @@
+"""CDC mode's change source on the real Kafka Connect worker and Debezium MariaDB connector (issue 15, item 2).
+
+The same transactions are read twice: from the binlog by the binlog collector, and from Debezium's
+topics by the CDC collector. Every transaction, every row, op, primary key and value (type for type)
+must be the same both ways (coordinates aside: Debezium's `pos` is its event's, the binlog collector's the
+commit's), over a table of many column types, multi-row transactions, updates,
+deletes, a primary-key change (Debezium: a delete, a tombstone and an insert), a transaction that
+also changes a table the monitor does not watch, and a TRUNCATE (Debezium: a BEGIN with no END).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from decimal import Decimal
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from devservices import stack
+from devservices.kafka_connect import CDC_SCHEMA, TOPIC_PREFIX, TRANSACTION_TOPIC, table_topic
+from oncewatch.collectors.binlog import BinlogCollector
+from oncewatch.collectors.cdc import CdcCollector
+from oncewatch.core.records import Transaction
+
+from .conftest import admin_connection, monitor_config
+from .test_binlog_collector import start_position
+from .test_row_images import same
+
+BOOTSTRAP = f"{stack.HOST}:{stack.KAFKA_PORT}"
+COLUMNS = """id INT NOT NULL PRIMARY KEY, no VARCHAR(32) CHARACTER SET utf8mb4 NULL, amount DECIMAL(14,4) NULL,
+    wide DECIMAL(40,12) NULL, small SMALLINT NULL, big BIGINT NULL, f FLOAT NULL, d DOUBLE NULL,
+    at3 DATETIME(3) NULL, at0 DATETIME NULL, at6 DATETIME(6) NULL, ts TIMESTAMP(6) NULL DEFAULT NULL,
+    day DATE NULL, tm TIME(3) NULL, y YEAR NULL, e ENUM('x','y') NULL, st SET('a','b','c') NULL,
+    bits BIT(12) NULL, flag BIT(1) NULL, blob_ BLOB NULL, txt TEXT NULL, j JSON NULL, bin VARBINARY(3) NULL"""
+
+
+def end_offset(topic: str) -> int:
+    consumer = KafkaConsumer(bootstrap_servers=BOOTSTRAP)
+    try:
+        tp = TopicPartition(topic, 0)
+        return consumer.end_offsets([tp])[tp]
+    finally:
+        consumer.close()
+
+
+def wait_for_topic(topic: str, timeout: float = 60.0) -> None:
+    consumer = KafkaConsumer(bootstrap_servers=BOOTSTRAP)
+    try:
+        deadline = time.monotonic() + timeout
+        while topic not in consumer.topics():
+            if time.monotonic() > deadline:
+                pytest.fail(f"Debezium made no topic {topic} in {timeout:.0f}s; see .devstack/connect/connect.log")
+            time.sleep(0.3)
+    finally:
+        consumer.close()
+
+
+def read(source, count: int, timeout: float = 90.0) -> list[Transaction]:
+    """`count` transactions with rows or schema changes from `source` (its generator in a thread)."""
+    out: list[Transaction] = []
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            for item in source():
+                tx = item[0] if isinstance(item, tuple) else item
+                if tx.rows or tx.schema_changes:
+                    out.append(tx)
+                if len(out) >= count:
+                    break
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            errors.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    if not done.wait(timeout):
+        pytest.fail(f"read {len(out)} of {count} transactions in {timeout:.0f}s")
+    if errors:
+        raise errors[0]
+    return out
+
+
+def shape(tx: Transaction) -> tuple:
+    return (tx.rows[0].txid if tx.rows else tx.schema_changes[0].txid,
+            [(r.schema, r.table, r.op, r.pk, r.before, r.after, r.row_index) for r in tx.rows],
+            [(c.table, c.kind) for c in tx.schema_changes])
+
+
+def test_debezium_topics_give_the_binlog_s_transactions(table_name, tmp_path):
+    other = f"{table_name}_other"
+    admin = admin_connection(CDC_SCHEMA)
+    with admin.cursor() as c:
+        c.execute(f"CREATE TABLE {table_name} ({COLUMNS}) ENGINE=InnoDB")
+        c.execute(f"CREATE TABLE {other} (id INT PRIMARY KEY, note VARCHAR(8)) ENGINE=InnoDB")
+    watched = f"{CDC_SCHEMA}.{table_name}"
+    cfg = monitor_config([watched], tmp_path, commit_time_columns={watched: "at3"})
+    start = start_position(cfg)
+    tx_start = end_offset(TRANSACTION_TOPIC)
+    rows = [(1, "O1 ü😀", Decimal("10.5000"), Decimal("-123456789012345678901234.000000000001"), -32768,
+             -9223372036854775808, 1.5, -0.1, dt.datetime(2026, 1, 2, 3, 4, 5, 678000),
+             dt.datetime(2026, 1, 2, 3, 4, 5),
+             dt.datetime(2026, 1, 2, 3, 4, 5, 123456), dt.datetime(2026, 1, 2, 3, 4, 5, 1), dt.date(2026, 2, 28),
+             dt.timedelta(hours=12, minutes=34, seconds=56, microseconds=789000), 2026, "y", "a,c", 0b101000000101,
+             1, b"\x00\xff", "text", '{"a": [1, 2.50]}', b"ab\x00"),
+            (2,) + (None,) * 22]
+    marks = ", ".join(["%s"] * 23)
+    with admin.cursor() as c:
+        c.execute("SET SESSION time_zone = '+00:00'")
+        c.executemany(f"INSERT INTO {table_name} VALUES ({marks})", rows)
+        admin.begin()
+        c.execute(f"UPDATE {table_name} SET amount = amount + 1, st = '', flag = 0 WHERE id = 1")
+        c.execute(f"INSERT INTO {other} VALUES (1, 'x')")
+        c.execute(f"INSERT INTO {table_name} (id, no) VALUES (3, 'O3')")
+        admin.commit()
+        admin.begin()
+        c.execute(f"DELETE FROM {table_name} WHERE id = 2")
+        c.execute(f"UPDATE {table_name} SET id = 4 WHERE id = 3")  # a primary-key change
+        admin.commit()
+        c.execute(f"TRUNCATE {table_name}")
+        c.execute(f"INSERT INTO {table_name} (id, no) VALUES (5, 'O5')")
+    admin.close()
+    wait_for_topic(table_topic(table_name))
+
+    from_binlog = read(BinlogCollector(cfg.mysql, start).transactions, 5)
+    cdc = CdcCollector(cfg.mysql, BOOTSTRAP, TOPIC_PREFIX, positions={f"{TRANSACTION_TOPIC}/0": tx_start},
+                       start_gtid=start.gtid, grace_seconds=5)
+    from_cdc = read(cdc.transactions, 5)
+    cdc.stop()
+
+    assert [shape(t)[0] for t in from_cdc] == [shape(t)[0] for t in from_binlog]  # the same GTIDs, in order
+    for ours, theirs in zip(from_cdc, from_binlog):
+        assert same(shape(ours), shape(theirs)), f"{shape(ours)}\n!=\n{shape(theirs)}"
+    assert [len(t.rows) for t in from_cdc] == [2, 2, 2, 0, 1]
+    assert from_cdc[1].rows[1].row_index == 1  # the unwatched table's row between them takes no place
+    pk_change = from_cdc[2].rows[1]
+    assert (pk_change.op, pk_change.before["id"], pk_change.after["id"]) == ("update", 3, 4)
+    assert [(c.kind, c.table) for c in from_cdc[3].schema_changes] == [("truncate", watched)]
+    assert from_cdc[0].rows[0].commit_clock == "row_column"
+    assert cdc.assembler.incomplete == 0 and cdc.unreadable == 0
