@@ -22,6 +22,7 @@ handed on that comes again (a connector restart replays) is skipped by its GTID,
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -32,10 +33,10 @@ from typing import Any
 
 import msgspec
 
-from oncewatch.collectors.binlog import gtid_set, gtid_text, to_epoch
+from oncewatch.collectors.binlog import CollectorStatus, gtid_set, gtid_text, to_epoch
 from oncewatch.collectors.debezium_rows import Undecodable, column_decoders, image, image_schema, key_columns
-from oncewatch.core.config import MySQLConfig
-from oncewatch.core.names import UNDECODABLE
+from oncewatch.core.config import CdcConfig, KafkaConfig, MySQLConfig
+from oncewatch.core.names import UNDECODABLE, UNPARSEABLE
 from oncewatch.core.records import (CLOCK_BINLOG_HEADER, CLOCK_ROW_COLUMN, OP_DELETE, OP_INSERT, OP_UPDATE,
                                     BinlogPosition, QuarantinedRows, RowChange, SchemaChange, Transaction)
 
@@ -67,6 +68,7 @@ class DataRecord:
     header_time: float
     key_changed: str | None = None  # NEW_KEY on the delete of a primary-key change, OLD_KEY on its insert
     undecodable: str | None = None
+    snapshot_last: bool = False  # the connector's snapshot ends with this record
 
 
 def read_record(topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
@@ -86,7 +88,8 @@ def read_record(topic: str, partition: int, offset: int, key: bytes | None, valu
     base = dict(topic=topic, partition=partition, offset=offset, txid=txid, order=int(tx.get("total_order") or 0),
                 op=op, db=source.get("db") or "", table=source.get("table") or "", file=source.get("file") or "",
                 pos=int(source.get("pos") or 0), header_time=(source.get("ts_ms") or 0) / 1000,
-                key_changed=NEW_KEY if NEW_KEY in names else OLD_KEY if OLD_KEY in names else None)
+                key_changed=NEW_KEY if NEW_KEY in names else OLD_KEY if OLD_KEY in names else None,
+                snapshot_last=op == "r" and source.get("snapshot") == "last")
     if op == "t":
         return DataRecord(pk=(), before=None, after=None, **base)
     try:
@@ -122,6 +125,7 @@ class Assembler:
         self.begun: str | None = None  # the newest BEGIN's transaction while its END has not come
         self.without_end: deque[str] = deque(maxlen=1000)  # recent ones handed on that had no END
         self.incomplete = self.replayed = self.late = 0
+        self.unreadable: list[QuarantinedRows] = []  # records not in Debezium's shape: with the next transaction
 
     def _seen(self, txid: str) -> bool:
         try:
@@ -151,6 +155,10 @@ class Assembler:
         self.ends.append(txid)
 
     def on_record(self, record: DataRecord) -> Iterator[Transaction]:
+        if record.op == "r":  # the connector's snapshot: no transaction, a row of the tables as they were
+            yield self._transaction(f"snapshot:{record.db}.{record.table}", [record],
+                                    snapshot_last=record.snapshot_last)
+            return
         if record.txid in self.open:
             self.open[record.txid].records.append(record)
         elif record.txid in self.without_end:
@@ -187,13 +195,16 @@ class Assembler:
         return [r for tx in self.open.values() for r in tx.records]
 
     def _advance(self, txid: str) -> None:
-        domain, server, seq = (int(x) for x in txid.split("-"))
+        try:
+            domain, server, seq = (int(x) for x in txid.split("-"))
+        except ValueError:
+            return  # not a MariaDB GTID: nothing to resume by
         if domain not in self.done or seq > self.done[domain][1]:
             self.done[domain] = (server, seq)
 
-    def _transaction(self, txid: str, records: list[DataRecord]) -> Transaction:
+    def _transaction(self, txid: str, records: list[DataRecord], snapshot_last: bool = False) -> Transaction:
         rows: list[RowChange] = []
-        bad: list[QuarantinedRows] = []
+        bad, self.unreadable = self.unreadable, []
         changes: list[SchemaChange] = []
         merged = _merge_key_changes(records)
         last = records[-1] if records else None
@@ -202,9 +213,11 @@ class Assembler:
         for r in merged:
             table = f"{r.db}.{r.table}"
             if r.undecodable is not None:
-                bad.append(QuarantinedRows(txid=txid, binlog_file=r.file, event_pos=r.pos, table=table,
-                                           reason=UNDECODABLE, detail=f"{r.topic}/{r.partition}@{r.offset}: "
-                                                                      f"{r.undecodable}"))
+                # kept by the record's Kafka coordinates: the rows of one binlog event share its position
+                bad.append(QuarantinedRows(txid=txid, binlog_file=f"{r.topic}/{r.partition}", event_pos=r.offset,
+                                           table=table, reason=UNDECODABLE,
+                                           detail=f"{r.topic}/{r.partition}@{r.offset} ({r.file}:{r.pos}): "
+                                                  f"{r.undecodable}"))
                 continue
             if r.op == "t":
                 changes.append(SchemaChange(table=table, kind="truncate", statement=f"TRUNCATE {table} (from CDC)",
@@ -214,15 +227,17 @@ class Assembler:
             column = self.cfg.commit_time_columns.get(entry(r.db, r.table))
             row_time = to_epoch(img.get(column)) if column else None
             rows.append(RowChange(
-                schema=r.db, table=r.table, op=OPS[r.op], pk=r.pk, before=r.before if r.op != "c" else None,
-                after=r.after if r.op != "d" else None, txid=txid, row_index=len(rows), binlog_file=r.file,
+                schema=r.db, table=r.table, op=OPS[r.op], pk=r.pk, before=r.before if r.op in ("u", "d") else None,
+                after=r.after if r.op != "d" else None, txid=txid,
+                row_index=r.offset if r.op == "r" else len(rows), binlog_file=r.file,
                 end_pos=r.pos, commit_time=row_time if row_time is not None else r.header_time,
                 commit_clock=CLOCK_ROW_COLUMN if row_time is not None else CLOCK_BINLOG_HEADER,
                 snapshot=r.op == "r"))
         position = BinlogPosition(gtid=gtid_text(self.done), file=last.file if last else "",
                                   pos=last.pos if last else 0)
+        snapshot = bool(records) and records[0].op == "r"
         return Transaction(rows=tuple(rows), position=position, commit_time=header, quarantined=tuple(bad),
-                           schema_changes=tuple(changes))
+                           schema_changes=tuple(changes), snapshot=snapshot, complete=not snapshot or snapshot_last)
 
 
 def _merge_key_changes(records: list[DataRecord]) -> list[DataRecord]:
@@ -240,26 +255,32 @@ def _merge_key_changes(records: list[DataRecord]) -> list[DataRecord]:
 
 
 class CdcCollector:
-    """Reads a Debezium connector's topics for the watched tables and yields committed Transactions with the
-    Kafka positions to store beside them.
+    """Reads a Debezium connector's topics for the watched tables and yields committed Transactions, each with
+    the offsets to store beside it (`cdc_offsets`).
 
     `positions` is what the caller stored with the last transaction ({} on a first start: the topics'
-    beginnings), `start_gtid` the GTID set handed on by then. Call `stop()` from another thread to end."""
+    beginnings, the connector's snapshot first), `start_gtid` the GTID set handed on by then. `status`
+    says what the pages and /metrics show (CollectorStatus, the binlog collector's, with this source's
+    counts in `cdc`). Call `stop()` from another thread to end `transactions()`."""
 
-    def __init__(self, cfg: MySQLConfig, bootstrap_servers: str, topic_prefix: str, *,
-                 positions: dict[str, int] | None = None, start_gtid: str = "",
-                 grace_seconds: float = GRACE_SECONDS):
+    def __init__(self, cfg: MySQLConfig, kafka: KafkaConfig, cdc: CdcConfig, *,
+                 positions: dict[str, int] | None = None, start_gtid: str = ""):
         self.cfg = cfg
-        self.servers = bootstrap_servers
-        self.prefix = topic_prefix
-        self.assembler = Assembler(cfg, start_gtid, grace_seconds)
-        self.start = dict(positions or {})
-        self.next: dict[str, int] = dict(self.start)  # per "topic/partition": the next offset to read
+        self.kafka = kafka
+        self.prefix = cdc.topic_prefix
+        self.from_latest = cdc.start_from == "latest" and not positions  # a first start, at the topics' ends
+        self.assembler = Assembler(cfg, start_gtid, cdc.transaction_grace_seconds)
+        self.next: dict[str, int] = dict(positions or {})  # per "topic/partition": the next offset to read
         self.unreadable = 0  # data records not in Debezium's shape: logged and counted
+        self.status = CollectorStatus(last_position=BinlogPosition(gtid=start_gtid) if start_gtid else None)
+        self.caught_up = False  # every partition read to its end and no transaction waiting for records
         self._stop = threading.Event()
 
     def stop(self) -> None:
         self._stop.set()
+
+    def close(self) -> None:
+        pass  # the consumer is closed when transactions() ends
 
     def topics(self) -> list[str]:
         return [f"{self.prefix}.transaction"] + [f"{self.prefix}.{e}" for e in self.cfg.tables]
@@ -272,56 +293,107 @@ class CdcCollector:
             out[key] = min(out.get(key, r.offset), r.offset)
         return out
 
-    def transactions(self, poll_ms: int = 200) -> Iterator[tuple[Transaction, dict[str, int]]]:
-        from kafka import KafkaConsumer
+    def health(self) -> dict[str, Any]:
+        a = self.assembler
+        return {**self.status.as_dict(), "source": "debezium", "topics": self.topics(),
+                "cdc": {"incomplete_transactions": a.incomplete, "replayed_records": a.replayed,
+                        "late_records": a.late, "unreadable_records": self.unreadable,
+                        "open_transactions": len(a.open)}}
 
-        consumer = KafkaConsumer(bootstrap_servers=self.servers, enable_auto_commit=False, group_id=None,
-                                 auto_offset_reset="earliest", client_id="oncewatch-cdc")
+    def transactions(self, poll_ms: int = 200) -> Iterator[Transaction]:
+        from kafka import KafkaConsumer
+        from kafka.errors import KafkaError
+
+        consumer = KafkaConsumer(bootstrap_servers=list(self.kafka.bootstrap_servers), enable_auto_commit=False,
+                                 group_id=None, auto_offset_reset="earliest", client_id=f"{self.kafka.client_id}-cdc",
+                                 request_timeout_ms=int(self.kafka.request_timeout_seconds * 1000) + 1000)
         try:
-            assigned = self._assign(consumer, set())
+            assigned: set[Any] = set()
+            checked = 0.0
             tx_topic = f"{self.prefix}.transaction"
-            checked = time.monotonic()
+            if not self.next:  # a first start: its position is stored at once, so the next start goes on from here
+                assigned, checked = self._assign(consumer, assigned), time.monotonic()
+                yield self._handed_on(Transaction(rows=(), position=BinlogPosition(gtid=gtid_text(self.assembler.done)),
+                                                  commit_time=0.0), time.time())
             while not self._stop.is_set():
-                if time.monotonic() - checked >= TOPICS_EVERY_SECONDS:  # a table's topic is made at its first change
-                    assigned, checked = self._assign(consumer, assigned), time.monotonic()
-                batches = consumer.poll(timeout_ms=poll_ms)
-                now = time.time()
+                try:
+                    if time.monotonic() - checked >= TOPICS_EVERY_SECONDS:  # a table's topic: at its first change
+                        assigned, checked = self._assign(consumer, assigned), time.monotonic()
+                    batches = consumer.poll(timeout_ms=poll_ms)
+                except KafkaError as exc:
+                    self._disconnected(exc)
+                    self._stop.wait(1.0)
+                    continue
+                now = self.status.last_alive = time.time()
+                if not self.status.connected:
+                    self.status.connected, self.status.disconnected_since, self.status.last_error = True, None, None
+                handed: list[Transaction] = []
                 for tp, records in batches.items():
                     for rec in records:
                         self.next[f"{tp.topic}/{tp.partition}"] = rec.offset + 1
+                        self.status.events_read += 1
                         if tp.topic == tx_topic:
                             if rec.value is not None:
                                 self.assembler.on_transaction(msgspec.json.decode(rec.value)["payload"], now)
                             continue
-                        try:
-                            record = read_record(tp.topic, tp.partition, rec.offset, rec.key, rec.value, rec.headers)
-                        except Undecodable as exc:
-                            self.unreadable += 1
-                            log.error("a CDC record is not a Debezium change event with its schema",
-                                      extra={"event": "cdc_record_unreadable", "topic": tp.topic,
-                                             "partition": tp.partition, "offset": rec.offset, "detail": str(exc)})
-                            continue
-                        if record is not None:
-                            for tx in self.assembler.on_record(record):
-                                yield tx, self.positions()
-                for tx in self.assembler.ready(now):
-                    yield tx, self.positions()
+                        handed += self._record(tp.topic, tp.partition, rec)
+                handed += self.assembler.ready(now)
+                self.caught_up = not self.assembler.open and all(
+                    consumer.position(tp) >= (consumer.highwater(tp) or 0) for tp in assigned)
+                for tx in handed:
+                    yield self._handed_on(tx, now)
         finally:
             consumer.close()
+
+    def _record(self, topic: str, partition: int, rec: Any) -> list[Transaction]:
+        try:
+            record = read_record(topic, partition, rec.offset, rec.key, rec.value, rec.headers)
+        except Undecodable as exc:
+            self.unreadable += 1
+            log.error("a CDC record is not a Debezium change event with its schema; kept in quarantine",
+                      extra={"event": "cdc_record_unreadable", "topic": topic, "partition": partition,
+                             "offset": rec.offset, "detail": str(exc)})
+            self.assembler.unreadable.append(QuarantinedRows(
+                txid="", binlog_file=f"{topic}/{partition}", event_pos=rec.offset, table=topic, reason=UNPARSEABLE,
+                detail=f"{topic}/{partition}@{rec.offset}: {exc}"))
+            return []
+        return [] if record is None else list(self.assembler.on_record(record))
+
+    def _handed_on(self, tx: Transaction, now: float) -> Transaction:
+        s = self.status
+        s.last_position, s.last_event_time = tx.position, tx.commit_time or s.last_event_time
+        s.seconds_behind = max(0.0, now - tx.commit_time) if tx.commit_time else s.seconds_behind
+        s.rows_read += len(tx.rows)
+        s.transactions_read += tx.complete
+        return dataclasses.replace(tx, cdc_offsets=self.positions())
+
+    def _disconnected(self, exc: BaseException) -> None:
+        if self.status.connected or self.status.disconnected_since is None:
+            self.status.disconnected_since = time.time()
+        self.status.connected = False
+        self.status.last_error = f"{type(exc).__name__}: {exc}"
+        self.status.reconnects += 1
+        log.warning("CDC topics cannot be read", extra={"event": "cdc_disconnected", "error": self.status.last_error})
 
     def _assign(self, consumer: Any, assigned: set[Any]) -> set[Any]:
         """Every partition of the topics that exist now, each read on from where it was (or from the start)."""
         from kafka import TopicPartition
 
+        latest, self.from_latest = self.from_latest, False  # only what is there at the first look
         consumer.topics()  # refreshes the client's metadata: topics made since
         parts = {TopicPartition(t, p) for t in self.topics() for p in consumer.partitions_for_topic(t) or ()}
         if parts == assigned:
             return assigned
         consumer.assign(sorted(parts))
         for tp in parts:
-            at = self.next.get(f"{tp.topic}/{tp.partition}")
+            key = f"{tp.topic}/{tp.partition}"
+            at = self.next.get(key)
             if at is not None:
                 consumer.seek(tp, at)
-            else:
+            elif latest:  # the topics there at a first start from "latest"
+                consumer.seek_to_end(tp)
+                self.next[key] = consumer.position(tp)
+            else:  # the topics there at a first start from "earliest", and any made since
                 consumer.seek_to_beginning(tp)
+                self.next[key] = consumer.position(tp)
         return parts

@@ -19,7 +19,7 @@ from typing import Any
 
 from oncewatch.core.domain import Announce, Domain, Rules, parse_announce, parse_domain, parse_rules
 from oncewatch.core.sections import MASK, ConfigError, Secret, Section, qualified_table, read_secret
-from oncewatch.core.tables import Watched
+from oncewatch.core.tables import Watched, is_pattern
 
 
 # ---------------------------------------------------------------- sections
@@ -73,6 +73,18 @@ class KafkaConfig:
 
 
 @dataclass(frozen=True)
+class CdcConfig:
+    """`[cdc]`: the watched tables' changes read from a CDC pipeline's topics instead of the binlog."""
+
+    format: str  # debezium
+    topic_prefix: str  # the connector's topic.prefix: tables at <prefix>.<schema>.<table>, <prefix>.transaction
+    transaction_grace_seconds: float = 30.0  # how long a transaction's END waits for the records it counts
+    # where a first start reads the topics from: "earliest" (the connector's snapshot, then every change since),
+    # or "latest" (changes from now on, into a monitor whose state starts empty)
+    start_from: str = "earliest"
+
+
+@dataclass(frozen=True)
 class StoreConfig:
     path: str
     # Open-state entries per kind the engine keeps in memory; older ones wait in the store (checks.horizon).
@@ -122,6 +134,7 @@ class Config:
     announce: tuple[Announce, ...]
     rules: Rules
     export: ExportConfig = ExportConfig()
+    cdc: CdcConfig | None = None  # None: the binlog is the change source
     # The config hash on exports and in `oncewatch check-config`: SHA-256 of the file's content as parsed (canonical JSON: sorted keys, no spaces): the same
     # settings give the same hash whatever path, layout or comments the file has. The file holds
     # no secret (only where each comes from), so nothing needs masking first.
@@ -214,6 +227,25 @@ def _kafka(s: Section) -> KafkaConfig:
     return cfg
 
 
+CDC_FORMATS = ("debezium",)
+
+
+def _cdc(s: Section, kafka: KafkaConfig | None, mysql: MySQLConfig) -> CdcConfig:
+    cfg = CdcConfig(format=s.str("format", "debezium", choices=CDC_FORMATS),
+                    topic_prefix=s.str("topic_prefix", required=True),
+                    transaction_grace_seconds=s.float("transaction_grace_seconds", 30.0, minimum=0.1),
+                    start_from=s.str("start_from", "earliest", choices=("earliest", "latest")))
+    s.done()
+    if kafka is None:
+        raise ConfigError(f"{s.key('format')}: a CDC change source is read from Kafka; configure [kafka] "
+                          f"bootstrap_servers")
+    patterns = [t for t in mysql.tables if is_pattern(t)]
+    if patterns:
+        raise ConfigError(f"mysql.tables: {patterns[0]!r} is a pattern; with [cdc] every watched table is named "
+                          f"(its topic is <topic_prefix>.<schema>.<table>)")
+    return cfg
+
+
 def _listen(s: Section, default_port: int) -> MetricsConfig:
     cfg = MetricsConfig(host=s.str("host", "127.0.0.1"), port=s.int("port", default_port, minimum=0, maximum=65535))
     s.done()
@@ -233,6 +265,8 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     mysql = _mysql(root.section("mysql", required=True), base)
     kafka_section = root.section("kafka")
     kafka = _kafka(kafka_section) if kafka_section.data else None
+    cdc_section = root.section("cdc")
+    cdc = _cdc(cdc_section, kafka, mysql) if "cdc" in data else None  # an empty [cdc] is missing its prefix
     store_s = root.section("store")
     store_path = store_s.str("path", "oncewatch.db")
     memory_entries = store_s.int("memory_entries", StoreConfig.memory_entries, minimum=1000)
@@ -248,7 +282,7 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     root.done()
     return Config(source=source, mysql=mysql, kafka=kafka,
                   store=StoreConfig(store_path, memory_entries, retention_hours), metrics=metrics, domain=domain,
-                  announce=announce, rules=rules, export=export, content_sha256=content_sha256(data))
+                  announce=announce, rules=rules, export=export, cdc=cdc, content_sha256=content_sha256(data))
 
 
 def content_sha256(data: dict[str, Any]) -> str:

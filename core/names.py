@@ -45,6 +45,7 @@ CLOSE_REASONS = ("fixed", "false_positive", "accepted_risk", "duplicate")
 # Checkpoints: how far each input was read, written with what it produced.
 BINLOG_CHECKPOINT = "binlog"
 KAFKA_CHECKPOINT = "kafka_events"
+CDC_CHECKPOINT = "cdc"  # CDC mode: the change source's topic offsets (its GTID set is in BINLOG_CHECKPOINT)
 
 # Health components: one row each in the store, written by the monitor every second.
 BINLOG = "binlog"

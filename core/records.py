@@ -135,7 +135,9 @@ class Transaction:
     every one but the last with `complete=False` and a position `within` it (BinlogPosition); a
     fragment's `commit_time` is the binlog header time of its last rows event, since the commit's
     own is not read yet. A bootstrap comes the same way: chunks of the watched tables' rows
-    (`snapshot`), the last one `complete` with the snapshot's position, where the tail starts."""
+    (`snapshot`), the last one `complete` with the snapshot's position, where the tail starts.
+    From a CDC pipeline (collectors.cdc) `position` holds the GTID set handed on and the source's
+    coordinates, and `cdc_offsets` where its topics are read on from."""
 
     rows: tuple[RowChange, ...]
     position: BinlogPosition
@@ -144,6 +146,8 @@ class Transaction:
     schema_changes: tuple[SchemaChange, ...] = ()
     complete: bool = True
     snapshot: bool = False
+    # CDC mode: the CDC topics' offsets ("topic/partition" -> next offset) to resume from after it
+    cdc_offsets: dict[str, int] | None = None
 
 
 @dataclass(frozen=True, init=False)

@@ -67,6 +67,20 @@ def _binlog(value: dict[str, Any]) -> Iterator[Metric]:
     events.add_metric([], value.get("events_read", 0))
     yield transactions
     yield events
+    if "cdc" in value:  # CDC mode: the change source's own counts (collectors.cdc)
+        cdc = _counter("cdc_records", "CDC mode: records of the change source's topics by what became of them: "
+                       "replayed (a transaction already handed on, read again after a connector restart), late (of "
+                       "a transaction without an END, after the ones behind it), unreadable (not a Debezium "
+                       "change event with its schema: quarantined).", ("kind",))
+        for kind in ("replayed", "late", "unreadable"):
+            cdc.add_metric([kind], value["cdc"].get(f"{kind}_records", 0))
+        incomplete = _counter("cdc_incomplete_transactions", "CDC mode: transactions whose END counted records "
+                              "that did not come within cdc.transaction_grace_seconds, handed on without them.")
+        incomplete.add_metric([], value["cdc"].get("incomplete_transactions", 0))
+        waiting = _gauge("cdc_open_transactions", "CDC mode: transactions read in part, waiting for their END or "
+                         "their records.")
+        waiting.add_metric([], value["cdc"].get("open_transactions", 0))
+        yield from (cdc, incomplete, waiting)
 
 
 def _quarantine(counts: dict[tuple[str, str], int], events: dict[str, Any]) -> Metric:

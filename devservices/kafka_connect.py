@@ -50,7 +50,7 @@ def table_topic(table: str, schema: str = CDC_SCHEMA) -> str:
 
 
 def ensure_jars() -> None:
-    for pom, folder, probe in ((JARS / "worker" / "pom.xml", WORKER_LIB, "connect-runtime-*.jar"),
+    for pom, folder, probe in ((JARS / "worker" / "pom.xml", WORKER_LIB, "slf4j-simple-1.*.jar"),
                                (PLUGINS / "pom.xml", PLUGINS / "plugin", "debezium-connector-mariadb-*.jar")):
         if not any(folder.glob(probe)):
             log(f"fetching {pom.parent.name} jars from Maven Central")
@@ -96,6 +96,11 @@ def connector_config() -> dict[str, str]:
         "database.include.list": CDC_SCHEMA,
         "provide.transaction.metadata": "true",
         "snapshot.locking.mode": "none",
+        # the tests restart MariaDB and purge its binlog under the connector: it retries for as long as it takes,
+        # and where its position is gone it takes a new snapshot rather than fail
+        "snapshot.mode": "when_needed",
+        "errors.max.retries": "-1",
+        "connect.keep.alive.interval.ms": "1000",  # a MariaDB restart noticed within a second (default: a minute)
         "poll.interval.ms": "20",
         "include.schema.changes": "false",
         # what the monitor needs to read every row exactly (collectors.debezium): a TRUNCATE as a record (skipped by
@@ -138,6 +143,29 @@ def register() -> None:
     rest("PUT", f"/connectors/{CONNECTOR}/config", connector_config())
 
 
+def ensure_running(timeout: float = 120) -> None:
+    """The connector and its task running. A failed task (MariaDB restarted or its binlog purged under it by
+    another test) is started afresh: the worker stopped, its source offsets and schema history forgotten, and
+    started again, so the connector takes a new snapshot and streams from the binlog's end."""
+    status = rest("GET", f"/connectors/{CONNECTOR}/status")
+    if any(t.get("state") == "FAILED" for t in status.get("tasks", [])) or status["connector"]["state"] == "FAILED":
+        log("the Debezium task failed; starting the connector afresh (new snapshot, offsets forgotten)")
+        stop(CONNECT)
+        for name in ("offsets.dat", "schema-history.dat"):
+            (CONNECT_DIR / name).unlink(missing_ok=True)
+        up()
+        return
+    _wait_running(timeout)
+
+
+def _wait_running(timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not connector_running():
+        if time.monotonic() > deadline:
+            raise StackError(f"the Debezium connector is not running after {timeout:.0f} s; see {CONNECT.logfile}")
+        time.sleep(0.5)
+
+
 def up() -> None:
     ensure_jars()
     ensure_debezium_user()
@@ -148,11 +176,7 @@ def up() -> None:
                                "-cp", f"{WORKER_LIB}/*", "org.apache.kafka.connect.cli.ConnectStandalone", str(props)])
         wait_until("kafka connect", lambda: rest("GET", "/") is not None, proc, CONNECT, 120)
     register()
-    deadline = time.monotonic() + 120
-    while not connector_running():
-        if time.monotonic() > deadline:
-            raise StackError(f"the Debezium connector did not start within 120 s; see {CONNECT.logfile}")
-        time.sleep(0.5)
+    _wait_running(120)
     log(f"kafka connect listening on {HOST}:{CONNECT_PORT} (Debezium MariaDB connector '{CONNECTOR}' capturing "
         f"{CDC_SCHEMA} into {TOPIC_PREFIX}.{CDC_SCHEMA}.* with transaction metadata on {TRANSACTION_TOPIC})")
 

@@ -67,19 +67,26 @@ def new_topic() -> str:
     return f"{TOPIC}.{uuid.uuid4().hex[:8]}"
 
 
-def shop_settings(topic: str = TOPIC, shape: str = "shop", **changes: Any) -> ShopSettings:
-    """A shop of `shape` in the test schema, its downstream groups those its example config watches."""
+def shop_settings(topic: str = TOPIC, shape: str = "shop", schema: str | None = None, **changes: Any) -> ShopSettings:
+    """A shop of `shape` in the test schema (or `schema`), its downstream groups those its example config watches."""
     groups = tuple(tomllib.loads(EXAMPLES[shape][0].read_text())["kafka"]["consumer_groups"])
-    return ShopSettings(mysql=MySQLTarget(port=stack.MARIADB_PORT, database=SCHEMAS[shape]),
+    return ShopSettings(mysql=MySQLTarget(port=stack.MARIADB_PORT, database=schema or SCHEMAS[shape]),
                         kafka=KafkaTarget(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}", topic=topic,
                                           groups=groups),
                         shape=shape, **changes)
 
 
 def shop_config(folder: Path, *, metrics_port: int = 0, rules: dict[str, Any] | None = None,
-                topic: str = TOPIC, schema: str | None = None, shape: str = "shop", **kafka: Any) -> Path:
+                topic: str = TOPIC, schema: str | None = None, shape: str = "shop", cdc: bool = False,
+                **kafka: Any) -> Path:
     """The example config of a `shape` shop (examples/shop.toml, examples/mall.toml) for the dev services, in
-    the test schema unless `schema` says otherwise, written to `folder` with its store there."""
+    the test schema unless `schema` says otherwise, written to `folder` with its store there. `cdc`: in CDC
+    mode, the shop in the schema the dev connector captures, its changes read from the connector's topics
+    (from their ends at the first start: the test's shop starts empty)."""
+    if cdc:
+        from devservices.kafka_connect import CDC_SCHEMA, TOPIC_PREFIX
+
+        schema = CDC_SCHEMA
     example, prefix = EXAMPLES[shape]
     data = _retarget(tomllib.loads(example.read_text()), prefix, schema or SCHEMAS[shape])
     for t in data["kafka"]["topics"]:
@@ -96,6 +103,8 @@ def shop_config(folder: Path, *, metrics_port: int = 0, rules: dict[str, Any] | 
     data["metrics"]["port"] = metrics_port
     data["rules"].update(SHORT_RULES if rules is None else rules)
     data["kafka"].update(kafka)
+    if cdc:
+        data["cdc"] = {"format": "debezium", "topic_prefix": TOPIC_PREFIX, "start_from": "latest"}
     path = folder / "oncewatch.toml"
     path.write_text(tomli_w.dumps(data))
     return path

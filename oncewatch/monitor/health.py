@@ -22,7 +22,7 @@ from oncewatch.collectors.binlog import TRANSPORT_ERRORS
 from oncewatch.core.domain import Rules
 from oncewatch.core.histogram import delay_p99
 from oncewatch.core.names import BINLOG, KAFKA_EVENTS, MONITOR
-from oncewatch.monitor.readers import BinlogSource, KafkaEventsSource, Reader, running_source
+from oncewatch.monitor.readers import BinlogSource, CdcSource, KafkaEventsSource, Reader, running_source
 from oncewatch.monitor.verdict import judge
 from oncewatch.monitor.writer import Progress
 from oncewatch.store import Store
@@ -77,6 +77,10 @@ class Health:
 
     def _binlog_caught_up(self) -> bool:
         source = running_source(self.readers, BINLOG)
+        if isinstance(source, CdcSource):  # CDC mode: its topics read to their ends, and all of it applied
+            c = source.collector
+            return (c.status.connected and c.caught_up and self.progress.binlog is not None
+                    and c.status.last_position is not None and c.status.last_position.gtid == self.progress.binlog.gtid)
         if not isinstance(source, BinlogSource):  # none, or still the bootstrap
             return False
         b = source.collector

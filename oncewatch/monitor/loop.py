@@ -18,6 +18,7 @@ from collections.abc import Callable
 from oncewatch.checks.engine import Engine
 from oncewatch.checks.settings import Settings
 from oncewatch.collectors.binlog import BinlogCollector
+from oncewatch.collectors.cdc import CdcCollector
 from oncewatch.collectors.kafka_events import KafkaEventCollector
 from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector
 from oncewatch.core import exposure
@@ -28,8 +29,8 @@ from oncewatch.monitor.entities import EntityIndex
 from oncewatch.monitor.health import Health
 from oncewatch.monitor.inbox import Inbox, records
 from oncewatch.monitor.preflight import preflight_kafka, preflight_mysql
-from oncewatch.monitor.readers import (BinlogSource, BootstrapSource, Item, KafkaEventsSource, OffsetsSource, Reader,
-                                       ReaderFailed, Source, running_source)
+from oncewatch.monitor.readers import (BinlogSource, BootstrapSource, CdcSource, Item, KafkaEventsSource, OffsetsSource,
+                                       Reader, ReaderFailed, Source, running_source)
 from oncewatch.monitor.writer import Writer
 from oncewatch.store import Store, open_monitor
 
@@ -122,10 +123,14 @@ class Monitor:
     def _configure_readers(self) -> None:
         """One reader per collector; each factory starts from what the writer has committed, so a
         reader started again resumes at the checkpoint."""
-        kafka = self.cfg.kafka
+        kafka, cdc = self.cfg.kafka, self.cfg.cdc
         factories: dict[str, Callable[[], Source]] = {BINLOG: lambda: (
             BootstrapSource(self.cfg.mysql) if self.progress.binlog is None
             else BinlogSource(BinlogCollector(self.cfg.mysql, self.progress.binlog), self._binlog_ahead))}
+        if cdc is not None and kafka is not None:  # the change source is the CDC topics: no bootstrap, no binlog
+            factories[BINLOG] = lambda: CdcSource(CdcCollector(
+                self.cfg.mysql, kafka, cdc, positions=self.progress.cdc,
+                start_gtid=self.progress.binlog.gtid if self.progress.binlog else ""))
         if kafka is not None:
             factories[KAFKA_EVENTS] = lambda: KafkaEventsSource(
                 KafkaEventCollector(kafka, dict(self.progress.kafka) or None), self._kafka_ahead)
@@ -177,7 +182,8 @@ class Monitor:
         """Raises the collector's own error when a source refuses the monitor (exit 3 in the CLI), and
         ReaderFailedError when a reader keeps failing on a bug (exit 1)."""
         exposure.log(log, exposure.of_config(self.cfg))
-        preflight_mysql(self.cfg)
+        if self.cfg.cdc is None:  # in CDC mode the monitor reads no database
+            preflight_mysql(self.cfg)
         preflight_kafka(self.cfg)
         self.writer.restore()
         close_metrics = self._serve_metrics()

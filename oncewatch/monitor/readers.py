@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from oncewatch.collectors.binlog import BinlogCollector, BinlogError, bootstrap
+from oncewatch.collectors.cdc import CdcCollector
 from oncewatch.collectors.kafka_events import EventBatch, KafkaEventCollector, KafkaEventsError
 from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector
 from oncewatch.core.config import MySQLConfig
@@ -112,6 +113,28 @@ class BinlogSource:
 
     def health(self) -> dict[str, Any]:
         return self.collector.status.as_dict()
+
+    def stop(self) -> None:
+        self.collector.stop()
+
+    def close(self) -> None:
+        self.collector.close()
+
+
+class CdcSource:
+    """Reads the CDC collector (CDC mode's change source, in the binlog reader's place)."""
+
+    def __init__(self, collector: CdcCollector):
+        self.collector = collector
+
+    def items(self, stop: threading.Event) -> Iterator[Item]:
+        yield from self.collector.transactions()
+
+    def alive_at(self) -> float | None:
+        return self.collector.status.last_alive
+
+    def health(self) -> dict[str, Any]:
+        return self.collector.health()
 
     def stop(self) -> None:
         self.collector.stop()

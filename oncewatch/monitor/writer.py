@@ -24,7 +24,8 @@ from oncewatch.checks.engine import Engine
 from oncewatch.collectors.binlog import bootstrap
 from oncewatch.collectors.kafka_events import EventBatch
 from oncewatch.core.config import Config
-from oncewatch.core.names import BINLOG_CHECKPOINT, BOOTSTRAP, ENGINE_STATS, KAFKA_CHECKPOINT, partition_key
+from oncewatch.core.names import (BINLOG_CHECKPOINT, BOOTSTRAP, CDC_CHECKPOINT, ENGINE_STATS, KAFKA_CHECKPOINT,
+                                  partition_key)
 from oncewatch.core.records import BinlogPosition, OffsetsSnapshot, PartitionStatus, RowChange, Transaction
 from oncewatch.monitor.entities import EntityIndex
 from oncewatch.store import Batch, Store, engine_state, retention, reviews
@@ -45,6 +46,7 @@ class Progress:
     binlog_caught_up: bool = False
     kafka_caught_up: bool = False
     binlog: BinlogPosition | None = None  # the binlog position the engine and the store have taken in
+    cdc: dict[str, int] = field(default_factory=dict)  # CDC mode: the change source's topic offsets taken in
     kafka: dict[str, int] = field(default_factory=dict)  # likewise, partition key -> next offset
     offsets: OffsetsSnapshot | None = None  # the last offsets snapshot applied
     bootstrapped_rows: int = 0  # rows of the watched tables applied by the bootstrap under way
@@ -74,6 +76,7 @@ class Writer:
         if saved_state is not None:
             self.engine.restore(saved_state)
         self.progress.kafka = self.store.checkpoint(KAFKA_CHECKPOINT) or {}
+        self.progress.cdc = self.store.checkpoint(CDC_CHECKPOINT) or {}
         saved = self.store.checkpoint(BINLOG_CHECKPOINT)
         self.progress.binlog = BinlogPosition.from_dict(saved) if saved is not None else None
         return self.progress.binlog
@@ -105,6 +108,7 @@ class Writer:
         p = self.progress
         binlog_at: BinlogPosition | None = None
         kafka_at: dict[str, int] | None = None
+        cdc_at: dict[str, int] | None = None
         with self.store.batch() as tx:
             for item in items:
                 if isinstance(item, Transaction):
@@ -114,6 +118,8 @@ class Writer:
                         p.last_change_at = time.time()
                     tx.add_binlog_quarantined(item.quarantined)
                     p.binlog_time = max(p.binlog_time, item.commit_time)
+                    if item.cdc_offsets is not None:
+                        cdc_at = p.cdc = item.cdc_offsets
                     if item.snapshot:
                         p.bootstrapped_rows += len(item.rows)
                         tx.set_state(BOOTSTRAP, {"gtid": item.position.gtid, "rows": p.bootstrapped_rows})
@@ -143,6 +149,8 @@ class Writer:
                 tx.set_checkpoint(BINLOG_CHECKPOINT, binlog_at.to_dict())
             if kafka_at is not None:
                 tx.set_checkpoint(KAFKA_CHECKPOINT, kafka_at)
+            if cdc_at is not None:
+                tx.set_checkpoint(CDC_CHECKPOINT, cdc_at)
             self._write_engine(tx)
 
     def prune(self, now: float) -> bool:

@@ -76,6 +76,15 @@ def dev_services() -> None:
     warm_up_group_coordinator()
 
 
+@pytest.fixture
+def cdc_connector() -> None:
+    """The Debezium connector running: other tests restart MariaDB and purge its binlog under it, and a task
+    that failed on that is restarted (it takes a new snapshot where its position is gone)."""
+    from devservices import kafka_connect
+
+    kafka_connect.ensure_running()
+
+
 def warm_up_group_coordinator(timeout: float = 90.0) -> None:
     """A brand-new broker creates __consumer_offsets on the first group commit, and answers group
     requests with 'coordinator not available' until then; tests that read group offsets would

@@ -9,6 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from devservices.kafka_connect import CDC_SCHEMA
 from devservices.shop_monitor import new_topic, run_until_idle, shop_config, shop_settings
 from oncewatch import shop
 from oncewatch.core.records import Finding
@@ -18,12 +19,12 @@ from oncewatch.shop import GroundTruth
 IDLE = 12.0
 
 
-def prepared(folder: Path, shape: str = "shop") -> tuple[Path, str]:
+def prepared(folder: Path, shape: str = "shop", cdc: bool = False) -> tuple[Path, str]:
     """A fresh shop of `shape` (tables, its own topic) and a monitor that has taken its first checkpoint there:
-    (config, topic) for a recorded run."""
+    (config, topic) for a recorded run; `cdc`: in CDC mode (devservices.shop_monitor.shop_config)."""
     topic = new_topic()
-    shop.run(shop_settings(topic, shape, orders=0, reset=True))
-    config = shop_config(folder, topic=topic, shape=shape)
+    shop.run(shop_settings(topic, shape, schema=CDC_SCHEMA if cdc else None, orders=0, reset=True))
+    config = shop_config(folder, topic=topic, shape=shape, cdc=cdc)
     run_until_idle(config, idle=1.0)
     return config, topic
 

@@ -22,6 +22,7 @@ from devservices import stack
 from devservices.kafka_connect import CDC_SCHEMA, TOPIC_PREFIX, TRANSACTION_TOPIC, table_topic
 from oncewatch.collectors.binlog import BinlogCollector
 from oncewatch.collectors.cdc import CdcCollector
+from oncewatch.core.config import CdcConfig, KafkaConfig
 from oncewatch.core.records import Transaction
 
 from .conftest import admin_connection, monitor_config
@@ -29,6 +30,8 @@ from .test_binlog_collector import start_position
 from .test_row_images import same
 
 BOOTSTRAP = f"{stack.HOST}:{stack.KAFKA_PORT}"
+KAFKA = KafkaConfig(bootstrap_servers=(BOOTSTRAP,), client_id="oncewatch-test", topics=(), consumer_groups=(),
+                    max_record_bytes=1_048_576, offsets_poll_seconds=5.0, request_timeout_seconds=10.0)
 COLUMNS = """id INT NOT NULL PRIMARY KEY, no VARCHAR(32) CHARACTER SET utf8mb4 NULL, amount DECIMAL(14,4) NULL,
     wide DECIMAL(40,12) NULL, small SMALLINT NULL, big BIGINT NULL, f FLOAT NULL, d DOUBLE NULL,
     at3 DATETIME(3) NULL, at0 DATETIME NULL, at6 DATETIME(6) NULL, ts TIMESTAMP(6) NULL DEFAULT NULL,
@@ -65,8 +68,7 @@ def read(source, count: int, timeout: float = 90.0) -> list[Transaction]:
 
     def run() -> None:
         try:
-            for item in source():
-                tx = item[0] if isinstance(item, tuple) else item
+            for tx in source():
                 if tx.rows or tx.schema_changes:
                     out.append(tx)
                 if len(out) >= count:
@@ -90,7 +92,7 @@ def shape(tx: Transaction) -> tuple:
             [(c.table, c.kind) for c in tx.schema_changes])
 
 
-def test_debezium_topics_give_the_binlog_s_transactions(table_name, tmp_path):
+def test_debezium_topics_give_the_binlog_s_transactions(cdc_connector, table_name, tmp_path):
     other = f"{table_name}_other"
     admin = admin_connection(CDC_SCHEMA)
     with admin.cursor() as c:
@@ -126,8 +128,8 @@ def test_debezium_topics_give_the_binlog_s_transactions(table_name, tmp_path):
     wait_for_topic(table_topic(table_name))
 
     from_binlog = read(BinlogCollector(cfg.mysql, start).transactions, 5)
-    cdc = CdcCollector(cfg.mysql, BOOTSTRAP, TOPIC_PREFIX, positions={f"{TRANSACTION_TOPIC}/0": tx_start},
-                       start_gtid=start.gtid, grace_seconds=5)
+    cdc = CdcCollector(cfg.mysql, KAFKA, CdcConfig("debezium", TOPIC_PREFIX, transaction_grace_seconds=5),
+                       positions={f"{TRANSACTION_TOPIC}/0": tx_start}, start_gtid=start.gtid)
     from_cdc = read(cdc.transactions, 5)
     cdc.stop()
 

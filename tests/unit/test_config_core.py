@@ -10,6 +10,8 @@ from oncewatch import cli
 from oncewatch.core.config import ConfigError, describe, load, parse
 
 BASE = {"mysql": {"user": "oncewatch", "password_env": "OW_TEST_PW", "tables": ["shop.orders"]}}
+KAFKA = {"kafka": {"bootstrap_servers": ["127.0.0.1:9092"],
+                   "topics": [{"name": "events", "format": "json", "required": []}]}}
 
 
 def with_mysql(**changes):
@@ -31,6 +33,12 @@ def with_mysql(**changes):
     ({**BASE, "store": {"memory_entries": 10}}, r"^store\.memory_entries: must be at least 1000, got 10$"),
     ({**BASE, "store": {"memory_entries": "all"}}, r"^store\.memory_entries: expected an integer"),
     ({**BASE, "metrics": {"port": "x"}}, r"^metrics\.port: expected an integer"),
+    ({**BASE, "cdc": {"topic_prefix": "cdc"}}, r"^cdc\.format: a CDC change source is read from Kafka"),
+    ({**BASE, **KAFKA, "cdc": {}}, r"^cdc\.topic_prefix: missing"),
+    ({**BASE, **KAFKA, "cdc": {"topic_prefix": "cdc", "format": "canal"}}, r"^cdc\.format: "),
+    ({**BASE, **KAFKA, "cdc": {"topic_prefix": "cdc", "start_from": "now"}}, r"^cdc\.start_from: "),
+    ({**with_mysql(tables=["shop_*.orders"]), **KAFKA, "cdc": {"topic_prefix": "cdc"}},
+     r"^mysql\.tables: 'shop_\*\.orders' is a pattern; with \[cdc\]"),
 ])
 def test_errors_name_the_key(data, message):
     with pytest.raises(ConfigError, match=message):

@@ -173,3 +173,25 @@ def test_shape_problems_and_what_they_suppressed_are_on_metrics(store_path):
     assert 'oncewatch_findings_suppressed_total{rule="F8"} 3.0' in text
     assert 'oncewatch_findings_suppressed_total{rule="F1"} 0.0' in text
     assert 'oncewatch_shape_problem{config_key="domain.orders.status_column",table="shop.orders"} 1.0' in text
+
+
+def test_a_cdc_change_source_s_counts(store_path) -> None:
+    store = Store(store_path)
+    row = store.health()["binlog"]
+    row.pop("updated_at")
+    store.set_health("binlog", {**row, "source": "debezium", "cdc": {
+        "incomplete_transactions": 2, "replayed_records": 40, "late_records": 1, "unreadable_records": 3,
+        "open_transactions": 5}})
+    store.close()
+    server, thread = metrics.serve(store_path, port=0)
+    try:
+        fams = families(scrape(server))
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    assert {k: value(fams, "oncewatch_cdc_records_total", "oncewatch_cdc_records", kind=k)
+            for k in ("replayed", "late", "unreadable")} == {"replayed": 40, "late": 1, "unreadable": 3}
+    assert value(fams, "oncewatch_cdc_incomplete_transactions_total", "oncewatch_cdc_incomplete_transactions") == 2
+    assert value(fams, "oncewatch_cdc_open_transactions") == 5
+    assert value(fams, "oncewatch_binlog_gtid_sequence", domain="0") == 4711  # the rest of the source's row as before
