@@ -6,10 +6,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test venv services services-down status unit layers bench clean
 
+# uv installs what pip would, several times faster (a fresh clone's set-up, and the wheel test's venv).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q uv
+	$(VENV)/bin/uv pip install -q --python $(PY) -e '.[test]'
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -26,7 +26,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,17 +71,75 @@ class DataRecord:
     snapshot_last: bool = False  # the connector's snapshot ends with this record
 
 
+_HEAD, _PAYLOAD = b'{"schema":', b',"payload":'
+_SCHEMAS_KEPT = 256
+
+
+class _Schemas:
+    """What a record's schema says (its columns' decoders, its key's columns), kept by the schema's bytes: a
+    table's records all carry the same few kilobytes of schema, which then need not be parsed again."""
+
+    def __init__(self) -> None:
+        self._values: dict[bytes, dict[str, Any] | Undecodable] = {}
+        self._keys: dict[bytes, list[str]] = {}
+
+    @staticmethod
+    def _split(data: bytes) -> tuple[bytes, bytes] | None:
+        """The JsonConverter's {"schema":...,"payload":...} as its two texts, or None for another layout."""
+        at = data.find(_PAYLOAD)
+        if not data.startswith(_HEAD) or at < 0 or not data.endswith(b"}"):
+            return None
+        return data[len(_HEAD):at], data[at + len(_PAYLOAD):-1]
+
+    def value(self, data: bytes) -> tuple[dict[str, Any], dict[str, Any] | Undecodable]:
+        """(payload, decoders by column or why there are none)."""
+        parts = self._split(data)
+        if parts is None:
+            doc = msgspec.json.decode(data)
+            if isinstance(doc, dict) and "op" in doc and "payload" not in doc:
+                raise Undecodable("the record carries no schema: the connector's JsonConverter needs "
+                                  "schemas.enable=true for oncewatch to read its columns exactly")
+            return doc["payload"], self._decoders(doc.get("schema"))
+        schema, payload = parts
+        decoders = self._values.get(schema)
+        if decoders is None:
+            if len(self._values) >= _SCHEMAS_KEPT:
+                self._values.clear()
+            decoders = self._values[schema] = self._decoders(msgspec.json.decode(schema))
+        return msgspec.json.decode(payload), decoders
+
+    def key(self, data: bytes | None) -> list[str]:
+        if data is None:
+            return []
+        parts = self._split(data)
+        if parts is None:
+            return key_columns(msgspec.json.decode(data).get("schema"))
+        columns = self._keys.get(parts[0])
+        if columns is None:
+            if len(self._keys) >= _SCHEMAS_KEPT:
+                self._keys.clear()
+            columns = self._keys[parts[0]] = key_columns(msgspec.json.decode(parts[0]))
+        return columns
+
+    @staticmethod
+    def _decoders(schema: Any) -> dict[str, Any] | Undecodable:
+        try:
+            return column_decoders(image_schema(schema))
+        except Undecodable as exc:
+            return exc
+
+
 def read_record(topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
-                headers: Sequence[tuple[str, bytes | None]]) -> DataRecord | None:
+                headers: Sequence[tuple[str, bytes | None]], schemas: _Schemas | None = None) -> DataRecord | None:
     """A data record as a DataRecord; None for a tombstone. A record not in Debezium's shape is Undecodable."""
     if value is None:
         return None
+    schemas = schemas or _Schemas()
     try:
-        doc = msgspec.json.decode(value)
-        payload, schema = doc["payload"], doc["schema"]
+        payload, decoders = schemas.value(value)
         source, op = payload["source"], payload["op"]
         tx = payload.get("transaction") or {}
-    except (msgspec.DecodeError, KeyError, TypeError) as exc:
+    except (msgspec.DecodeError, KeyError, TypeError, AttributeError) as exc:
         raise Undecodable(f"not a Debezium change event with its schema ({type(exc).__name__}: {exc})") from None
     txid = tx.get("id") or source.get("gtid") or ""
     names = {h for h, _ in headers}
@@ -93,11 +151,15 @@ def read_record(topic: str, partition: int, offset: int, key: bytes | None, valu
     if op == "t":
         return DataRecord(pk=(), before=None, after=None, **base)
     try:
-        decoders = column_decoders(image_schema(schema))
+        if isinstance(decoders, Undecodable):
+            raise decoders
         before, after = image(payload.get("before"), decoders), image(payload.get("after"), decoders)
-        columns = key_columns(msgspec.json.decode(key).get("schema") if key else None)
+        columns = schemas.key(key)
     except Undecodable as exc:
         return DataRecord(pk=(), before=None, after=None, undecodable=str(exc), **base)
+    except (msgspec.DecodeError, AttributeError) as exc:
+        return DataRecord(pk=(), before=None, after=None, undecodable=f"the record key is not Debezium's ({exc})",
+                          **base)
     row = after if after is not None else before or {}
     return DataRecord(pk=tuple(row.get(c) for c in columns), before=before, after=after, **base)
 
@@ -125,6 +187,7 @@ class Assembler:
         self.begun: str | None = None  # the newest BEGIN's transaction while its END has not come
         self.without_end: deque[str] = deque(maxlen=1000)  # recent ones handed on that had no END
         self.incomplete = self.replayed = self.late = 0
+        self.pending: dict[str, OrderedDict[int, None]] = {}  # per partition, offsets of records held in `open`
         self.unreadable: list[QuarantinedRows] = []  # records not in Debezium's shape: with the next transaction
 
     def _seen(self, txid: str) -> bool:
@@ -161,6 +224,7 @@ class Assembler:
             return
         if record.txid in self.open:
             self.open[record.txid].records.append(record)
+            self._hold(record)
         elif record.txid in self.without_end:
             self.late += 1
             log.error("a record of a CDC transaction without an END came after the transactions behind it; handed "
@@ -171,6 +235,7 @@ class Assembler:
             self.replayed += 1
         else:
             self.open[record.txid] = _Open(records=[record])
+            self._hold(record)
 
     def ready(self, now: float) -> Iterator[Transaction]:
         """Transactions over whose records are all in, oldest first; one waiting past the grace goes as it is."""
@@ -188,11 +253,18 @@ class Assembler:
                 self.without_end.append(txid)
             self.ends.popleft()
             del self.open[txid]
+            for r in tx.records:
+                self.pending[f"{r.topic}/{r.partition}"].pop(r.offset, None)
             self._advance(txid)
             yield self._transaction(txid, sorted(tx.records, key=lambda r: r.order))
 
-    def pending_records(self) -> list[DataRecord]:
-        return [r for tx in self.open.values() for r in tx.records]
+    def first_pending(self) -> dict[str, int]:
+        """Per partition ("topic/partition"), the offset of its first record of a transaction not handed on yet."""
+        return {key: next(iter(offsets)) for key, offsets in self.pending.items() if offsets}
+
+    def _hold(self, record: DataRecord) -> None:
+        # records come in offset order per partition, so each partition's first is its oldest
+        self.pending.setdefault(f"{record.topic}/{record.partition}", OrderedDict())[record.offset] = None
 
     def _advance(self, txid: str) -> None:
         try:
@@ -272,6 +344,7 @@ class CdcCollector:
         self.assembler = Assembler(cfg, start_gtid, cdc.transaction_grace_seconds)
         self.next: dict[str, int] = dict(positions or {})  # per "topic/partition": the next offset to read
         self.unreadable = 0  # data records not in Debezium's shape: logged and counted
+        self._schemas = _Schemas()
         self.status = CollectorStatus(last_position=BinlogPosition(gtid=start_gtid) if start_gtid else None)
         self.caught_up = False  # every partition read to its end and no transaction waiting for records
         self._stop = threading.Event()
@@ -287,11 +360,7 @@ class CdcCollector:
 
     def positions(self) -> dict[str, int]:
         """Per partition, where a restart reads from: the first record of a transaction not handed on yet."""
-        out = dict(self.next)
-        for r in self.assembler.pending_records():
-            key = f"{r.topic}/{r.partition}"
-            out[key] = min(out.get(key, r.offset), r.offset)
-        return out
+        return {**self.next, **self.assembler.first_pending()}
 
     def health(self) -> dict[str, Any]:
         a = self.assembler
@@ -347,7 +416,7 @@ class CdcCollector:
 
     def _record(self, topic: str, partition: int, rec: Any) -> list[Transaction]:
         try:
-            record = read_record(topic, partition, rec.offset, rec.key, rec.value, rec.headers)
+            record = read_record(topic, partition, rec.offset, rec.key, rec.value, rec.headers, self._schemas)
         except Undecodable as exc:
             self.unreadable += 1
             log.error("a CDC record is not a Debezium change event with its schema; kept in quarantine",

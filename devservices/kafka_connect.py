@@ -54,7 +54,8 @@ def ensure_jars() -> None:
                                (PLUGINS / "pom.xml", PLUGINS / "plugin", "debezium-connector-mariadb-*.jar")):
         if not any(folder.glob(probe)):
             log(f"fetching {pom.parent.name} jars from Maven Central")
-            subprocess.run(["mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies"], check=True)
+            subprocess.run(["mvn", "-q", "-B", "-Dstyle.color=never", "-f", str(pom), "dependency:copy-dependencies"],
+                           check=True)
 
 
 def ensure_debezium_user() -> None:
@@ -139,8 +140,13 @@ def connector_running() -> bool:
                                                                for t in status.get("tasks", []))
 
 
-def register() -> None:
-    rest("PUT", f"/connectors/{CONNECTOR}/config", connector_config())
+def register(name: str = CONNECTOR, **overrides: str) -> None:
+    """Create or update a connector: the dev one, or (with `overrides`) another of its kind, for a test."""
+    rest("PUT", f"/connectors/{name}/config", {**connector_config(), **overrides})
+
+
+def unregister(name: str) -> None:
+    rest("DELETE", f"/connectors/{name}")
 
 
 def ensure_running(timeout: float = 120) -> None:

@@ -102,7 +102,7 @@ def ensure_kafka_jars() -> Path:
     lib = KAFKA_POM_DIR / "lib"
     if not any(lib.glob("kafka_2.13-*.jar")):
         log("fetching Apache Kafka jars from Maven Central")
-        subprocess.run(["mvn", "-q", "-B", "-f", str(KAFKA_POM_DIR / "pom.xml"),
+        subprocess.run(["mvn", "-q", "-B", "-Dstyle.color=never", "-f", str(KAFKA_POM_DIR / "pom.xml"),
                         "dependency:copy-dependencies"], check=True)
     return lib
 

@@ -6,6 +6,7 @@ must be the same both ways (coordinates aside: Debezium's `pos` is its event's, 
 commit's), over a table of many column types, multi-row transactions, updates,
 deletes, a primary-key change (Debezium: a delete, a tombstone and an insert), a transaction that
 also changes a table the monitor does not watch, and a TRUNCATE (Debezium: a BEGIN with no END).
+And a connector's snapshot seeds a first start as the binlog mode's bootstrap does.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from decimal import Decimal
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from devservices import stack
+from devservices import kafka_connect, stack
 from devservices.kafka_connect import CDC_SCHEMA, TOPIC_PREFIX, TRANSACTION_TOPIC, table_topic
-from oncewatch.collectors.binlog import BinlogCollector
+from oncewatch.collectors.binlog import BinlogCollector, bootstrap
 from oncewatch.collectors.cdc import CdcCollector
 from oncewatch.core.config import CdcConfig, KafkaConfig
 from oncewatch.core.records import Transaction
@@ -143,3 +144,38 @@ def test_debezium_topics_give_the_binlog_s_transactions(cdc_connector, table_nam
     assert [(c.kind, c.table) for c in from_cdc[3].schema_changes] == [("truncate", watched)]
     assert from_cdc[0].rows[0].commit_clock == "row_column"
     assert cdc.assembler.incomplete == 0 and cdc.unreadable == 0
+
+
+def test_the_connector_s_snapshot_seeds_the_monitor_as_its_bootstrap_does(cdc_connector, table_name, tmp_path):
+    """A first start from the topics' beginning reads the connector's snapshot (op r) as the binlog mode's
+    bootstrap reads the tables: the same rows, as snapshot rows, the last chunk complete."""
+    admin = admin_connection(CDC_SCHEMA)
+    with admin.cursor() as c:
+        c.execute(f"CREATE TABLE {table_name} (id INT PRIMARY KEY, no VARCHAR(16), amount DECIMAL(12,2), "
+                  "at DATETIME(3))")
+        c.executemany(f"INSERT INTO {table_name} VALUES (%s, %s, %s, %s)",
+                      [(i, f"O{i}", Decimal(f"{i}.50"), dt.datetime(2026, 3, 1, 0, 0, i, i * 1000)) for i in range(3)])
+    admin.close()
+    watched = f"{CDC_SCHEMA}.{table_name}"
+    cfg = monitor_config([watched], tmp_path)
+    prefix, name = f"snap{table_name[2:]}", f"oncewatch-snapshot-{table_name}"
+    kafka_connect.register(name, **{"topic.prefix": prefix, "table.include.list": watched, "snapshot.mode": "initial",
+                                    "database.server.id": str(kafka_connect.DEBEZIUM_SERVER_ID + 1),
+                                    "schema.history.internal.file.filename": str(tmp_path / "history.dat")})
+    try:
+        wait_for_topic(f"{prefix}.{watched}")
+        cdc = CdcCollector(cfg.mysql, KAFKA, CdcConfig("debezium", prefix, transaction_grace_seconds=5))
+        seen: list[Transaction] = []
+        for tx in cdc.transactions():
+            seen.append(tx)
+            if sum(len(t.rows) for t in seen) >= 3:
+                break
+        cdc.stop()
+    finally:
+        kafka_connect.unregister(name)
+    first, *snapshot = seen
+    assert not first.rows and first.cdc_offsets is not None  # a first start's position, stored at once
+    rows = [r for t in snapshot for r in t.rows]
+    assert all(t.snapshot for t in snapshot) and snapshot[-1].complete and not any(t.complete for t in snapshot[:-1])
+    assert all(r.snapshot and r.op == "insert" for r in rows)
+    assert same([r.after for r in rows], [r.after for t in bootstrap(cfg.mysql) for r in t.rows])

@@ -1,10 +1,17 @@
-"""collectors.cdc.Assembler: Debezium's records and transaction topic in, committed transactions out, in order."""
+"""collectors.cdc: Debezium's records read exactly, and with the transaction topic made committed transactions again,
+in commit order."""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import json
+from decimal import Decimal
 
-from oncewatch.collectors.cdc import NEW_KEY, OLD_KEY, Assembler, DataRecord
+import pytest
+
+from oncewatch.collectors.cdc import NEW_KEY, OLD_KEY, Assembler, DataRecord, _Schemas, read_record
+from oncewatch.collectors.debezium_rows import Undecodable
 from oncewatch.core.config import parse
 
 CFG = parse({"mysql": {"user": "u", "password_env": "NONE", "tables": ["shop.orders", "shop.payments"]}}).mysql
@@ -41,7 +48,10 @@ def test_a_transaction_waits_for_every_record_its_end_counts_then_goes_in_commit
     a = Assembler(CFG)
     assert feed(a, begin("0-1-1"), end("0-1-1", orders=2, refunds=5), record("0-1-1", 1)) == []  # refunds unwatched
     assert feed(a, begin("0-1-2"), end("0-1-2", payments=1), record("0-1-2", 1, table="payments")) == []  # behind 1
+    # where a restart would read from: the first record of each partition not handed on
+    assert a.first_pending() == {"cdc.shop.orders/0": 0, "cdc.shop.payments/0": 0}
     out = feed(a, record("0-1-1", 2, offset=1))
+    assert a.first_pending() == {}
     assert [[r.pk for r in t.rows] for t in out] == [[("O1",), ("O2",)], [("O1",)]]
     assert [t.position.gtid for t in out] == ["0-1-1", "0-1-2"]
     assert [r.row_index for r in out[0].rows] == [0, 1]
@@ -92,3 +102,54 @@ def test_an_undecodable_record_is_quarantined_with_its_coordinates():
     (tx,) = feed(a, begin("0-1-1"), end("0-1-1", orders=1), bad)
     (q,) = tx.quarantined
     assert not tx.rows and q.table == "shop.orders" and "cdc.shop.orders/0@0" in q.detail and "Geometry" in q.detail
+
+
+# A record in the shape the Debezium MariaDB connector 3.5 writes with the JsonConverter's schemas (fields cut
+# to a few of each kind), as read from the dev connector.
+FIELDS = [{"type": "string", "optional": False, "field": "order_no"},
+          {"type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
+           "parameters": {"scale": "2", "connect.decimal.precision": "12"}, "field": "amount"},
+          {"type": "int64", "optional": True, "name": "io.debezium.time.Timestamp", "version": 1, "field": "at"},
+          {"type": "string", "optional": True, "name": "io.debezium.data.EnumSet", "version": 1,
+           "parameters": {"allowed": "a,b"}, "field": "tags"}]
+SOURCE = {"version": "3.5.0.Final", "connector": "mariadb", "name": "cdc", "ts_ms": 1796182975000, "snapshot": "false",
+          "db": "shop", "table": "orders", "server_id": 1, "gtid": "0-1-9", "file": "binlog.000038", "pos": 729334104,
+          "row": 0}
+
+
+def debezium(after: dict, fields=FIELDS) -> tuple[bytes, bytes]:
+    schema = {"type": "struct", "fields": [{"type": "struct", "fields": fields, "optional": True, "field": "before"},
+                                           {"type": "struct", "fields": fields, "optional": True, "field": "after"}]}
+    payload = {"before": None, "after": after, "source": SOURCE, "op": "c", "ts_ms": 1796182975100,
+               "transaction": {"id": "0-1-9", "total_order": 1, "data_collection_order": 1}}
+    key = {"schema": {"type": "struct", "fields": [FIELDS[0]]}, "payload": {"order_no": after["order_no"]}}
+    return (json.dumps(key, separators=(",", ":")).encode(),
+            json.dumps({"schema": schema, "payload": payload}, separators=(",", ":")).encode())
+
+
+def test_a_debezium_record_reads_as_the_binlog_s_values_and_its_schema_is_parsed_once():
+    schemas = _Schemas()
+    key, value = debezium({"order_no": "O1", "amount": "BBo=", "at": 1767323045678, "tags": "a,b"})
+    r = read_record("cdc.shop.orders", 0, 7, key, value, [], schemas)
+    assert (r.txid, r.order, r.pk, r.file, r.pos) == ("0-1-9", 1, ("O1",), "binlog.000038", 729334104)
+    assert r.after == {"order_no": "O1", "amount": Decimal("10.50"), "at": dt.datetime(2026, 1, 2, 3, 4, 5, 678000),
+                       "tags": {"a", "b"}}
+    key2, value2 = debezium({"order_no": "O2", "amount": "/w==", "at": None, "tags": ""})
+    r2 = read_record("cdc.shop.orders", 0, 8, key2, value2, [], schemas)
+    assert r2.after == {"order_no": "O2", "amount": Decimal("-0.01"), "at": None, "tags": None}
+    assert len(schemas._values) == 1 and len(schemas._keys) == 1
+    assert read_record("cdc.shop.orders", 0, 9, key, None, []) is None  # a tombstone
+
+
+def test_what_cannot_be_read_exactly_says_why():
+    geometry = [*FIELDS, {"type": "struct", "optional": True, "name": "io.debezium.data.geometry.Geometry",
+                          "field": "where", "fields": []}]
+    key, value = debezium({"order_no": "O1", "amount": "BBo=", "at": 1, "tags": "a", "where": None}, geometry)
+    assert "io.debezium.data.geometry.Geometry" in read_record("t", 0, 0, key, value, []).undecodable
+    key, value = debezium({"order_no": "O1", "amount": "not base64!", "at": 1, "tags": "a"})
+    assert "column amount" in read_record("t", 0, 0, key, value, []).undecodable
+    without_schema = json.dumps({"before": None, "after": {"order_no": "O1"}, "source": SOURCE, "op": "c"}).encode()
+    with pytest.raises(Undecodable, match="schemas.enable=true"):
+        read_record("t", 0, 0, None, without_schema, [])
+    with pytest.raises(Undecodable, match="not a Debezium change event"):
+        read_record("t", 0, 0, None, b"[1, 2]", [])
