@@ -146,7 +146,8 @@ COMPOSITE_PATH_KEYS = ("order_key", "effect_id")  # keys that may be made of sev
 TOPIC_FORMATS = ("json", "debezium", "canal")
 
 
-def _mysql(s: Section, base: Path) -> MySQLConfig:
+def _mysql(s: Section, base: Path, *, login: bool = True) -> MySQLConfig:
+    """`login`: the monitor connects to MySQL (not in CDC mode, where `user` may be left out)."""
     tables = tuple(qualified_table(t, s.key("tables")) for t in s.str_list("tables", required=True, nonempty=True))
     for i, table in enumerate(tables):
         if table in tables[:i]:
@@ -160,7 +161,7 @@ def _mysql(s: Section, base: Path) -> MySQLConfig:
     cfg = MySQLConfig(
         host=s.str("host", "127.0.0.1"),
         port=s.int("port", 3306, minimum=1, maximum=65535),
-        user=s.str("user", required=True),
+        user=s.str("user", None if login else "", required=login),
         password=read_secret(s, base),
         server_id=s.int("server_id", 4242, minimum=1, maximum=2**32 - 1),
         tables=tables,
@@ -262,7 +263,7 @@ def _export(s: Section, base: Path) -> ExportConfig:
 def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = None) -> Config:
     base = base or Path.cwd()
     root = Section(data, "")
-    mysql = _mysql(root.section("mysql", required=True), base)
+    mysql = _mysql(root.section("mysql", required=True), base, login="cdc" not in data)
     kafka_section = root.section("kafka")
     kafka = _kafka(kafka_section) if kafka_section.data else None
     cdc_section = root.section("cdc")

@@ -92,9 +92,10 @@ def test_each_announcement_style_its_faults_found(tmp_path, style, only_there):
     assert result.unexplained == [], [(f.rule, f.keys, f.summary) for f in result.unexplained[:10]]
 
 
-# Each shape once, in the default style; the other styles' precision is judged by their runs with faults.
-@pytest.mark.parametrize("shape", ["shop", "mall"])
-def test_clean_run_gives_zero_findings(tmp_path, shape):
+# The mall's, in the default style. The flat shop's precision is judged by its all-faults run, where two monitors
+# (binlog and CDC) must explain every finding, and the other styles' by their runs with faults: each clean run
+# costs some 26 s of a make test that must stay under 15 minutes.
+def test_clean_run_gives_zero_findings(tmp_path, shape="mall"):
     truth, result = scored_run(tmp_path, shape, seed=12, orders=500, rate=100, faults="none")
     assert list(truth.faults) == []
     assert result.unexplained == []

@@ -83,3 +83,9 @@ def test_check_config_cli_masks_and_exit_codes(tmp_path, capsys, monkeypatch):
     assert "not valid TOML" in capsys.readouterr().err
     assert cli.main(["check-config", str(tmp_path / "absent.toml")]) == cli.EXIT_CONFIG
     assert "cannot read the config file" in capsys.readouterr().err
+
+
+def test_in_cdc_mode_the_monitor_needs_no_mysql_login():
+    """The change source is the connector's topics: [mysql] only names the watched tables."""
+    cfg = parse({"mysql": {"tables": ["shop.orders"]}, **KAFKA, "cdc": {"topic_prefix": "cdc"}})
+    assert cfg.mysql.user == "" and cfg.cdc.topic_prefix == "cdc" and cfg.cdc.start_from == "earliest"
