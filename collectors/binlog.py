@@ -176,6 +176,13 @@ def to_epoch(value: Any) -> float | None:
     return None
 
 
+def commit_time(image: dict[str, Any], column: str | None, fallback: float, fallback_clock: str) -> tuple[float, str]:
+    """A row's commit time and the clock it came from: its table's commit-time column (mysql.commit_time_columns)
+    where it has one and the row a time in it, else `fallback` (the binlog header's, the read's)."""
+    row_time = to_epoch(image.get(column)) if column else None
+    return (row_time, CLOCK_ROW_COLUMN) if row_time is not None else (fallback, fallback_clock)
+
+
 class BinlogCollector:
     """Committed transactions of the configured tables, from a GTID position on, forever.
 
@@ -409,14 +416,14 @@ class BinlogCollector:
         """(op, event, before, after) of each row: decoded here when the table's types allow (row_images),
         else by the library."""
         images = self._images.of(event)
+        if images is None:
+            images = [(r["before_values"], r["after_values"]) if "before_values" in r else (r["values"],)
+                      for r in event.rows]
         if isinstance(event, WriteRowsEvent):
-            return ([(OP_INSERT, event, None, a) for a, in images] if images is not None else
-                    [(OP_INSERT, event, None, r["values"]) for r in event.rows])
+            return [(OP_INSERT, event, None, a) for a, in images]
         if isinstance(event, UpdateRowsEvent):
-            return ([(OP_UPDATE, event, b, a) for b, a in images] if images is not None else
-                    [(OP_UPDATE, event, r["before_values"], r["after_values"]) for r in event.rows])
-        return ([(OP_DELETE, event, b, None) for b, in images] if images is not None else
-                [(OP_DELETE, event, r["values"], None) for r in event.rows])
+            return [(OP_UPDATE, event, b, a) for b, a in images]
+        return [(OP_DELETE, event, b, None) for b, in images]
 
     @staticmethod
     def _quarantined(event: Any, gtid: str, log_file: str | None, exc: Exception) -> QuarantinedRows:
@@ -440,13 +447,11 @@ class BinlogCollector:
             pk_names = event.primary_key if isinstance(event.primary_key, (list, tuple)) else (
                 (event.primary_key,) if event.primary_key else ())
             pk = tuple(image.get(n) for n in pk_names)
-            column = self.cfg.commit_time_columns.get(entry(event.schema, event.table))
-            row_time = to_epoch(image.get(column)) if column else None
+            when, clock = commit_time(image, self.cfg.commit_time_columns.get(entry(event.schema, event.table)),
+                                      float(header_time), CLOCK_BINLOG_HEADER)
             out.append(RowChange(
                 schema=event.schema, table=event.table, op=op, pk=pk, before=before, after=after,
-                txid=gtid, row_index=i, binlog_file=end.file, end_pos=end.pos,
-                commit_time=row_time if row_time is not None else float(header_time),
-                commit_clock=CLOCK_ROW_COLUMN if row_time is not None else CLOCK_BINLOG_HEADER))
+                txid=gtid, row_index=i, binlog_file=end.file, end_pos=end.pos, commit_time=when, commit_clock=clock))
         return Transaction(rows=tuple(out), position=end, commit_time=float(header_time),
                            quarantined=tuple(quarantined), schema_changes=tuple(changes), complete=complete)
 
@@ -508,13 +513,11 @@ def bootstrap(cfg: MySQLConfig, chunk: int = 5000) -> Iterator[Transaction]:
                 cur.execute(f"SELECT * FROM `{schema}`.`{name}`")
                 column = cfg.commit_time_columns.get(entry)
                 for i, row in enumerate(cur):
-                    row_time = to_epoch(row.get(column)) if column else None
+                    when, clock = commit_time(row, column, now, CLOCK_READ_TIME)
                     rows.append(RowChange(
                         schema=schema, table=name, op=OP_INSERT, pk=tuple(row[c] for c in pk_cols), before=None,
                         after=dict(row), txid=f"snapshot:{gtid}:{table}", row_index=i, binlog_file=file,
-                        end_pos=pos, commit_time=row_time if row_time is not None else now,
-                        commit_clock=CLOCK_ROW_COLUMN if row_time is not None else CLOCK_READ_TIME,
-                        snapshot=True))
+                        end_pos=pos, commit_time=when, commit_clock=clock, snapshot=True))
                     if len(rows) >= chunk:
                         yield Transaction(rows=tuple(rows), position=position, commit_time=now, complete=False,
                                           snapshot=True)
@@ -526,4 +529,4 @@ def bootstrap(cfg: MySQLConfig, chunk: int = 5000) -> Iterator[Transaction]:
 
 
 __all__ = ["BinlogCollector", "BinlogError", "BinlogPurgedError", "BinlogAccessError", "CollectorStatus",
-           "bootstrap", "connect", "gtid_set", "gtid_text", "library_filter", "watched_tables"]
+           "bootstrap", "commit_time", "connect", "gtid_set", "gtid_text", "library_filter", "watched_tables"]

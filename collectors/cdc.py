@@ -33,11 +33,11 @@ from typing import Any
 
 import msgspec
 
-from oncewatch.collectors.binlog import CollectorStatus, gtid_set, gtid_text, to_epoch
+from oncewatch.collectors.binlog import CollectorStatus, commit_time, gtid_set, gtid_text
 from oncewatch.collectors.debezium_rows import Undecodable, column_decoders, image, image_schema, key_columns
 from oncewatch.core.config import CdcConfig, KafkaConfig, MySQLConfig
 from oncewatch.core.names import UNDECODABLE, UNPARSEABLE
-from oncewatch.core.records import (CLOCK_BINLOG_HEADER, CLOCK_ROW_COLUMN, OP_DELETE, OP_INSERT, OP_UPDATE,
+from oncewatch.core.records import (CLOCK_BINLOG_HEADER, OP_DELETE, OP_INSERT, OP_UPDATE,
                                     BinlogPosition, QuarantinedRows, RowChange, SchemaChange, Transaction)
 
 log = logging.getLogger("oncewatch.collectors.cdc")
@@ -190,12 +190,18 @@ class Assembler:
         self.pending: dict[str, OrderedDict[int, None]] = {}  # per partition, offsets of records held in `open`
         self.unreadable: list[QuarantinedRows] = []  # records not in Debezium's shape: with the next transaction
 
-    def _seen(self, txid: str) -> bool:
+    @staticmethod
+    def _gtid(txid: str) -> tuple[int, int, int] | None:
+        """(domain, server, sequence) of a MariaDB GTID; None for anything else (a snapshot's name)."""
         try:
-            domain, _server, seq = (int(x) for x in txid.split("-"))
+            domain, server, seq = (int(x) for x in txid.split("-"))
         except ValueError:
-            return False
-        return domain in self.done and seq <= self.done[domain][1]
+            return None
+        return domain, server, seq
+
+    def _seen(self, txid: str) -> bool:
+        gtid = self._gtid(txid)
+        return gtid is not None and gtid[0] in self.done and gtid[2] <= self.done[gtid[0]][1]
 
     def on_transaction(self, payload: dict[str, Any], now: float) -> None:
         txid = payload.get("id", "")
@@ -267,12 +273,9 @@ class Assembler:
         self.pending.setdefault(f"{record.topic}/{record.partition}", OrderedDict())[record.offset] = None
 
     def _advance(self, txid: str) -> None:
-        try:
-            domain, server, seq = (int(x) for x in txid.split("-"))
-        except ValueError:
-            return  # not a MariaDB GTID: nothing to resume by
-        if domain not in self.done or seq > self.done[domain][1]:
-            self.done[domain] = (server, seq)
+        gtid = self._gtid(txid)
+        if gtid is not None and not self._seen(txid):  # not a MariaDB GTID: nothing to resume by
+            self.done[gtid[0]] = gtid[1:]
 
     def _transaction(self, txid: str, records: list[DataRecord], snapshot_last: bool = False) -> Transaction:
         rows: list[RowChange] = []
@@ -295,16 +298,14 @@ class Assembler:
                 changes.append(SchemaChange(table=table, kind="truncate", statement=f"TRUNCATE {table} (from CDC)",
                                             columns={}, txid=txid, binlog_file=r.file, pos=r.pos))
                 continue
-            img = r.after if r.after is not None else r.before or {}
-            column = self.cfg.commit_time_columns.get(entry(r.db, r.table))
-            row_time = to_epoch(img.get(column)) if column else None
+            when, clock = commit_time(r.after if r.after is not None else r.before or {},
+                                      self.cfg.commit_time_columns.get(entry(r.db, r.table)), r.header_time,
+                                      CLOCK_BINLOG_HEADER)
             rows.append(RowChange(
                 schema=r.db, table=r.table, op=OPS[r.op], pk=r.pk, before=r.before if r.op in ("u", "d") else None,
                 after=r.after if r.op != "d" else None, txid=txid,
                 row_index=r.offset if r.op == "r" else len(rows), binlog_file=r.file,
-                end_pos=r.pos, commit_time=row_time if row_time is not None else r.header_time,
-                commit_clock=CLOCK_ROW_COLUMN if row_time is not None else CLOCK_BINLOG_HEADER,
-                snapshot=r.op == "r"))
+                end_pos=r.pos, commit_time=when, commit_clock=clock, snapshot=r.op == "r"))
         position = BinlogPosition(gtid=gtid_text(self.done), file=last.file if last else "",
                                   pos=last.pos if last else 0)
         snapshot = bool(records) and records[0].op == "r"
@@ -320,7 +321,7 @@ def _merge_key_changes(records: list[DataRecord]) -> list[DataRecord]:
         prev = out[-1] if out else None
         if (r.key_changed == OLD_KEY and r.op == "c" and prev is not None and prev.key_changed == NEW_KEY
                 and prev.op == "d" and (prev.db, prev.table) == (r.db, r.table)):
-            out[-1] = DataRecord(**{**prev.__dict__, "op": "u", "after": r.after, "pk": r.pk, "key_changed": None})
+            out[-1] = dataclasses.replace(prev, op="u", after=r.after, pk=r.pk, key_changed=None)
             continue
         out.append(r)
     return out

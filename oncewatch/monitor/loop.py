@@ -123,14 +123,8 @@ class Monitor:
     def _configure_readers(self) -> None:
         """One reader per collector; each factory starts from what the writer has committed, so a
         reader started again resumes at the checkpoint."""
-        kafka, cdc = self.cfg.kafka, self.cfg.cdc
-        factories: dict[str, Callable[[], Source]] = {BINLOG: lambda: (
-            BootstrapSource(self.cfg.mysql) if self.progress.binlog is None
-            else BinlogSource(BinlogCollector(self.cfg.mysql, self.progress.binlog), self._binlog_ahead))}
-        if cdc is not None and kafka is not None:  # the change source is the CDC topics: no bootstrap, no binlog
-            factories[BINLOG] = lambda: CdcSource(CdcCollector(
-                self.cfg.mysql, kafka, cdc, positions=self.progress.cdc,
-                start_gtid=self.progress.binlog.gtid if self.progress.binlog else ""))
+        kafka = self.cfg.kafka
+        factories: dict[str, Callable[[], Source]] = {BINLOG: self._change_source}
         if kafka is not None:
             factories[KAFKA_EVENTS] = lambda: KafkaEventsSource(
                 KafkaEventCollector(kafka, dict(self.progress.kafka) or None), self._kafka_ahead)
@@ -139,6 +133,17 @@ class Monitor:
                                                                  kafka.offsets_poll_seconds)
         for name, factory in factories.items():
             self.readers[name] = Reader(name, factory, self._put)
+
+    def _change_source(self) -> Source:
+        """The change source from the committed position: the CDC topics in CDC mode (no bootstrap, no binlog),
+        else the binlog, after a first start's bootstrap."""
+        p, cdc, kafka = self.progress, self.cfg.cdc, self.cfg.kafka
+        if cdc is not None and kafka is not None:
+            return CdcSource(CdcCollector(self.cfg.mysql, kafka, cdc, positions=p.cdc,
+                                          start_gtid=p.binlog.gtid if p.binlog else ""))
+        if p.binlog is None:
+            return BootstrapSource(self.cfg.mysql)
+        return BinlogSource(BinlogCollector(self.cfg.mysql, p.binlog), self._binlog_ahead)
 
     def _kafka_partitions(self) -> tuple[PartitionStatus, ...]:
         reader = self.readers[KAFKA_EVENTS]
