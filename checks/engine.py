@@ -1,4 +1,4 @@
-"""The engine: feeds committed transactions, Kafka events and offset readings to rules F1-F12.
+"""The engine: feeds committed transactions, Kafka events and offset readings to rules F1-F16.
 
 Pure and single-threaded: no I/O, no wall clock. Times come from the records and from the
 caller's `tick`, so the same input gives the same findings in any interleaving of the two
@@ -31,6 +31,9 @@ API (the monitor loop calls these):
   not transitions and are not expected on Kafka.
 - `on_events(events)`: `EmittedEvent`s in the order read (per partition in offset order).
 - `on_offsets(snapshot)`: one `OffsetsSnapshot` of the offsets collector.
+- `on_cdc_copy(tx)`: CDC check mode, a `Transaction` as the CDC topics delivered it (checks.pipeline:
+  F13-F16 against the binlog's); in CDC source mode the transactions themselves carry their delivery
+  (`tx.cdc`), which F15 and F16 judge.
 - `tick(now, binlog_time, kafka_time)`: the timer. Judges absence (F3 on `binlog_time`,
   F7 on `kafka_time`, F8 on `binlog_time`) and the backlog (F11), then sweeps the horizon.
   `binlog_time`: commit time of the newest transaction read, or `now` when the binlog is
@@ -71,6 +74,7 @@ from oncewatch.checks.horizon import Memory, verdicts_lost
 from oncewatch.checks.offsets import OffsetChecks
 from oncewatch.checks.orders import OrderLife
 from oncewatch.checks.payments import PaymentChecks
+from oncewatch.checks.pipeline import PipelineChecks
 from oncewatch.checks.settings import Settings
 from oncewatch.core.records import EmittedEvent, Finding, OffsetsSnapshot, RowChange, SchemaChange, Transaction
 from oncewatch.core.tables import is_pattern
@@ -140,6 +144,7 @@ class Engine:
         for table, entries in self.announcements.by_table.items():
             self._route(table, partial(self.announcements.on_change, entries))
         self.offsets = OffsetChecks(rules, self.findings)
+        self.pipeline = PipelineChecks(rules, self.memory, self.findings, settings.cdc_check)
         self.watched = settings.watched
         self.needs = shape.needs(settings)
         # table -> its shape problems (ShapeProblem.to_dict), as the last DDL on it left them
@@ -199,6 +204,14 @@ class Engine:
             self.callbacks.check_callbacks(tx)
         for change in tx.schema_changes:
             self.on_schema_change(change, tx.commit_time)
+        if tx.cdc is not None:  # CDC mode: what the delivery says of the pipeline
+            self.pipeline.on_delivery(tx)
+        elif self.pipeline.against_binlog:
+            self.pipeline.on_binlog(tx)
+
+    def on_cdc_copy(self, tx: Transaction) -> None:
+        """CDC check mode: a transaction the CDC topics delivered, lined up with the binlog's (not for the rules)."""
+        self.pipeline.on_copy(tx)
 
     def on_schema_change(self, change: SchemaChange, at: float) -> None:
         """A DDL on a watched table: the rules that read a column it broke go blind until a later
@@ -238,7 +251,10 @@ class Engine:
         if self.orders is not None:
             self.orders.tick(binlog_time)
         self.announcements.tick(binlog_time, kafka_time)
-        gone = self.memory.expire(binlog_time, kafka_time)
+        cdc_time = self.pipeline.marks["cdc_time"]  # what the CDC topics delivered, never the wall clock
+        if self.pipeline.against_binlog:
+            self.pipeline.tick(binlog_time, cdc_time)
+        gone = self.memory.expire(binlog_time, kafka_time, cdc_time)
         self.announcements.forget(gone.get("waiting_changes", ()))
         if now - self._backlog_at >= BACKLOG_EVERY:
             self.backlog = self.announcements.backlog_as_of(kafka_time)
@@ -270,4 +286,5 @@ class Engine:
         return {**self.announcements.stats(), "backlog_by_table": dict(backlog),
                 "found_total": dict(self.findings.found_total),
                 "suppressed_total": dict(self.findings.suppressed), "shape_problems": self.shape(),
-                "horizon_dropped_total": self.memory.dropped(), "horizon_dropped": self.memory.dropped_by_space()}
+                "horizon_dropped_total": self.memory.dropped(), "horizon_dropped": self.memory.dropped_by_space(),
+                "pipeline": self.pipeline.stats()}

@@ -298,6 +298,7 @@ class Deadlines:
 
 
 BINLOG, KAFKA, STREAMS = "binlog", "kafka", "streams"
+CDC = "cdc"  # the CDC topics' delivered commit times (checks.pipeline), apart from the announcements' Kafka clock
 AGE, COUNT = "age", "count"  # why an entry fell off: older than the horizon, or over max_entries
 
 
@@ -316,9 +317,10 @@ class Memory:
     """All open state of the engine by name: what the engine saves and the horizon sweeps.
 
     Each space ages on the clock of the stream it comes from (`BINLOG` commit time, `KAFKA`
-    event time, or `STREAMS`, the later of the two), so a stalled stream does not make the
-    other one's state fall off. `plain` dicts hold small JSON-able values (counters, a
-    histogram) saved as they are and refilled in place on load, so holders keep their reference.
+    event time, or `STREAMS`, the later of the two; `CDC`, the commit times the CDC topics
+    delivered), so a stalled stream does not make the other one's state fall off. `plain` dicts
+    hold small JSON-able values (counters, a histogram) saved as they are and refilled in place
+    on load, so holders keep their reference.
     """
 
     def __init__(self, horizon: float, max_entries: int):
@@ -365,8 +367,8 @@ class Memory:
         self.plain[name] = initial
         return initial
 
-    def expire(self, binlog_time: float, kafka_time: float) -> dict[str, list[Any]]:
-        now = {BINLOG: binlog_time, KAFKA: kafka_time, STREAMS: max(binlog_time, kafka_time)}
+    def expire(self, binlog_time: float, kafka_time: float, cdc_time: float = 0.0) -> dict[str, list[Any]]:
+        now = {BINLOG: binlog_time, KAFKA: kafka_time, STREAMS: max(binlog_time, kafka_time), CDC: cdc_time}
         gone = {name: space.expire(now[clock]) for name, (space, clock) in self.spaces.items()}
         return {name: values for name, values in gone.items() if values}
 

@@ -20,6 +20,8 @@ class Settings:
     # mysql.tables, in order: which entry a real table falls under where patterns overlap (the first listed);
     # empty: the tables the domain and the announcements name
     tables: tuple[str, ...] = ()
+    # [cdc] mode = "check": the CDC topics' transactions are lined up with the binlog's (checks.pipeline)
+    cdc_check: bool = False
 
     @cached_property
     def watched(self) -> Watched:
@@ -30,4 +32,5 @@ class Settings:
 
     @classmethod
     def from_config(cls, cfg: Config) -> Settings:
-        return cls(domain=cfg.domain, announce=cfg.announce, rules=cfg.rules, tables=cfg.mysql.tables)
+        return cls(domain=cfg.domain, announce=cfg.announce, rules=cfg.rules, tables=cfg.mysql.tables,
+                   cdc_check=cfg.cdc is not None and cfg.cdc.mode == "check")

@@ -37,8 +37,8 @@ from oncewatch.collectors.binlog import CollectorStatus, commit_time, gtid_set, 
 from oncewatch.collectors.debezium_rows import Undecodable, column_decoders, image, image_schema, key_columns
 from oncewatch.core.config import CdcConfig, KafkaConfig, MySQLConfig
 from oncewatch.core.names import UNDECODABLE, UNPARSEABLE
-from oncewatch.core.records import (CLOCK_BINLOG_HEADER, OP_DELETE, OP_INSERT, OP_UPDATE,
-                                    BinlogPosition, QuarantinedRows, RowChange, SchemaChange, Transaction)
+from oncewatch.core.records import (CLOCK_BINLOG_HEADER, OP_DELETE, OP_INSERT, OP_UPDATE, BinlogPosition, CdcDelivery,
+                                    QuarantinedRows, Replay, RowChange, SchemaChange, Transaction)
 
 log = logging.getLogger("oncewatch.collectors.cdc")
 
@@ -189,6 +189,8 @@ class Assembler:
         self.incomplete = self.replayed = self.late = 0
         self.pending: dict[str, OrderedDict[int, None]] = {}  # per partition, offsets of records held in `open`
         self.unreadable: list[QuarantinedRows] = []  # records not in Debezium's shape: with the next transaction
+        self.replaying: dict[str, Replay] = {}  # per partition, the run of replayed records it is in, if any
+        self.replays: dict[str, Replay] = {}  # the runs that grew since the last transaction handed on
 
     @staticmethod
     def _gtid(txid: str) -> tuple[int, int, int] | None:
@@ -238,10 +240,23 @@ class Assembler:
                                                     "at": f"{record.topic}/{record.partition}@{record.offset}"})
             yield self._transaction(record.txid, [record])
         elif self._seen(record.txid):
-            self.replayed += 1
+            self._replayed(record)
         else:
             self.open[record.txid] = _Open(records=[record])
             self._hold(record)
+
+    def _replayed(self, record: DataRecord) -> None:
+        """A record of a transaction handed on already: counted, and its partition's run of them grows."""
+        self.replayed += 1
+        key = f"{record.topic}/{record.partition}"
+        run = self.replaying.get(key)
+        run = (Replay(key, record.offset, record.offset, 1, record.txid, record.txid) if run is None
+               else run._replace(last=record.offset, records=run.records + 1, last_gtid=record.txid))
+        self.replaying[key] = self.replays[key] = run
+
+    def replay_notice(self) -> Transaction | None:
+        """An empty transaction carrying the replays read since the last one handed on, if there are any."""
+        return self._transaction("", []) if self.replays else None
 
     def ready(self, now: float) -> Iterator[Transaction]:
         """Transactions over whose records are all in, oldest first; one waiting past the grace goes as it is."""
@@ -262,14 +277,16 @@ class Assembler:
             for r in tx.records:
                 self.pending[f"{r.topic}/{r.partition}"].pop(r.offset, None)
             self._advance(txid)
-            yield self._transaction(txid, sorted(tx.records, key=lambda r: r.order))
+            yield self._transaction(txid, sorted(tx.records, key=lambda r: r.order), expected=tx.expected)
 
     def first_pending(self) -> dict[str, int]:
         """Per partition ("topic/partition"), the offset of its first record of a transaction not handed on yet."""
         return {key: next(iter(offsets)) for key, offsets in self.pending.items() if offsets}
 
     def _hold(self, record: DataRecord) -> None:
-        # records come in offset order per partition, so each partition's first is its oldest
+        # records come in offset order per partition, so each partition's first is its oldest; a record not
+        # replayed ends its partition's run of replays
+        self.replaying.pop(f"{record.topic}/{record.partition}", None)
         self.pending.setdefault(f"{record.topic}/{record.partition}", OrderedDict())[record.offset] = None
 
     def _advance(self, txid: str) -> None:
@@ -277,7 +294,8 @@ class Assembler:
         if gtid is not None and not self._seen(txid):  # not a MariaDB GTID: nothing to resume by
             self.done[gtid[0]] = gtid[1:]
 
-    def _transaction(self, txid: str, records: list[DataRecord], snapshot_last: bool = False) -> Transaction:
+    def _transaction(self, txid: str, records: list[DataRecord], snapshot_last: bool = False,
+                     expected: int | None = None) -> Transaction:
         rows: list[RowChange] = []
         bad, self.unreadable = self.unreadable, []
         changes: list[SchemaChange] = []
@@ -309,8 +327,14 @@ class Assembler:
         position = BinlogPosition(gtid=gtid_text(self.done), file=last.file if last else "",
                                   pos=last.pos if last else 0)
         snapshot = bool(records) and records[0].op == "r"
+        first = min(records, key=lambda r: (r.topic, r.partition, r.offset)) if records else None
+        delivery = CdcDelivery(offsets={}, txid="" if snapshot else txid, expected=expected, records=len(records),
+                               first_record=f"{first.topic}/{first.partition}@{first.offset}" if first else "",
+                               replays=tuple(self.replays.values()))
+        self.replays = {}
         return Transaction(rows=tuple(rows), position=position, commit_time=header, quarantined=tuple(bad),
-                           schema_changes=tuple(changes), snapshot=snapshot, complete=not snapshot or snapshot_last)
+                           schema_changes=tuple(changes), snapshot=snapshot, complete=not snapshot or snapshot_last,
+                           cdc=delivery)
 
 
 def _merge_key_changes(records: list[DataRecord]) -> list[DataRecord]:
@@ -408,6 +432,8 @@ class CdcCollector:
                             continue
                         handed += self._record(tp.topic, tp.partition, rec)
                 handed += self.assembler.ready(now)
+                notice = None if handed else self.assembler.replay_notice()
+                handed += [notice] if notice is not None else []
                 self.caught_up = not self.assembler.open and all(
                     consumer.position(tp) >= (consumer.highwater(tp) or 0) for tp in assigned)
                 for tx in handed:
@@ -435,7 +461,7 @@ class CdcCollector:
         s.seconds_behind = max(0.0, now - tx.commit_time) if tx.commit_time else s.seconds_behind
         s.rows_read += len(tx.rows)
         s.transactions_read += tx.complete
-        return dataclasses.replace(tx, cdc_offsets=self.positions())
+        return dataclasses.replace(tx, cdc=dataclasses.replace(tx.cdc or CdcDelivery({}), offsets=self.positions()))
 
     def _disconnected(self, exc: BaseException) -> None:
         if self.status.connected or self.status.disconnected_since is None:

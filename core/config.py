@@ -82,6 +82,9 @@ class CdcConfig:
     # where a first start reads the topics from: "earliest" (the connector's snapshot, then every change since),
     # or "latest" (changes from now on, into a monitor whose state starts empty)
     start_from: str = "earliest"
+    # "source": the topics are the change source, in the binlog's place; "check": the binlog stays the source and
+    # the topics are checked against it, row for row (checks.pipeline, F13-F16)
+    mode: str = "source"
 
 
 @dataclass(frozen=True)
@@ -229,14 +232,19 @@ def _kafka(s: Section) -> KafkaConfig:
 
 
 CDC_FORMATS = ("debezium",)
+CDC_MODES = ("source", "check")
 
 
 def _cdc(s: Section, kafka: KafkaConfig | None, mysql: MySQLConfig) -> CdcConfig:
     cfg = CdcConfig(format=s.str("format", "debezium", choices=CDC_FORMATS),
                     topic_prefix=s.str("topic_prefix", required=True),
                     transaction_grace_seconds=s.float("transaction_grace_seconds", 30.0, minimum=0.1),
-                    start_from=s.str("start_from", "earliest", choices=("earliest", "latest")))
+                    start_from=s.str("start_from", "earliest", choices=("earliest", "latest")),
+                    mode=s.str("mode", "source", choices=CDC_MODES))
     s.done()
+    if cfg.mode == "check" and cfg.start_from != "earliest":
+        raise ConfigError(f"{s.key('start_from')}: in mode \"check\" the topics are read from the earliest offset "
+                          f"(every binlog row since the monitor's start must be found on them); leave it out")
     if kafka is None:
         raise ConfigError(f"{s.key('format')}: a CDC change source is read from Kafka; configure [kafka] "
                           f"bootstrap_servers")
@@ -263,7 +271,9 @@ def _export(s: Section, base: Path) -> ExportConfig:
 def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = None) -> Config:
     base = base or Path.cwd()
     root = Section(data, "")
-    mysql = _mysql(root.section("mysql", required=True), base, login="cdc" not in data)
+    # the CDC change source needs no database login; a check of the pipeline reads the binlog too
+    cdc_source = "cdc" in data and isinstance(data["cdc"], dict) and data["cdc"].get("mode", "source") == "source"
+    mysql = _mysql(root.section("mysql", required=True), base, login=not cdc_source)
     kafka_section = root.section("kafka")
     kafka = _kafka(kafka_section) if kafka_section.data else None
     cdc_section = root.section("cdc")

@@ -147,6 +147,12 @@ class Rules:
     horizon_max_entries: int = 1_000_000
     ack_timeout_seconds: float = 14400.0  # an acknowledgement of a still open finding lapses then: it pages again
     caught_up_seconds: float = 5.0  # both streams read to within this: the monitor is caught up (its verdict)
+    # CDC check mode (checks.pipeline): a binlog row is lost by the pipeline once the CDC topics have delivered
+    # transactions committed this long after it without it; a CDC record is a phantom once the binlog has
+    cdc_lost_grace_seconds: float = 60.0
+    # bytes of binlog between the oldest transaction the CDC topics have not delivered and the binlog's newest
+    # (the seed's "binlog-Kafka position difference"): above it, the pipeline is far behind (an alert)
+    cdc_position_gap_threshold: int = 5000
 
 
 # ---------------------------------------------------------------- parsing
@@ -320,10 +326,12 @@ def parse_rules(s: Section) -> Rules:
         horizon_max_entries=s.int("horizon_max_entries", d.horizon_max_entries, minimum=1),
         ack_timeout_seconds=s.float("ack_timeout_seconds", d.ack_timeout_seconds, minimum=1.0),
         caught_up_seconds=s.float("caught_up_seconds", d.caught_up_seconds, minimum=0.1),
+        cdc_lost_grace_seconds=s.float("cdc_lost_grace_seconds", d.cdc_lost_grace_seconds, minimum=0.0),
+        cdc_position_gap_threshold=s.int("cdc_position_gap_threshold", d.cdc_position_gap_threshold, minimum=0),
     )
     s.done()
     if rules.horizon_seconds <= max(rules.stuck_pending_seconds, rules.missing_event_grace_seconds,
-                                    rules.orphan_event_grace_seconds):
+                                    rules.orphan_event_grace_seconds, rules.cdc_lost_grace_seconds):
         raise ConfigError(f"{s.key('horizon_seconds')}: must be longer than every grace period and "
                           f"stuck_pending_seconds, got {rules.horizon_seconds:g}")
     return rules

@@ -29,6 +29,11 @@ RULES: dict[str, Rule] = {r.id: r for r in (
     Rule("F10", "event_delay", "warning"),
     Rule("F11", "offset_drift", "warning"),
     Rule("F12", "partition_skew", "warning"),
+    # the CDC pipeline's own completeness ([cdc] mode = "check", checks.pipeline); F15, F16 in source mode too
+    Rule("F13", "cdc_lost", "critical"),
+    Rule("F14", "cdc_phantom", "critical"),
+    Rule("F15", "cdc_replay", "info"),
+    Rule("F16", "cdc_transaction_incomplete", "warning"),
 )}
 SEVERITIES = ("critical", "warning", "info")
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
@@ -46,13 +51,15 @@ CLOSE_REASONS = ("fixed", "false_positive", "accepted_risk", "duplicate")
 BINLOG_CHECKPOINT = "binlog"
 KAFKA_CHECKPOINT = "kafka_events"
 CDC_CHECKPOINT = "cdc"  # CDC mode: the change source's topic offsets (its GTID set is in BINLOG_CHECKPOINT)
+CDC_GTID_CHECKPOINT = "cdc_gtid"  # CDC check mode: the GTID set the CDC topics have delivered (the binlog's is apart)
 
 # Health components: one row each in the store, written by the monitor every second.
 BINLOG = "binlog"
 KAFKA_EVENTS = "kafka_events"
 KAFKA_OFFSETS = "kafka_offsets"
+CDC = "cdc"  # CDC check mode: the CDC topics read beside the binlog, to check the pipeline against it
 MONITOR = "monitor"
-COLLECTORS = (BINLOG, KAFKA_EVENTS, KAFKA_OFFSETS)
+COLLECTORS = (BINLOG, KAFKA_EVENTS, KAFKA_OFFSETS, CDC)
 
 # The monitor's verdict on itself (oncewatch.monitor.verdict); its last health row once stopped says so.
 HEALTHY, DEGRADED, FAILING, STOPPED = "healthy", "degraded", "failing", "stopped"

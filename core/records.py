@@ -126,6 +126,37 @@ class SchemaChange:
     pos: int
 
 
+class Replay(NamedTuple):
+    """Records of one CDC partition read again after a connector restart (transactions already delivered), one
+    run of them: from `first` to `last` offset, `records` of them, of the transactions `first_gtid`..`last_gtid`."""
+
+    partition: str  # "topic/partition"
+    first: int
+    last: int
+    records: int
+    first_gtid: str
+    last_gtid: str
+
+
+@dataclass(frozen=True)
+class CdcDelivery:
+    """How a CDC pipeline delivered one transaction (collectors.cdc): the topics' offsets to resume from after it,
+    its GTID, the records its END counted for the watched tables (None: no END, a TRUNCATE's or the snapshot's), the
+    records that came, where its first came at ("topic/partition@offset"), and the replays read since the
+    transaction before it."""
+
+    offsets: dict[str, int]
+    txid: str = ""  # its GTID ("" for the snapshot's and for a notice of replays alone)
+    expected: int | None = None
+    records: int = 0
+    first_record: str = ""
+    replays: tuple[Replay, ...] = ()
+
+    @property
+    def incomplete(self) -> bool:
+        return self.expected is not None and self.records < self.expected
+
+
 @dataclass(frozen=True)
 class Transaction:
     """The rows of one committed transaction and the position right after its commit; rows events
@@ -137,7 +168,7 @@ class Transaction:
     own is not read yet. A bootstrap comes the same way: chunks of the watched tables' rows
     (`snapshot`), the last one `complete` with the snapshot's position, where the tail starts.
     From a CDC pipeline (collectors.cdc) `position` holds the GTID set handed on and the source's
-    coordinates, and `cdc_offsets` where its topics are read on from."""
+    coordinates, and `cdc` how the pipeline delivered it (CdcDelivery)."""
 
     rows: tuple[RowChange, ...]
     position: BinlogPosition
@@ -146,8 +177,15 @@ class Transaction:
     schema_changes: tuple[SchemaChange, ...] = ()
     complete: bool = True
     snapshot: bool = False
-    # CDC mode: the CDC topics' offsets ("topic/partition" -> next offset) to resume from after it
-    cdc_offsets: dict[str, int] | None = None
+    cdc: CdcDelivery | None = None
+
+
+@dataclass(frozen=True)
+class CdcCopy:
+    """CDC check mode: a transaction as the CDC pipeline delivered it, beside the binlog's (which the rules read):
+    checked against it by checks.pipeline, not fed to the rules."""
+
+    tx: Transaction
 
 
 @dataclass(frozen=True, init=False)

@@ -31,7 +31,7 @@ from oncewatch.store import StoreError, retention
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9464
 # The health field that counts what each collector read (the offsets poller reads no records).
-RECORDS_READ = {names.BINLOG: "rows_read", names.KAFKA_EVENTS: "records_read"}
+RECORDS_READ = {names.BINLOG: "rows_read", names.KAFKA_EVENTS: "records_read", names.CDC: "rows_read"}
 
 
 def _gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
@@ -67,20 +67,50 @@ def _binlog(value: dict[str, Any]) -> Iterator[Metric]:
     events.add_metric([], value.get("events_read", 0))
     yield transactions
     yield events
-    if "cdc" in value:  # CDC mode: the change source's own counts (collectors.cdc)
-        cdc = _counter("cdc_records", "CDC mode: records of the change source's topics by what became of them: "
-                       "replayed (a transaction already handed on, read again after a connector restart), late (of "
-                       "a transaction without an END, after the ones behind it), unreadable (not a Debezium "
-                       "change event with its schema: quarantined).", ("kind",))
-        for kind in ("replayed", "late", "unreadable"):
-            cdc.add_metric([kind], value["cdc"].get(f"{kind}_records", 0))
-        incomplete = _counter("cdc_incomplete_transactions", "CDC mode: transactions whose END counted records "
-                              "that did not come within cdc.transaction_grace_seconds, handed on without them.")
-        incomplete.add_metric([], value["cdc"].get("incomplete_transactions", 0))
-        waiting = _gauge("cdc_open_transactions", "CDC mode: transactions read in part, waiting for their END or "
-                         "their records.")
-        waiting.add_metric([], value["cdc"].get("open_transactions", 0))
-        yield from (cdc, incomplete, waiting)
+    if "cdc" in value:  # CDC source mode: the change source's own counts
+        yield from _cdc(value)
+
+
+def _cdc(value: dict[str, Any]) -> Iterator[Metric]:
+    """The CDC topics' reader's counts (collectors.cdc): the binlog component's in source mode, its own in check
+    mode."""
+    counts = value.get("cdc", {})
+    cdc = _counter("cdc_records", "CDC mode: records of the CDC topics by what became of them: replayed (a "
+                   "transaction already handed on, read again after a connector restart), late (of a transaction "
+                   "without an END, after the ones behind it), unreadable (not a Debezium change event with its "
+                   "schema: quarantined).", ("kind",))
+    for kind in ("replayed", "late", "unreadable"):
+        cdc.add_metric([kind], counts.get(f"{kind}_records", 0))
+    incomplete = _counter("cdc_incomplete_transactions", "CDC mode: transactions whose END counted records "
+                          "that did not come within cdc.transaction_grace_seconds, handed on without them.")
+    incomplete.add_metric([], counts.get("incomplete_transactions", 0))
+    waiting = _gauge("cdc_open_transactions", "CDC mode: transactions read in part, waiting for their END or "
+                     "their records.")
+    waiting.add_metric([], counts.get("open_transactions", 0))
+    yield from (cdc, incomplete, waiting)
+
+
+def _pipeline(stats: dict[str, Any]) -> Iterator[Metric]:
+    """CDC check mode (checks.pipeline): how far the CDC topics are behind the binlog."""
+    p = stats.get("pipeline") or {}
+    if not p.get("against_binlog"):
+        return
+    for name, key, doc in (
+            ("cdc_pipeline_lag_transactions", "lag_transactions", "Binlog transactions of the watched tables the CDC "
+             "topics have not delivered yet (within rules.cdc_lost_grace_seconds; past it they are F13 findings)."),
+            ("cdc_pipeline_lag_rows", "lag_rows", "Their rows."),
+            ("cdc_pipeline_lag_seconds", "lag_seconds", "How long the oldest of them has waited for its copy, on the "
+             "binlog's clock (0: none waits)."),
+            ("cdc_position_gap_bytes", "position_gap", "Bytes of binlog from the oldest transaction the CDC topics "
+             "have not delivered to the newest the monitor read (the binlog-to-CDC position difference; alert above "
+             "rules.cdc_position_gap_threshold).")):
+        gauge = _gauge(name, doc)
+        gauge.add_metric([], p.get(key, 0))
+        yield gauge
+    before = _counter("cdc_transactions_before_start", "CDC check mode: transactions on the CDC topics from before "
+                      "the binlog position the monitor started at, not judged.")
+    before.add_metric([], p.get("before_start", 0))
+    yield before
 
 
 def _quarantine(counts: dict[tuple[str, str], int], events: dict[str, Any]) -> Metric:
@@ -271,7 +301,7 @@ def _health(health: dict[str, views.Component]) -> Iterator[Metric]:
             reconnects.add_metric([name], value.get("reconnects", 0))
     yield from (up, records, reconnects, failures, alive)
     parts = {names.BINLOG: _binlog, names.KAFKA_EVENTS: _kafka_events, names.KAFKA_OFFSETS: _kafka_offsets,
-             names.MONITOR: _monitor}
+             names.CDC: _cdc, names.MONITOR: _monitor}
     for name, metrics in parts.items():
         if name in health:
             yield from metrics(health[name].value)
@@ -306,6 +336,7 @@ class StoreCollector(Collector):
         yield _quarantine(quarantine, health[names.KAFKA_EVENTS].value if names.KAFKA_EVENTS in health else {})
         yield _binlog_quarantine(binlog_quarantine)
         yield from _engine(stats, counts)
+        yield from _pipeline(stats)
         yield _lifecycle(counts)
         yield _pruned(pruned)
 

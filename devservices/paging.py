@@ -69,7 +69,10 @@ def write_alertmanager_config() -> Path:
 
 
 def prometheus_up() -> None:
-    if already_up(PROMETHEUS, PROMETHEUS_PORT):
+    if already_up(PROMETHEUS, PROMETHEUS_PORT):  # the alert rules as this checkout has them
+        write_prometheus_config()
+        urllib.request.urlopen(urllib.request.Request(f"http://{HOST}:{PROMETHEUS_PORT}/-/reload", method="POST"),
+                               timeout=10).close()
         return
     config = write_prometheus_config()
     proc = spawn(PROMETHEUS, [str(BIN / "prometheus"), f"--config.file={config}",

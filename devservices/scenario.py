@@ -101,7 +101,8 @@ def write_health(store: Store, now: float) -> None:
                                  "shape_problems": [SHAPE_PROBLEM],
                                  "thresholds": {"F10": {"event_delay_seconds": 0.5},
                                                 "F11": {"offset_drift_threshold": 5000.0},
-                                                "F12": {"partition_skew_threshold": 3.0}}})
+                                                "F12": {"partition_skew_threshold": 3.0},
+                                                "F13": {"cdc_position_gap_threshold": 5000.0}}})
 
 
 # A column the config names was dropped: F6 cannot judge (checks.shape).
@@ -122,6 +123,9 @@ ENGINE_STATS = {
     "horizon_dropped": {"effects": {"age": 3, "count": 0}, "waiting_changes.fresh": {"age": 0, "count": 0}},
     "suppressed_total": {},
     "shape_problems": [SHAPE_PROBLEM],
+    # [cdc] mode = "check": the CDC topics two transactions behind the binlog (checks.pipeline)
+    "pipeline": {"against_binlog": True, "lag_transactions": 2, "lag_rows": 5, "lag_seconds": 1.5,
+                 "position_gap": 1800, "before_start": 0, "replayed_records": 0},
 }
 
 
@@ -185,6 +189,7 @@ def seed(path: str, now: float | None = None) -> Store:
                       + [("backlog", {"table": "shop.shipments"}, t0 + 30 * i, float(i % 3)) for i in ramp]
                       + [("delay_p99", {}, t0 + 30 * i, 0.2 + 0.275 * i / 20) for i in ramp]
                       + [("group_lag", {"group": GROUP, "topic": TOPIC}, t0 + 30 * i, float(12 + i)) for i in ramp]
-                      + [("lag_stddev", {"group": GROUP, "topic": TOPIC}, t0 + 30 * i, i * 0.3) for i in ramp])
+                      + [("lag_stddev", {"group": GROUP, "topic": TOPIC}, t0 + 30 * i, i * 0.3) for i in ramp]
+                      + [("cdc_position_gap", {"unit": "bytes"}, t0 + 30 * i, 90.0 * i) for i in ramp])
     write_health(store, now)
     return store

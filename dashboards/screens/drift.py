@@ -1,5 +1,6 @@
 """Drift: consumer-group lag (records and seconds) and its skew per topic and partition, how far
-the monitor itself has read, changes waiting for their event, and the event delay distribution."""
+the monitor itself has read, changes waiting for their event, the event delay distribution, and in CDC
+check mode how far the CDC pipeline is behind the binlog."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ def live(window_seconds: float) -> None:
         stats = views.engine_stats(store)
         quarantined = store.quarantine_counts()
         spread = queries.series(store, "lag_stddev", now - window_seconds)
+        gap = queries.series(store, "cdc_position_gap", now - window_seconds)
     ui.monitor_banner(comps)
     offsets = views.offsets_of(comps)
     events = comps[names.KAFKA_EVENTS].value if names.KAFKA_EVENTS in comps else {}
@@ -98,6 +100,10 @@ def live(window_seconds: float) -> None:
         else:
             bar(backlog, "backlog", x="table", y="waiting", title="Changes waiting for their event (backlog)")
 
+    pipeline = stats.get("pipeline") or {}
+    if pipeline.get("against_binlog"):
+        cdc_pipeline(comps, pipeline, gap, window_seconds)
+
     st.subheader("Event delay distribution")
     if not histograms:
         st.caption("No change has been matched with its event yet.")
@@ -113,6 +119,27 @@ def live(window_seconds: float) -> None:
         # log scale: a few pairs 2 s late beside thousands within 10 ms must still show
         bar(pd.DataFrame(per_bucket), "delay", log_y=True, x="delay", y="pairs", color="clock", barmode="group",
             title="Matched pairs by delay bucket, by commit clock (log scale)")
+
+
+def cdc_pipeline(comps: dict[str, views.Component], pipeline: dict, gap: list[dict], window_seconds: float) -> None:
+    """[cdc] mode = "check": what of the binlog the CDC topics have not delivered yet, and what their reader
+    counted (checks.pipeline; F13-F16 are on the Findings page)."""
+    st.subheader("CDC pipeline against the binlog")
+    reader = (comps[names.CDC].value.get("cdc", {}) if names.CDC in comps else {})
+    limit = ui.threshold(comps, "F13", "cdc_position_gap_threshold")
+    cols = st.columns(4)
+    cols[0].metric("Transactions not delivered", f"{pipeline['lag_transactions']:,}", border=True,
+                   help=f"{pipeline['lag_rows']:,} rows; binlog transactions whose copy has not come on the CDC topics "
+                        "(within the grace: past it, their rows are F13 findings)")
+    cols[1].metric("Oldest waiting", ui.duration(pipeline["lag_seconds"]), border=True)
+    cols[2].metric("Position gap", f"{pipeline['position_gap']:,} B", border=True,
+                   help=f"Bytes of binlog from the oldest transaction not delivered to the newest read; the alert "
+                        f"fires above {limit:,.0f}" if limit is not None else None)
+    cols[3].metric("Replayed records", f"{reader.get('replayed_records', 0):,}", border=True,
+                   help=f"{reader.get('incomplete_transactions', 0)} incomplete transactions, "
+                        f"{reader.get('unreadable_records', 0)} unreadable records; "
+                        f"{pipeline['before_start']:,} transactions from before the monitor's start not judged")
+    ui.series_chart(gap, "CDC position gap over time (bytes of binlog)", None, limit, "cdc-gap", window_seconds)
 
 
 st.title("Drift")

@@ -40,7 +40,9 @@ def thresholds(rules: Rules) -> dict[str, dict[str, float]]:
             "F10": {"event_delay_seconds": rules.event_delay_seconds},
             "F11": {"offset_drift_threshold": float(rules.offset_drift_threshold)},
             "F12": {"partition_skew_threshold": rules.partition_skew_threshold,
-                    "partition_skew_relative": rules.partition_skew_relative}}
+                    "partition_skew_relative": rules.partition_skew_relative},
+            "F13": {"cdc_lost_grace_seconds": rules.cdc_lost_grace_seconds,
+                    "cdc_position_gap_threshold": float(rules.cdc_position_gap_threshold)}}
 
 
 class Health:
@@ -139,7 +141,8 @@ class Health:
     def _series_points(self, now: float) -> list[tuple[str, dict[str, str], float, float]]:
         """The dashboard's time series: backlog per table, the p99 event delay of the pairs matched in the
         last DELAY_WINDOW_SECONDS (not since the start: a burst of late events must show), and per
-        consumer group and topic its lag and the spread of its partitions' lag (F12's stddev)."""
+        consumer group and topic its lag and the spread of its partitions' lag (F12's stddev); in CDC check mode
+        the CDC topics' position gap and lag behind the binlog."""
         stats = self.stats()
         points = [("backlog", {"table": t}, now, float(n)) for t, n in stats.get("backlog_by_table", {}).items()]
         # a copy: the engine counts on in the same dicts
@@ -150,6 +153,10 @@ class Health:
         p99 = delay_p99(stats, self._delays[0][1] if len(self._delays) > 1 else None)
         if p99 is not None:
             points.append(("delay_p99", {}, now, p99))
+        pipeline = stats.get("pipeline") or {}
+        if pipeline.get("against_binlog"):  # CDC check mode: how far the CDC topics are behind the binlog
+            points += [("cdc_position_gap", {"unit": "bytes"}, now, float(pipeline["position_gap"])),
+                       ("cdc_pipeline_lag", {"of": "transactions"}, now, float(pipeline["lag_transactions"]))]
         for g in self.progress.offsets.groups if self.progress.offsets else ():
             points += [("group_lag", {"group": g.group, "topic": t}, now, float(sum(lags)))
                        for t, lags in g.lags_by_topic().items()]

@@ -23,7 +23,7 @@ from oncewatch.collectors.kafka_events import KafkaEventCollector
 from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector
 from oncewatch.core import exposure
 from oncewatch.core.config import Config, ConfigError
-from oncewatch.core.names import BINLOG, KAFKA_EVENTS, KAFKA_OFFSETS
+from oncewatch.core.names import BINLOG, CDC, KAFKA_EVENTS, KAFKA_OFFSETS
 from oncewatch.core.records import BinlogPosition, PartitionStatus
 from oncewatch.monitor.entities import EntityIndex
 from oncewatch.monitor.health import Health
@@ -131,6 +131,10 @@ class Monitor:
             if kafka.consumer_groups or kafka.topics:
                 factories[KAFKA_OFFSETS] = lambda: OffsetsSource(KafkaOffsetsCollector(kafka),
                                                                  kafka.offsets_poll_seconds)
+        cdc = self.cfg.cdc
+        if cdc is not None and kafka is not None and cdc.mode == "check":
+            factories[CDC] = lambda: CdcSource(CdcCollector(self.cfg.mysql, kafka, cdc, positions=self.progress.cdc,
+                                                            start_gtid=self.progress.cdc_gtid), copies=True)
         for name, factory in factories.items():
             self.readers[name] = Reader(name, factory, self._put)
 
@@ -138,7 +142,7 @@ class Monitor:
         """The change source from the committed position: the CDC topics in CDC mode (no bootstrap, no binlog),
         else the binlog, after a first start's bootstrap."""
         p, cdc, kafka = self.progress, self.cfg.cdc, self.cfg.kafka
-        if cdc is not None and kafka is not None:
+        if cdc is not None and kafka is not None and cdc.mode == "source":
             return CdcSource(CdcCollector(self.cfg.mysql, kafka, cdc, positions=p.cdc,
                                           start_gtid=p.binlog.gtid if p.binlog else ""))
         if p.binlog is None:
@@ -187,7 +191,7 @@ class Monitor:
         """Raises the collector's own error when a source refuses the monitor (exit 3 in the CLI), and
         ReaderFailedError when a reader keeps failing on a bug (exit 1)."""
         exposure.log(log, exposure.of_config(self.cfg))
-        if self.cfg.cdc is None:  # in CDC mode the monitor reads no database
+        if self.cfg.cdc is None or self.cfg.cdc.mode == "check":  # in CDC source mode it reads no database
             preflight_mysql(self.cfg)
         preflight_kafka(self.cfg)
         self.writer.restore()

@@ -35,7 +35,7 @@ from oncewatch.collectors.cdc import CdcCollector
 from oncewatch.collectors.kafka_events import EventBatch, KafkaEventCollector, KafkaEventsError
 from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector
 from oncewatch.core.config import MySQLConfig
-from oncewatch.core.records import OffsetsSnapshot, Transaction
+from oncewatch.core.records import CdcCopy, OffsetsSnapshot, Transaction
 
 log = logging.getLogger("oncewatch.monitor.readers")
 
@@ -64,7 +64,7 @@ class ReaderFailed:
         return isinstance(self.error, FATAL)
 
 
-Item = Transaction | EventBatch | OffsetsSnapshot | ReaderFailed
+Item = Transaction | CdcCopy | EventBatch | OffsetsSnapshot | ReaderFailed
 
 
 class ReaderFailedError(RuntimeError):
@@ -122,13 +122,16 @@ class BinlogSource:
 
 
 class CdcSource:
-    """Reads the CDC collector (CDC mode's change source, in the binlog reader's place)."""
+    """Reads the CDC collector: CDC source mode's change source, in the binlog reader's place, or (`copies`) in
+    check mode its transactions as `CdcCopy`s, to be checked against the binlog's."""
 
-    def __init__(self, collector: CdcCollector):
+    def __init__(self, collector: CdcCollector, copies: bool = False):
         self.collector = collector
+        self.copies = copies
 
     def items(self, stop: threading.Event) -> Iterator[Item]:
-        yield from self.collector.transactions()
+        for tx in self.collector.transactions():
+            yield CdcCopy(tx) if self.copies else tx
 
     def alive_at(self) -> float | None:
         return self.collector.status.last_alive

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from oncewatch.core.names import BINLOG, DEGRADED, FAILING, HEALTHY, KAFKA_EVENTS, KAFKA_OFFSETS, STOPPED
+from oncewatch.core.names import BINLOG, CDC, DEGRADED, FAILING, HEALTHY, KAFKA_EVENTS, KAFKA_OFFSETS, STOPPED
 from oncewatch.core.records import OffsetsSnapshot
 
 STOPPED_REASON = "stopped: nothing is read until `oncewatch run` starts again"
@@ -45,6 +45,8 @@ RULE_INPUTS: dict[str, tuple[str, ...]] = {
     **{rule: (BINLOG,) for rule in ("F1", "F2", "F3", "F4", "F5", "F6")},
     **{rule: (BINLOG, KAFKA_EVENTS) for rule in ("F7", "F8", "F9", "F10")},
     "F11": (BINLOG, KAFKA_EVENTS, KAFKA_OFFSETS), "F12": (KAFKA_OFFSETS,),
+    # the CDC topics are read by the binlog's reader in CDC source mode, by their own in check mode
+    **{rule: (BINLOG, CDC) for rule in ("F13", "F14", "F15", "F16")},
 }
 
 

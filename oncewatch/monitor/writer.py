@@ -24,15 +24,15 @@ from oncewatch.checks.engine import Engine
 from oncewatch.collectors.binlog import bootstrap
 from oncewatch.collectors.kafka_events import EventBatch
 from oncewatch.core.config import Config
-from oncewatch.core.names import (BINLOG_CHECKPOINT, BOOTSTRAP, CDC_CHECKPOINT, ENGINE_STATS, KAFKA_CHECKPOINT,
-                                  partition_key)
-from oncewatch.core.records import BinlogPosition, OffsetsSnapshot, PartitionStatus, RowChange, Transaction
+from oncewatch.core.names import (BINLOG_CHECKPOINT, BOOTSTRAP, CDC_CHECKPOINT, CDC_GTID_CHECKPOINT, ENGINE_STATS,
+                                  KAFKA_CHECKPOINT, partition_key)
+from oncewatch.core.records import BinlogPosition, CdcCopy, OffsetsSnapshot, PartitionStatus, RowChange, Transaction
 from oncewatch.monitor.entities import EntityIndex
 from oncewatch.store import Batch, Store, engine_state, retention, reviews
 
 log = logging.getLogger("oncewatch.monitor.writer")
 
-Applied = Transaction | EventBatch | OffsetsSnapshot
+Applied = Transaction | CdcCopy | EventBatch | OffsetsSnapshot
 
 
 @dataclass
@@ -46,7 +46,8 @@ class Progress:
     binlog_caught_up: bool = False
     kafka_caught_up: bool = False
     binlog: BinlogPosition | None = None  # the binlog position the engine and the store have taken in
-    cdc: dict[str, int] = field(default_factory=dict)  # CDC mode: the change source's topic offsets taken in
+    cdc: dict[str, int] = field(default_factory=dict)  # CDC mode: the CDC topics' offsets taken in
+    cdc_gtid: str = ""  # CDC check mode: the GTID set the CDC topics delivered (in source mode, `binlog`'s)
     kafka: dict[str, int] = field(default_factory=dict)  # likewise, partition key -> next offset
     offsets: OffsetsSnapshot | None = None  # the last offsets snapshot applied
     bootstrapped_rows: int = 0  # rows of the watched tables applied by the bootstrap under way
@@ -77,6 +78,7 @@ class Writer:
             self.engine.restore(saved_state)
         self.progress.kafka = self.store.checkpoint(KAFKA_CHECKPOINT) or {}
         self.progress.cdc = self.store.checkpoint(CDC_CHECKPOINT) or {}
+        self.progress.cdc_gtid = (self.store.checkpoint(CDC_GTID_CHECKPOINT) or {}).get("gtid", "")
         saved = self.store.checkpoint(BINLOG_CHECKPOINT)
         self.progress.binlog = BinlogPosition.from_dict(saved) if saved is not None else None
         return self.progress.binlog
@@ -109,6 +111,7 @@ class Writer:
         binlog_at: BinlogPosition | None = None
         kafka_at: dict[str, int] | None = None
         cdc_at: dict[str, int] | None = None
+        cdc_gtid: str | None = None
         with self.store.batch() as tx:
             for item in items:
                 if isinstance(item, Transaction):
@@ -118,8 +121,8 @@ class Writer:
                         p.last_change_at = time.time()
                     tx.add_binlog_quarantined(item.quarantined)
                     p.binlog_time = max(p.binlog_time, item.commit_time)
-                    if item.cdc_offsets is not None:
-                        cdc_at = p.cdc = item.cdc_offsets
+                    if item.cdc is not None:
+                        cdc_at = p.cdc = item.cdc.offsets
                     if item.snapshot:
                         p.bootstrapped_rows += len(item.rows)
                         tx.set_state(BOOTSTRAP, {"gtid": item.position.gtid, "rows": p.bootstrapped_rows})
@@ -129,6 +132,12 @@ class Writer:
                         log.info("bootstrap done", extra={"event": "bootstrap_done", "gtid": item.position.gtid,
                                                           "rows": p.bootstrapped_rows})
                     binlog_at = p.binlog = item.position
+                elif isinstance(item, CdcCopy):
+                    self.engine.on_cdc_copy(item.tx)
+                    tx.add_binlog_quarantined(item.tx.quarantined)
+                    if item.tx.cdc is not None:
+                        cdc_at = p.cdc = item.tx.cdc.offsets
+                    cdc_gtid = p.cdc_gtid = item.tx.position.gtid
                 elif isinstance(item, EventBatch):
                     self.engine.on_events(item.events)
                     tx.add_events(item.events, [(i, k) for i, e in enumerate(item.events)
@@ -151,6 +160,8 @@ class Writer:
                 tx.set_checkpoint(KAFKA_CHECKPOINT, kafka_at)
             if cdc_at is not None:
                 tx.set_checkpoint(CDC_CHECKPOINT, cdc_at)
+            if cdc_gtid is not None:
+                tx.set_checkpoint(CDC_GTID_CHECKPOINT, {"gtid": cdc_gtid})
             self._write_engine(tx)
 
     def prune(self, now: float) -> bool:

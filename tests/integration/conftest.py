@@ -6,6 +6,8 @@ rather than skipping, so a missing service can never pass for a green run.
 
 from __future__ import annotations
 
+import json
+
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -169,6 +171,22 @@ reconnect_max_seconds = 2.0
 [store]
 path = "{store or tmp_path / 'store.db'}"
 {extra}""", tmp_path)
+
+
+def cdc_toml(prefix: str, **cdc: object) -> str:
+    """The TOML of a CDC mode config reading the topics of `prefix`, with more `[cdc]` keys: its `[kafka]` names an
+    events topic that is never made (these tests are of the CDC topics' reading)."""
+    keys = "".join(f"{k} = {json.dumps(v)}\n" for k, v in cdc.items())
+    return f"""
+[kafka]
+bootstrap_servers = ["{stack.HOST}:{stack.KAFKA_PORT}"]
+[[kafka.topics]]
+name = "owtest.never-made"
+format = "json"
+required = []
+[cdc]
+topic_prefix = "{prefix}"
+{keys}"""
 
 
 def wait_for(what: str, cond: Callable[[], bool], timeout: float = 90.0, every: float = 0.5) -> None:

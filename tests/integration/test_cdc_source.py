@@ -174,7 +174,7 @@ def test_the_connector_s_snapshot_seeds_the_monitor_as_its_bootstrap_does(cdc_co
     finally:
         kafka_connect.unregister(name)
     first, *snapshot = seen
-    assert not first.rows and first.cdc_offsets is not None  # a first start's position, stored at once
+    assert not first.rows and first.cdc is not None and first.cdc.offsets  # a first start's position, stored at once
     rows = [r for t in snapshot for r in t.rows]
     assert all(t.snapshot for t in snapshot) and snapshot[-1].complete and not any(t.complete for t in snapshot[:-1])
     assert all(r.snapshot and r.op == "insert" for r in rows)

@@ -93,7 +93,7 @@ def test_verdict_and_stream_lag(served) -> None:
     assert list(fams["oncewatch_build_info"][1].values()) == [1]
     # The scenario's dropped callback_status column blinds F6 (checks.shape).
     assert {dict(k)["rule"]: v for k, v in fams["oncewatch_rule_can_judge"][1].items()} == {
-        f"F{i}": int(i != 6) for i in range(1, 13)}
+        f"F{i}": int(i != 6) for i in range(1, 17)}
     assert value(fams, "oncewatch_shape_problem", table="shop.payments",
                  config_key="domain.payments.callback_status_column") == 1
 
@@ -130,7 +130,7 @@ def test_findings(served) -> None:
     assert value(fams, "oncewatch_findings_open", rule="F1", severity="critical") == 1
     assert fams["oncewatch_findings_found"][0] == "counter"
     found = fams["oncewatch_findings_found"][1]
-    assert len(found) == 12  # every rule, zero or not
+    assert len(found) == 16  # every rule, zero or not
     assert value(fams, "oncewatch_findings_found_total", "oncewatch_findings_found", rule="F9") == 3
     assert value(fams, "oncewatch_findings_found_total", "oncewatch_findings_found", rule="F3") == 0
 

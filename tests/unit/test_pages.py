@@ -215,7 +215,10 @@ def test_drilldown_of_an_unknown_entity(env: Path) -> None:
 def test_drift_lag_skew_and_delay(env: Path) -> None:
     at = run("drift")
     assert metrics(at) == {"Max partition lag": "22", "Worst lag stddev": "6.00", "Unread by the monitor": "4",
-                           "p99 delay since start": "475 ms"}
+                           "p99 delay since start": "475 ms",
+                           # the scenario's monitor checks a CDC pipeline too, two transactions behind
+                           "Transactions not delivered": "2", "Oldest waiting": "1.5 s", "Position gap": "1,800 B",
+                           "Replayed records": "0"}
     lag, skew, position, quarantined, delay = (d.value for d in at.dataframe)
     assert lag["committed"].tolist()[:3] == ["290", "280", "no commit"]
     assert lag["lag_seconds"].tolist()[:2] == [1.5, 3.0]
@@ -225,12 +228,14 @@ def test_drift_lag_skew_and_delay(env: Path) -> None:
     assert delay.to_dict("records") == [
         {"clock": "gtid_commit_ts", "pairs": 100, "p50": "48 ms", "p99": "475 ms"},
         {"clock": "row_column", "pairs": 20, "p50": "250 ms", "p99": "2.4 s"}]
-    assert plotly_count(at) == 5  # the spread over time, lag in records and seconds, backlog, delay buckets
+    # the spread over time, lag in records and seconds, backlog, the CDC position gap, delay buckets
+    assert plotly_count(at) == 6
     specs = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)["layout"]
              for c in at.get("plotly_chart")}
     spread = specs["Partition lag spread over time, stddev (records)"]
     assert [s["y0"] for s in spread["shapes"]] == [3.0] and spread["xaxis"]["title"]["text"] == "time (UTC)"
     assert specs["Matched pairs by delay bucket, by commit clock (log scale)"]["yaxis"]["type"] == "log"
+    assert [s["y0"] for s in specs["CDC position gap over time (bytes of binlog)"]["shapes"]] == [5000.0]
 
 
 # ---------------------------------------------------------------- Reports
