@@ -164,6 +164,31 @@ def read_record(topic: str, partition: int, offset: int, key: bytes | None, valu
     return DataRecord(pk=tuple(row.get(c) for c in columns), before=before, after=after, **base)
 
 
+class ReplayRuns:
+    """Records read again (a connector restart replays what it wrote since its last offset flush), as runs per
+    partition: a run grows while its partition gives replayed records and ends at the first that is not."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.current: dict[str, Replay] = {}  # per partition, the run it is in, if any
+        self.grown: dict[str, Replay] = {}  # the runs that grew since the last take()
+
+    def replayed(self, partition: str, offset: int, txid: str) -> None:
+        self.records += 1
+        run = self.current.get(partition)
+        run = (Replay(partition, offset, offset, 1, txid, txid) if run is None
+               else run._replace(last=offset, records=run.records + 1, last_gtid=txid))
+        self.current[partition] = self.grown[partition] = run
+
+    def ended(self, partition: str) -> None:
+        """A record of `partition` that is not a replay."""
+        self.current.pop(partition, None)
+
+    def take(self) -> tuple[Replay, ...]:
+        out, self.grown = tuple(self.grown.values()), {}
+        return out
+
+
 @dataclass
 class _Open:
     records: list[DataRecord] = field(default_factory=list)
@@ -178,19 +203,55 @@ class Assembler:
     by another's) goes in its place with the records that came by then, and one of its records that
     comes later still goes on, at once and out of its place, counted in `late`."""
 
-    def __init__(self, cfg: MySQLConfig, start_gtid: str = "", grace_seconds: float = GRACE_SECONDS):
+    def __init__(self, cfg: MySQLConfig, start_gtid: str = "", grace_seconds: float = GRACE_SECONDS,
+                 prefix: str = ""):
         self.cfg = cfg
         self.grace = grace_seconds
+        self.prefix = prefix
+        self.schemas = _Schemas()
+        self.unreadable_records = 0  # data records not in Debezium's shape: logged, counted, quarantined
         self.done = gtid_set(start_gtid)
         self.open: dict[str, _Open] = {}
         self.ends: deque[str] = deque()  # transactions over (an END, or the next one's BEGIN), in commit order
         self.begun: str | None = None  # the newest BEGIN's transaction while its END has not come
         self.without_end: deque[str] = deque(maxlen=1000)  # recent ones handed on that had no END
-        self.incomplete = self.replayed = self.late = 0
+        self.incomplete = self.late = 0
+        self.replays = ReplayRuns()
         self.pending: dict[str, OrderedDict[int, None]] = {}  # per partition, offsets of records held in `open`
         self.unreadable: list[QuarantinedRows] = []  # records not in Debezium's shape: with the next transaction
-        self.replaying: dict[str, Replay] = {}  # per partition, the run of replayed records it is in, if any
-        self.replays: dict[str, Replay] = {}  # the runs that grew since the last transaction handed on
+
+    def topics(self) -> list[str]:
+        return [f"{self.prefix}.transaction"] + [f"{self.prefix}.{e}" for e in self.cfg.tables]
+
+    def counts(self) -> dict[str, int]:
+        """What the source's health row and /metrics count."""
+        return {"incomplete_transactions": self.incomplete, "replayed_records": self.replays.records,
+                "late_records": self.late, "unreadable_records": self.unreadable_records,
+                "open_transactions": len(self.open)}
+
+    def feed(self, topic: str, partition: int, rec: Any, now: float) -> list[Transaction]:
+        """One Kafka record of the topics (kafka-python's ConsumerRecord): what it lets go on at once."""
+        if topic == f"{self.prefix}.transaction":
+            if rec.value is not None:
+                self.on_transaction(msgspec.json.decode(rec.value)["payload"], now)
+            return []
+        try:
+            record = read_record(topic, partition, rec.offset, rec.key, rec.value, rec.headers, self.schemas)
+        except Undecodable as exc:
+            self.unreadable_records += 1
+            log.error("a CDC record is not a Debezium change event with its schema; kept in quarantine",
+                      extra={"event": "cdc_record_unreadable", "topic": topic, "partition": partition,
+                             "offset": rec.offset, "detail": str(exc)})
+            self.unreadable.append(QuarantinedRows(
+                txid="", binlog_file=f"{topic}/{partition}", event_pos=rec.offset, table=topic, reason=UNPARSEABLE,
+                detail=f"{topic}/{partition}@{rec.offset}: {exc}"))
+            return []
+        return [] if record is None else list(self.on_record(record))
+
+    @property
+    def waiting(self) -> bool:
+        """Records read whose transaction is not handed on yet."""
+        return bool(self.open)
 
     @staticmethod
     def _gtid(txid: str) -> tuple[int, int, int] | None:
@@ -240,23 +301,14 @@ class Assembler:
                                                     "at": f"{record.topic}/{record.partition}@{record.offset}"})
             yield self._transaction(record.txid, [record])
         elif self._seen(record.txid):
-            self._replayed(record)
+            self.replays.replayed(f"{record.topic}/{record.partition}", record.offset, record.txid)
         else:
             self.open[record.txid] = _Open(records=[record])
             self._hold(record)
 
-    def _replayed(self, record: DataRecord) -> None:
-        """A record of a transaction handed on already: counted, and its partition's run of them grows."""
-        self.replayed += 1
-        key = f"{record.topic}/{record.partition}"
-        run = self.replaying.get(key)
-        run = (Replay(key, record.offset, record.offset, 1, record.txid, record.txid) if run is None
-               else run._replace(last=record.offset, records=run.records + 1, last_gtid=record.txid))
-        self.replaying[key] = self.replays[key] = run
-
     def replay_notice(self) -> Transaction | None:
         """An empty transaction carrying the replays read since the last one handed on, if there are any."""
-        return self._transaction("", []) if self.replays else None
+        return self._transaction("", []) if self.replays.grown else None
 
     def ready(self, now: float) -> Iterator[Transaction]:
         """Transactions over whose records are all in, oldest first; one waiting past the grace goes as it is."""
@@ -286,7 +338,7 @@ class Assembler:
     def _hold(self, record: DataRecord) -> None:
         # records come in offset order per partition, so each partition's first is its oldest; a record not
         # replayed ends its partition's run of replays
-        self.replaying.pop(f"{record.topic}/{record.partition}", None)
+        self.replays.ended(f"{record.topic}/{record.partition}")
         self.pending.setdefault(f"{record.topic}/{record.partition}", OrderedDict())[record.offset] = None
 
     def _advance(self, txid: str) -> None:
@@ -330,8 +382,7 @@ class Assembler:
         first = min(records, key=lambda r: (r.topic, r.partition, r.offset)) if records else None
         delivery = CdcDelivery(offsets={}, txid="" if snapshot else txid, expected=expected, records=len(records),
                                first_record=f"{first.topic}/{first.partition}@{first.offset}" if first else "",
-                               replays=tuple(self.replays.values()))
-        self.replays = {}
+                               replays=self.replays.take())
         return Transaction(rows=tuple(rows), position=position, commit_time=header, quarantined=tuple(bad),
                            schema_changes=tuple(changes), snapshot=snapshot, complete=not snapshot or snapshot_last,
                            cdc=delivery)
@@ -352,24 +403,27 @@ def _merge_key_changes(records: list[DataRecord]) -> list[DataRecord]:
 
 
 class CdcCollector:
-    """Reads a Debezium connector's topics for the watched tables and yields committed Transactions, each with
-    the offsets to store beside it (`cdc_offsets`).
+    """Reads a CDC pipeline's topics for the watched tables and yields committed Transactions, each with how it
+    was delivered (`cdc`: the offsets to store beside it, its END's count, replays read since the one before).
 
     `positions` is what the caller stored with the last transaction ({} on a first start: the topics'
-    beginnings, the connector's snapshot first), `start_gtid` the GTID set handed on by then. `status`
-    says what the pages and /metrics show (CollectorStatus, the binlog collector's, with this source's
-    counts in `cdc`). Call `stop()` from another thread to end `transactions()`."""
+    beginnings, the connector's snapshot first), `start_gtid` the GTID set handed on by then. The format's
+    assembler (`ASSEMBLERS`: Debezium's here, Canal's in collectors.canal) makes transactions of the records.
+    `status` says what the pages and /metrics show (CollectorStatus, the binlog collector's, with this
+    source's counts in `cdc`). Call `stop()` from another thread to end `transactions()`."""
 
     def __init__(self, cfg: MySQLConfig, kafka: KafkaConfig, cdc: CdcConfig, *,
                  positions: dict[str, int] | None = None, start_gtid: str = ""):
+        from oncewatch.collectors.canal import CanalAssembler
+
         self.cfg = cfg
         self.kafka = kafka
-        self.prefix = cdc.topic_prefix
+        self.format = cdc.format
         self.from_latest = cdc.start_from == "latest" and not positions  # a first start, at the topics' ends
-        self.assembler = Assembler(cfg, start_gtid, cdc.transaction_grace_seconds)
+        self.assembler: Assembler | CanalAssembler = (
+            CanalAssembler(cfg, cdc.topics, cdc.transaction_grace_seconds, cdc.time_zone) if cdc.format == "canal"
+            else Assembler(cfg, start_gtid, cdc.transaction_grace_seconds, cdc.topic_prefix))
         self.next: dict[str, int] = dict(positions or {})  # per "topic/partition": the next offset to read
-        self.unreadable = 0  # data records not in Debezium's shape: logged and counted
-        self._schemas = _Schemas()
         self.status = CollectorStatus(last_position=BinlogPosition(gtid=start_gtid) if start_gtid else None)
         self.caught_up = False  # every partition read to its end and no transaction waiting for records
         self._stop = threading.Event()
@@ -381,18 +435,15 @@ class CdcCollector:
         pass  # the consumer is closed when transactions() ends
 
     def topics(self) -> list[str]:
-        return [f"{self.prefix}.transaction"] + [f"{self.prefix}.{e}" for e in self.cfg.tables]
+        return self.assembler.topics()
 
     def positions(self) -> dict[str, int]:
         """Per partition, where a restart reads from: the first record of a transaction not handed on yet."""
         return {**self.next, **self.assembler.first_pending()}
 
     def health(self) -> dict[str, Any]:
-        a = self.assembler
-        return {**self.status.as_dict(), "source": "debezium", "topics": self.topics(),
-                "cdc": {"incomplete_transactions": a.incomplete, "replayed_records": a.replayed,
-                        "late_records": a.late, "unreadable_records": self.unreadable,
-                        "open_transactions": len(a.open)}}
+        return {**self.status.as_dict(), "source": self.format, "topics": self.topics(),
+                "cdc": self.assembler.counts()}
 
     def transactions(self, poll_ms: int = 200) -> Iterator[Transaction]:
         from kafka import KafkaConsumer
@@ -401,13 +452,13 @@ class CdcCollector:
         consumer = KafkaConsumer(bootstrap_servers=list(self.kafka.bootstrap_servers), enable_auto_commit=False,
                                  group_id=None, auto_offset_reset="earliest", client_id=f"{self.kafka.client_id}-cdc",
                                  request_timeout_ms=int(self.kafka.request_timeout_seconds * 1000) + 1000)
+        a = self.assembler
         try:
             assigned: set[Any] = set()
             checked = 0.0
-            tx_topic = f"{self.prefix}.transaction"
             if not self.next:  # a first start: its position is stored at once, so the next start goes on from here
                 assigned, checked = self._assign(consumer, assigned), time.monotonic()
-                yield self._handed_on(Transaction(rows=(), position=BinlogPosition(gtid=gtid_text(self.assembler.done)),
+                yield self._handed_on(Transaction(rows=(), position=BinlogPosition(gtid=gtid_text(a.done)),
                                                   commit_time=0.0), time.time())
             while not self._stop.is_set():
                 try:
@@ -426,34 +477,16 @@ class CdcCollector:
                     for rec in records:
                         self.next[f"{tp.topic}/{tp.partition}"] = rec.offset + 1
                         self.status.events_read += 1
-                        if tp.topic == tx_topic:
-                            if rec.value is not None:
-                                self.assembler.on_transaction(msgspec.json.decode(rec.value)["payload"], now)
-                            continue
-                        handed += self._record(tp.topic, tp.partition, rec)
-                handed += self.assembler.ready(now)
-                notice = None if handed else self.assembler.replay_notice()
+                        handed += a.feed(tp.topic, tp.partition, rec, now)
+                handed += a.ready(now)
+                notice = None if handed else a.replay_notice()
                 handed += [notice] if notice is not None else []
-                self.caught_up = not self.assembler.open and all(
+                self.caught_up = not a.waiting and all(
                     consumer.position(tp) >= (consumer.highwater(tp) or 0) for tp in assigned)
                 for tx in handed:
                     yield self._handed_on(tx, now)
         finally:
             consumer.close()
-
-    def _record(self, topic: str, partition: int, rec: Any) -> list[Transaction]:
-        try:
-            record = read_record(topic, partition, rec.offset, rec.key, rec.value, rec.headers, self._schemas)
-        except Undecodable as exc:
-            self.unreadable += 1
-            log.error("a CDC record is not a Debezium change event with its schema; kept in quarantine",
-                      extra={"event": "cdc_record_unreadable", "topic": topic, "partition": partition,
-                             "offset": rec.offset, "detail": str(exc)})
-            self.assembler.unreadable.append(QuarantinedRows(
-                txid="", binlog_file=f"{topic}/{partition}", event_pos=rec.offset, table=topic, reason=UNPARSEABLE,
-                detail=f"{topic}/{partition}@{rec.offset}: {exc}"))
-            return []
-        return [] if record is None else list(self.assembler.on_record(record))
 
     def _handed_on(self, tx: Transaction, now: float) -> Transaction:
         s = self.status

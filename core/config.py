@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tomllib
+import zoneinfo
 from dataclasses import dataclass, fields, is_dataclass
 from decimal import Decimal
 from functools import cached_property
@@ -76,8 +77,8 @@ class KafkaConfig:
 class CdcConfig:
     """`[cdc]`: the watched tables' changes read from a CDC pipeline's topics instead of the binlog."""
 
-    format: str  # debezium
-    topic_prefix: str  # the connector's topic.prefix: tables at <prefix>.<schema>.<table>, <prefix>.transaction
+    format: str  # debezium, canal
+    topic_prefix: str = ""  # debezium: the connector's topic.prefix: <prefix>.<schema>.<table>, <prefix>.transaction
     transaction_grace_seconds: float = 30.0  # how long a transaction's END waits for the records it counts
     # where a first start reads the topics from: "earliest" (the connector's snapshot, then every change since),
     # or "latest" (changes from now on, into a monitor whose state starts empty)
@@ -85,6 +86,8 @@ class CdcConfig:
     # "source": the topics are the change source, in the binlog's place; "check": the binlog stays the source and
     # the topics are checked against it, row for row (checks.pipeline, F13-F16)
     mode: str = "source"
+    topics: tuple[str, ...] = ()  # canal: the topics its MQ producer writes the watched tables' FlatMessages to
+    time_zone: str = "UTC"  # canal: the zone its server writes TIMESTAMP values in (its JVM's default zone)
 
 
 @dataclass(frozen=True)
@@ -231,17 +234,34 @@ def _kafka(s: Section) -> KafkaConfig:
     return cfg
 
 
-CDC_FORMATS = ("debezium",)
+CDC_FORMATS = ("debezium", "canal")
 CDC_MODES = ("source", "check")
 
 
 def _cdc(s: Section, kafka: KafkaConfig | None, mysql: MySQLConfig) -> CdcConfig:
-    cfg = CdcConfig(format=s.str("format", "debezium", choices=CDC_FORMATS),
-                    topic_prefix=s.str("topic_prefix", required=True),
-                    transaction_grace_seconds=s.float("transaction_grace_seconds", 30.0, minimum=0.1),
+    fmt = s.str("format", "debezium", choices=CDC_FORMATS)
+    canal = fmt == "canal"
+    cfg = CdcConfig(format=fmt, topic_prefix=s.str("topic_prefix", "" if canal else None, required=not canal),
+                    transaction_grace_seconds=s.float("transaction_grace_seconds", 30.0 if not canal else 1.0,
+                                                      minimum=0.1),
                     start_from=s.str("start_from", "earliest", choices=("earliest", "latest")),
-                    mode=s.str("mode", "source", choices=CDC_MODES))
+                    mode=s.str("mode", "source", choices=CDC_MODES),
+                    topics=tuple(s.str_list("topics", required=canal, nonempty=canal)),
+                    time_zone=s.str("time_zone", "UTC"))
     s.done()
+    if canal and cfg.topic_prefix:
+        raise ConfigError(f"{s.key('topic_prefix')}: Canal's topics are named by its canal.mq.topic, not a prefix; "
+                          f"list them in cdc.topics")
+    if not canal and cfg.topics:
+        raise ConfigError(f"{s.key('topics')}: Debezium's topics follow from cdc.topic_prefix; leave cdc.topics out")
+    if canal and cfg.mode == "check":
+        raise ConfigError(f"{s.key('mode')}: Canal's FlatMessage carries no GTID, so its rows cannot be lined up "
+                          f"with the binlog's; mode \"check\" needs format = \"debezium\"")
+    try:
+        zoneinfo.ZoneInfo(cfg.time_zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        raise ConfigError(f"{s.key('time_zone')}: {cfg.time_zone!r} is not an IANA time zone (\"UTC\", "
+                          f"\"Asia/Shanghai\")") from exc
     if cfg.mode == "check" and cfg.start_from != "earliest":
         raise ConfigError(f"{s.key('start_from')}: in mode \"check\" the topics are read from the earliest offset "
                           f"(every binlog row since the monitor's start must be found on them); leave it out")

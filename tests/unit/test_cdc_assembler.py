@@ -68,7 +68,7 @@ def test_records_that_never_come_end_the_wait_after_the_grace_counted():
 def test_a_replay_after_a_restart_is_skipped_and_counted():
     a = Assembler(CFG, start_gtid="0-1-7")
     assert feed(a, begin("0-1-7"), end("0-1-7", orders=1), record("0-1-7", 1)) == []
-    assert a.replayed == 1 and not a.open
+    assert a.replays.records == 1 and not a.open
     assert len(feed(a, begin("0-1-8"), end("0-1-8", orders=1), record("0-1-8", 1))) == 1
 
 

@@ -35,7 +35,7 @@ def with_mysql(**changes):
     ({**BASE, "metrics": {"port": "x"}}, r"^metrics\.port: expected an integer"),
     ({**BASE, "cdc": {"topic_prefix": "cdc"}}, r"^cdc\.format: a CDC change source is read from Kafka"),
     ({**BASE, **KAFKA, "cdc": {}}, r"^cdc\.topic_prefix: missing"),
-    ({**BASE, **KAFKA, "cdc": {"topic_prefix": "cdc", "format": "canal"}}, r"^cdc\.format: "),
+    ({**BASE, **KAFKA, "cdc": {"topic_prefix": "cdc", "format": "avro"}}, r"^cdc\.format: "),
     ({**BASE, **KAFKA, "cdc": {"topic_prefix": "cdc", "start_from": "now"}}, r"^cdc\.start_from: "),
     ({**with_mysql(tables=["shop_*.orders"]), **KAFKA, "cdc": {"topic_prefix": "cdc"}},
      r"^mysql\.tables: 'shop_\*\.orders' is a pattern; with \[cdc\]"),
