@@ -29,7 +29,7 @@ EXAMPLE = ROOT / "examples" / "shop.toml"
 EXAMPLES = {"shop": (EXAMPLE, "shop."), "mall": (ROOT / "examples" / "mall.toml", "mall_")}
 
 # Thresholds for runs of a minute or two: the shop settles its clean orders within seconds.
-SHORT_RULES = {"stuck_pending_seconds": 10, "missing_event_grace_seconds": 4, "orphan_event_grace_seconds": 4,
+SHORT_RULES = {"stuck_pending_seconds": 6, "missing_event_grace_seconds": 4, "orphan_event_grace_seconds": 4,
                "partition_skew_seconds": 2}
 # These runs use the test schema and topics of their own, and leave the demo's `shop` schema alone
 # (the mall's: owmall_0 and owmall_1).

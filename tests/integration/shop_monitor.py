@@ -16,7 +16,7 @@ from oncewatch.core.records import Finding
 from oncewatch.shop import GroundTruth
 
 # --until-idle quiet time: longer than the stuck-pending threshold, so every absence rule has had its say.
-IDLE = 12.0
+IDLE = 8.0
 
 
 def prepared(folder: Path, shape: str = "shop", cdc: bool = False) -> tuple[Path, str]:

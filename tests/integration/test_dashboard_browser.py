@@ -38,13 +38,15 @@ PAGES = {
     "drilldown": ("drilldown?q=T1001", ["Row changes", "Kafka events", "F1 duplicate_effect · critical · open",
                                         "2 shop.shipments rows for trade_no T1001 (S1, S2)"]),
     "drift": ("drift", ["Max partition lag", "22", "Worst lag stddev", "6.00", "Unread by the monitor",
-                        "p99 delay since start", "475 ms"]),
+                        "p99 delay since start", "475 ms", "CDC pipeline against the binlog", "Position gap",
+                        "1,800 B"]),
     "reports": ("reports", ["Findings in this report", "7", "Download CSV", "Download JSON", "Download XLSX"]),
 }
 # Number of plotly charts each page must have drawn before its screenshot.
-CHARTS = {"overview": 5, "drilldown": 1, "drift": 5}
-# Dashed threshold lines each page must have drawn: the seed's three signals on the Overview, the spread on Drift.
-THRESHOLDS = {"overview": 3, "drift": 1}
+CHARTS = {"overview": 5, "drilldown": 1, "drift": 6}
+# Dashed threshold lines each page must have drawn: the seed's three signals on the Overview, the spread and the
+# CDC position gap on Drift.
+THRESHOLDS = {"overview": 3, "drift": 2}
 DASHED = ("[...document.querySelectorAll('.js-plotly-plot .shapelayer path')]"
           ".filter(p => p.style.strokeDasharray && p.style.strokeDasharray !== 'none').length")
 # Text cut off by its box: a tile's label or value, a caption, an expander's title, a button, a widget's label,

@@ -2,9 +2,9 @@
 
 A seeded run with every fault mode on, then `oncewatch run --until-idle`: every injected fault
 found (recall 100% per mode) and every finding explained by a fault (precision 100%), both by a
-monitor tailing the binlog and by one reading the same changes from Debezium's topics (CDC mode). The
-same with each announcement style (each style brings the faults it can produce), and runs
-with no faults give no findings at all. And all of it again on a shop of the other shape, the
+monitor tailing the binlog and by one reading the same changes from Debezium's topics (CDC mode), with
+each announcement style (each style brings the faults it can produce); runs with no faults give no
+findings at all, both ways. And all of it again on a shop of the other shape, the
 mall of examples/mall.toml: a callback log table, orders and payments sharded across two
 schemas, events in envelopes with their own ids and times, amounts in cents.
 """
@@ -21,7 +21,7 @@ from oncewatch import shop
 from oncewatch.shop.settings import STYLE_IN_TRANSACTION, STYLE_OUTBOX
 from oncewatch.store import Store
 
-from .shop_monitor import IDLE, prepared, score
+from .shop_monitor import IDLE, Score, prepared, score
 
 
 # F10 at 1.5 s here, between the shop's slow sends (2 s late, the send_slow fault) and the delays its
@@ -46,10 +46,10 @@ def scored_run(tmp_path, shape="shop", **settings):
     return truth, result
 
 
-def test_every_fault_mode_found_and_nothing_else_from_the_binlog_and_from_debezium(cdc_connector, tmp_path):
+def scored_both_ways(tmp_path, **settings) -> tuple[shop.GroundTruth, dict[str, Score]]:
     """One run of the shop in the schema the dev connector captures, read by two monitors side by side: one
-    tailing the binlog, one in CDC mode reading Debezium's topics (issue 15). Each finds every fault and
-    nothing else."""
+    tailing the binlog, one in CDC mode reading Debezium's topics (issue 15). Their findings are the same (ids,
+    severities, what they say), and the CDC source lost and could not read nothing."""
     folders = {mode: tmp_path / mode for mode in ("binlog", "cdc")}
     for folder in folders.values():
         folder.mkdir()
@@ -57,18 +57,14 @@ def test_every_fault_mode_found_and_nothing_else_from_the_binlog_and_from_debezi
     configs = {mode: shop_config(folder, topic=topic, rules=SCORING_RULES, schema=CDC_SCHEMA, cdc=mode == "cdc")
                for mode, folder in folders.items()}
     run_until_idle(configs["binlog"], idle=1.0)  # its first checkpoint: a bootstrap of the empty tables
-    truth = shop.run(shop_settings(topic, schema=CDC_SCHEMA, seed=11, orders=FAULT_ORDERS, rate=100, faults="all"))
+    truth = shop.run(shop_settings(topic, schema=CDC_SCHEMA, **settings))
     assert not truth.incidents, truth.incidents
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda config: run_until_idle(config, idle=IDLE), configs.values()))
     found = {mode: findings(config) for mode, config in configs.items()}
-    for mode, config in configs.items():
-        result = score(truth, found[mode])
-        print(f"\n{mode}\n{result.table()}")
-        assert len(result.injected) == 14  # every mode the default style can produce
-        assert result.found == result.injected, (mode, result.table())
-        assert result.unexplained == [], (mode, [(f.rule, f.keys, f.summary) for f in result.unexplained[:10]])
-    # the same findings both ways, by id (rule and keys), severity and what they say
+    results = {mode: score(truth, found[mode]) for mode in configs}
+    for mode, result in results.items():
+        print(f"\n{mode} {settings}\n{result.table()}")
     assert {(f.id, f.severity, f.summary) for f in found["cdc"]} == {(f.id, f.severity, f.summary)
                                                                     for f in found["binlog"]}
     store = Store(str(folders["cdc"] / "store.db"), readonly=True)
@@ -76,31 +72,41 @@ def test_every_fault_mode_found_and_nothing_else_from_the_binlog_and_from_debezi
         rows, source = store.row_changes(limit=1), store.health()["binlog"]
     finally:
         store.close()
-    assert rows and rows[0].schema == CDC_SCHEMA and source["source"] == "debezium"
+    assert source["source"] == "debezium" and (not rows or rows[0].schema == CDC_SCHEMA)
     assert source["cdc"]["incomplete_transactions"] == 0 and source["cdc"]["unreadable_records"] == 0
+    return truth, results
+
+
+def test_every_fault_mode_found_and_nothing_else_from_the_binlog_and_from_debezium(cdc_connector, tmp_path):
+    _, results = scored_both_ways(tmp_path, seed=11, orders=FAULT_ORDERS, rate=100, faults="all")
+    for mode, result in results.items():
+        assert len(result.injected) == 14  # every mode the default style can produce
+        assert result.found == result.injected, (mode, result.table())
+        assert result.unexplained == [], (mode, [(f.rule, f.keys, f.summary) for f in result.unexplained[:10]])
 
 
 @pytest.mark.parametrize("style, only_there", [(STYLE_IN_TRANSACTION, "send_then_rollback"),
                                                (STYLE_OUTBOX, None)])
-def test_each_announcement_style_its_faults_found(tmp_path, style, only_there):
+def test_each_announcement_style_its_faults_found_from_the_binlog_and_from_debezium(cdc_connector, tmp_path, style,
+                                                                                  only_there):
     # Long enough for the stalled group to pass F11's 1000 records: a stall of the whole group is not F12.
-    truth, result = scored_run(tmp_path, seed=13, orders=FAULT_ORDERS, rate=100, faults="all", style=style)
-    if only_there:
-        assert only_there in result.injected
-    assert "send_lost" not in result.injected or style != STYLE_OUTBOX  # the outbox cannot lose a send
-    assert result.found == result.injected, result.table()
-    assert result.unexplained == [], [(f.rule, f.keys, f.summary) for f in result.unexplained[:10]]
+    truth, results = scored_both_ways(tmp_path, seed=13, orders=FAULT_ORDERS, rate=100, faults="all", style=style)
+    for mode, result in results.items():
+        if only_there:
+            assert only_there in result.injected
+        assert "send_lost" not in result.injected or style != STYLE_OUTBOX  # the outbox cannot lose a send
+        assert result.found == result.injected, (mode, result.table())
+        assert result.unexplained == [], (mode, [(f.rule, f.keys, f.summary) for f in result.unexplained[:10]])
 
 
-# The mall's, in the default style. The flat shop's precision is judged by its all-faults run, where two monitors
-# (binlog and CDC) must explain every finding, and the other styles' by their runs with faults: each clean run
-# costs some 26 s of a make test that must stay under 15 minutes.
-def test_clean_run_gives_zero_findings(tmp_path, shape="mall"):
-    truth, result = scored_run(tmp_path, shape, seed=12, orders=500, rate=100, faults="none")
+def test_a_clean_run_gives_zero_findings_from_the_binlog_and_from_debezium(cdc_connector, tmp_path):
+    truth, results = scored_both_ways(tmp_path, seed=12, orders=300, rate=100, faults="none")
     assert list(truth.faults) == []
-    assert result.unexplained == []
+    assert {mode: r.unexplained for mode, r in results.items()} == {"binlog": [], "cdc": []}
 
 
+# The mall's precision is judged by its all-faults run, where every finding must be explained (a clean run of it
+# costs some 25 s of a make test that must stay under 15 minutes; the flat shop's runs clean both ways above).
 def test_the_mall_every_fault_mode_found_and_nothing_else(tmp_path):
     truth, result = scored_run(tmp_path, "mall", seed=17, orders=FAULT_ORDERS, rate=100, faults="all")
     assert len(result.injected) == 14  # the same modes as the flat shop's default style
