@@ -185,6 +185,7 @@ class CanalAssembler:
         self.seen: OrderedDict[bytes, None] = OrderedDict()  # digests of the last REPLAY_WINDOW messages
         self.unreadable: list[QuarantinedRows] = []
         self.unreadable_records = self.ddl_records = 0
+        self.offsets: Callable[[], dict[str, int]] = dict  # the collector's positions, once the transaction is gone
 
     def topics(self) -> list[str]:
         return self._topics
@@ -204,8 +205,9 @@ class CanalAssembler:
     def replay_notice(self) -> Transaction | None:
         return self._transaction(None, "") if self.replays.grown else None
 
-    def feed(self, topic: str, partition: int, rec: Any, now: float) -> list[Transaction]:
-        key, at = f"{topic}/{partition}", f"{topic}/{partition}@{rec.offset}"
+    def feed(self, topic: str, partition: int, rec: Any, now: float, part: str = "") -> list[Transaction]:
+        key = part or f"{topic}/{partition}"
+        at = f"{key}@{rec.offset}"
         try:
             msg = msgspec.json.decode(rec.value) if rec.value is not None else None
             if not isinstance(msg, dict) or not isinstance(msg.get("isDdl"), bool) or "database" not in msg:
@@ -299,9 +301,10 @@ class CanalAssembler:
         bad, self.unreadable = self.unreadable, []
         if held is None:
             return Transaction(rows=(), position=BinlogPosition(gtid="", file=key), commit_time=0.0,
-                               quarantined=tuple(bad), cdc=CdcDelivery(offsets={}, replays=self.replays.take()))
+                               quarantined=tuple(bad), cdc=CdcDelivery(offsets=self.offsets(),
+                                                                       replays=self.replays.take()))
         rows = tuple(dataclasses.replace(r, txid=held.first, row_index=i) for i, r in enumerate(held.rows))
         return Transaction(rows=rows, position=BinlogPosition(gtid="", file=key, pos=held.first_offset),
                            commit_time=held.es / 1000, quarantined=tuple(bad), schema_changes=tuple(held.changes),
-                           cdc=CdcDelivery(offsets={}, txid=held.first, records=held.messages,
+                           cdc=CdcDelivery(offsets=self.offsets(), txid=held.first, records=held.messages,
                                            first_record=held.first, replays=self.replays.take()))

@@ -27,9 +27,9 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -48,9 +48,9 @@ GRACE_SECONDS = 30.0
 TOPICS_EVERY_SECONDS = 1.0
 
 
-@dataclass(frozen=True)
-class DataRecord:
-    """One Debezium data record of a watched table, read: its row, or why it could not be."""
+class DataRecord(NamedTuple):
+    """One Debezium data record of a watched table, read: its row, or why it could not be (a NamedTuple: one is
+    made per record read, the hot path of CDC mode)."""
 
     topic: str
     partition: int
@@ -69,57 +69,105 @@ class DataRecord:
     key_changed: str | None = None  # NEW_KEY on the delete of a primary-key change, OLD_KEY on its insert
     undecodable: str | None = None
     snapshot_last: bool = False  # the connector's snapshot ends with this record
+    part: str = ""  # "topic/partition"
 
 
 _HEAD, _PAYLOAD = b'{"schema":', b',"payload":'
 _SCHEMAS_KEPT = 256
+_PROBE = 48  # bytes of a schema's end that, with its length, find it in the cache
+
+
+class _Source(msgspec.Struct):
+    db: str = ""
+    table: str = ""
+    file: str = ""
+    pos: int = 0
+    ts_ms: int = 0
+    gtid: str | None = None
+    snapshot: str | bool | None = None  # "true", "last" or "false" (older connectors: a boolean)
+
+
+class _Block(msgspec.Struct):
+    id: str = ""
+    total_order: int = 0
+
+
+class _Envelope(msgspec.Struct):
+    """A change event's payload, the parts oncewatch reads (msgspec skips the rest without building it)."""
+
+    op: str
+    source: _Source
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    transaction: _Block | None = None
+
+
+_ENVELOPE = msgspec.json.Decoder(_Envelope)
 
 
 class _Schemas:
     """What a record's schema says (its columns' decoders, its key's columns), kept by the schema's bytes: a
-    table's records all carry the same few kilobytes of schema, which then need not be parsed again."""
+    table's records all carry the same few kilobytes of schema, which then need not be parsed again.
+
+    A record's schema is found in the cache by its length and its last bytes, then compared in place, byte for
+    byte, with the one kept: neither copied out of the record nor hashed whole (both cost more than the rest of
+    reading the record). A record whose schema differs anywhere is a miss, and its own schema is parsed."""
 
     def __init__(self) -> None:
-        self._values: dict[bytes, dict[str, Any] | Undecodable] = {}
-        self._keys: dict[bytes, list[str]] = {}
+        self._values: dict[tuple[int, bytes], tuple[bytes, dict[str, Any] | Undecodable]] = {}
+        self._keys: dict[tuple[int, bytes], tuple[bytes, list[str]]] = {}
+        self._others: dict[tuple[int, bytes], tuple[bytes, None]] = {}  # schemas only skipped (the transaction topic)
+        self._last: dict[int, tuple[bytes, Any]] = {}  # per cache, the schema found last: the next record's, mostly
 
     @staticmethod
-    def _split(data: bytes) -> tuple[bytes, bytes] | None:
-        """The JsonConverter's {"schema":...,"payload":...} as its two texts, or None for another layout."""
+    def _payload_at(data: bytes) -> int:
+        """Where the JsonConverter's {"schema":...,"payload":...} has its payload; -1 for another layout."""
         at = data.find(_PAYLOAD)
-        if not data.startswith(_HEAD) or at < 0 or not data.endswith(b"}"):
-            return None
-        return data[len(_HEAD):at], data[at + len(_PAYLOAD):-1]
+        return at if at > 0 and data.startswith(_HEAD) and data.endswith(b"}") else -1
 
-    def value(self, data: bytes) -> tuple[dict[str, Any], dict[str, Any] | Undecodable]:
+    def _cached(self, cache: dict[tuple[int, bytes], tuple[bytes, Any]], data: bytes,
+                parse: Callable[[Any], Any]) -> tuple[int, Any]:
+        """(where the payload is, what `parse` made of the schema), or (-1, None) for another layout."""
+        last = self._last.get(id(cache))
+        if last is not None:  # the record has the last one's schema, followed by its payload
+            at = len(_HEAD) + len(last[0])
+            if data.startswith(last[0], len(_HEAD)) and data.startswith(_PAYLOAD, at) and data.startswith(_HEAD):
+                return at, last[1]
+        at = self._payload_at(data)
+        if at < 0:
+            return -1, None
+        probe = (at, data[max(len(_HEAD), at - _PROBE):at])
+        hit = cache.get(probe)
+        if hit is None or at - len(_HEAD) != len(hit[0]) or not data.startswith(hit[0], len(_HEAD)):
+            if len(cache) >= _SCHEMAS_KEPT:
+                cache.clear()
+            schema = data[len(_HEAD):at]
+            hit = cache[probe] = (schema, parse(msgspec.json.decode(schema)))
+        self._last[id(cache)] = hit
+        return at, hit[1]
+
+    def value(self, data: bytes) -> tuple[_Envelope, dict[str, Any] | Undecodable]:
         """(payload, decoders by column or why there are none)."""
-        parts = self._split(data)
-        if parts is None:
+        at, decoders = self._cached(self._values, data, self._decoders)
+        if at < 0 or not data.endswith(b"}"):
             doc = msgspec.json.decode(data)
             if isinstance(doc, dict) and "op" in doc and "payload" not in doc:
                 raise Undecodable("the record carries no schema: the connector's JsonConverter needs "
                                   "schemas.enable=true for oncewatch to read its columns exactly")
-            return doc["payload"], self._decoders(doc.get("schema"))
-        schema, payload = parts
-        decoders = self._values.get(schema)
-        if decoders is None:
-            if len(self._values) >= _SCHEMAS_KEPT:
-                self._values.clear()
-            decoders = self._values[schema] = self._decoders(msgspec.json.decode(schema))
-        return msgspec.json.decode(payload), decoders
+            return msgspec.convert(doc["payload"], _Envelope), self._decoders(doc.get("schema"))
+        return _ENVELOPE.decode(memoryview(data)[at + len(_PAYLOAD):-1]), decoders
+
+    def payload(self, data: bytes) -> Any:
+        """A record's payload, its schema skipped."""
+        at, _ = self._cached(self._others, data, lambda schema: None)
+        return (msgspec.json.decode(memoryview(data)[at + len(_PAYLOAD):-1]) if at >= 0 and data.endswith(b"}")
+                else msgspec.json.decode(data)["payload"])
 
     def key(self, data: bytes | None) -> list[str]:
         if data is None:
             return []
-        parts = self._split(data)
-        if parts is None:
-            return key_columns(msgspec.json.decode(data).get("schema"))
-        columns = self._keys.get(parts[0])
-        if columns is None:
-            if len(self._keys) >= _SCHEMAS_KEPT:
-                self._keys.clear()
-            columns = self._keys[parts[0]] = key_columns(msgspec.json.decode(parts[0]))
-        return columns
+        at, columns = self._cached(self._keys, data, key_columns)
+        return key_columns(msgspec.json.decode(data).get("schema")) if at < 0 else columns
 
     @staticmethod
     def _decoders(schema: Any) -> dict[str, Any] | Undecodable:
@@ -130,38 +178,40 @@ class _Schemas:
 
 
 def read_record(topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
-                headers: Sequence[tuple[str, bytes | None]], schemas: _Schemas | None = None) -> DataRecord | None:
-    """A data record as a DataRecord; None for a tombstone. A record not in Debezium's shape is Undecodable."""
+                headers: Sequence[tuple[str, bytes | None]], schemas: _Schemas | None = None,
+                part: str = "") -> DataRecord | None:
+    """A data record as a DataRecord; None for a tombstone. A record not in Debezium's shape is Undecodable.
+    `part`: its "topic/partition", where the caller has it made already."""
     if value is None:
         return None
     schemas = schemas or _Schemas()
+    part = part or f"{topic}/{partition}"
     try:
         payload, decoders = schemas.value(value)
-        source, op = payload["source"], payload["op"]
-        tx = payload.get("transaction") or {}
-    except (msgspec.DecodeError, KeyError, TypeError, AttributeError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, KeyError, TypeError, AttributeError) as exc:
         raise Undecodable(f"not a Debezium change event with its schema ({type(exc).__name__}: {exc})") from None
-    txid = tx.get("id") or source.get("gtid") or ""
-    names = {h for h, _ in headers}
-    base = dict(topic=topic, partition=partition, offset=offset, txid=txid, order=int(tx.get("total_order") or 0),
-                op=op, db=source.get("db") or "", table=source.get("table") or "", file=source.get("file") or "",
-                pos=int(source.get("pos") or 0), header_time=(source.get("ts_ms") or 0) / 1000,
-                key_changed=NEW_KEY if NEW_KEY in names else OLD_KEY if OLD_KEY in names else None,
-                snapshot_last=op == "r" and source.get("snapshot") == "last")
+    source, op, tx = payload.source, payload.op, payload.transaction
+    txid = (tx.id if tx is not None else "") or source.gtid or ""
+    key_changed = None
+    for name, _ in headers:  # almost always none: only a primary-key change is marked
+        if name in (NEW_KEY, OLD_KEY):
+            key_changed = name
+    base = (topic, partition, offset, txid, tx.total_order if tx is not None else 0, op, source.db, source.table)
+    where = (source.file, source.pos, source.ts_ms / 1000, key_changed)
+    last = op == "r" and source.snapshot == "last"
     if op == "t":
-        return DataRecord(pk=(), before=None, after=None, **base)
+        return DataRecord(*base, (), None, None, *where, None, last, part)
     try:
         if isinstance(decoders, Undecodable):
             raise decoders
-        before, after = image(payload.get("before"), decoders), image(payload.get("after"), decoders)
+        before, after = image(payload.before, decoders), image(payload.after, decoders)
         columns = schemas.key(key)
     except Undecodable as exc:
-        return DataRecord(pk=(), before=None, after=None, undecodable=str(exc), **base)
+        return DataRecord(*base, (), None, None, *where, str(exc), last, part)
     except (msgspec.DecodeError, AttributeError) as exc:
-        return DataRecord(pk=(), before=None, after=None, undecodable=f"the record key is not Debezium's ({exc})",
-                          **base)
+        return DataRecord(*base, (), None, None, *where, f"the record key is not Debezium's ({exc})", last, part)
     row = after if after is not None else before or {}
-    return DataRecord(pk=tuple(row.get(c) for c in columns), before=before, after=after, **base)
+    return DataRecord(*base, tuple(row.get(c) for c in columns), before, after, *where, None, last, part)
 
 
 class ReplayRuns:
@@ -208,6 +258,7 @@ class Assembler:
         self.cfg = cfg
         self.grace = grace_seconds
         self.prefix = prefix
+        self.transaction_topic = f"{prefix}.transaction"
         self.schemas = _Schemas()
         self.unreadable_records = 0  # data records not in Debezium's shape: logged, counted, quarantined
         self.done = gtid_set(start_gtid)
@@ -219,6 +270,9 @@ class Assembler:
         self.replays = ReplayRuns()
         self.pending: dict[str, OrderedDict[int, None]] = {}  # per partition, offsets of records held in `open`
         self.unreadable: list[QuarantinedRows] = []  # records not in Debezium's shape: with the next transaction
+        self._commit_time_columns: dict[Any, Any] = {}  # (schema, table) -> its [mysql.commit_time_columns] entry
+        # where the topics are read on from after the transaction being handed on (the collector's positions)
+        self.offsets: Callable[[], dict[str, int]] = dict
 
     def topics(self) -> list[str]:
         return [f"{self.prefix}.transaction"] + [f"{self.prefix}.{e}" for e in self.cfg.tables]
@@ -229,14 +283,15 @@ class Assembler:
                 "late_records": self.late, "unreadable_records": self.unreadable_records,
                 "open_transactions": len(self.open)}
 
-    def feed(self, topic: str, partition: int, rec: Any, now: float) -> list[Transaction]:
-        """One Kafka record of the topics (kafka-python's ConsumerRecord): what it lets go on at once."""
-        if topic == f"{self.prefix}.transaction":
+    def feed(self, topic: str, partition: int, rec: Any, now: float, part: str = "") -> list[Transaction]:
+        """One Kafka record of the topics (kafka-python's ConsumerRecord): what it lets go on at once; `part`: its
+        "topic/partition", where the caller has it made already."""
+        if topic == self.transaction_topic:
             if rec.value is not None:
-                self.on_transaction(msgspec.json.decode(rec.value)["payload"], now)
+                self.on_transaction(self.schemas.payload(rec.value), now)
             return []
         try:
-            record = read_record(topic, partition, rec.offset, rec.key, rec.value, rec.headers, self.schemas)
+            record = read_record(topic, partition, rec.offset, rec.key, rec.value, rec.headers, self.schemas, part)
         except Undecodable as exc:
             self.unreadable_records += 1
             log.error("a CDC record is not a Debezium change event with its schema; kept in quarantine",
@@ -256,11 +311,13 @@ class Assembler:
     @staticmethod
     def _gtid(txid: str) -> tuple[int, int, int] | None:
         """(domain, server, sequence) of a MariaDB GTID; None for anything else (a snapshot's name)."""
+        parts = txid.split("-")
+        if len(parts) != 3:
+            return None
         try:
-            domain, server, seq = (int(x) for x in txid.split("-"))
+            return int(parts[0]), int(parts[1]), int(parts[2])
         except ValueError:
             return None
-        return domain, server, seq
 
     def _seen(self, txid: str) -> bool:
         gtid = self._gtid(txid)
@@ -301,7 +358,7 @@ class Assembler:
                                                     "at": f"{record.topic}/{record.partition}@{record.offset}"})
             yield self._transaction(record.txid, [record])
         elif self._seen(record.txid):
-            self.replays.replayed(f"{record.topic}/{record.partition}", record.offset, record.txid)
+            self.replays.replayed(record.part, record.offset, record.txid)
         else:
             self.open[record.txid] = _Open(records=[record])
             self._hold(record)
@@ -327,7 +384,7 @@ class Assembler:
             self.ends.popleft()
             del self.open[txid]
             for r in tx.records:
-                self.pending[f"{r.topic}/{r.partition}"].pop(r.offset, None)
+                self.pending[r.part].pop(r.offset, None)
             self._advance(txid)
             yield self._transaction(txid, sorted(tx.records, key=lambda r: r.order), expected=tx.expected)
 
@@ -338,8 +395,8 @@ class Assembler:
     def _hold(self, record: DataRecord) -> None:
         # records come in offset order per partition, so each partition's first is its oldest; a record not
         # replayed ends its partition's run of replays
-        self.replays.ended(f"{record.topic}/{record.partition}")
-        self.pending.setdefault(f"{record.topic}/{record.partition}", OrderedDict())[record.offset] = None
+        self.replays.ended(record.part)
+        self.pending.setdefault(record.part, OrderedDict())[record.offset] = None
 
     def _advance(self, txid: str) -> None:
         gtid = self._gtid(txid)
@@ -354,9 +411,10 @@ class Assembler:
         merged = _merge_key_changes(records)
         last = records[-1] if records else None
         header = max((r.header_time for r in records), default=0.0)
-        entry = self.cfg.watched.entry
+        columns_of = self._commit_time_columns
         for r in merged:
-            table = f"{r.db}.{r.table}"
+            if r.undecodable is not None or r.op == "t":
+                table = f"{r.db}.{r.table}"
             if r.undecodable is not None:
                 # kept by the record's Kafka coordinates: the rows of one binlog event share its position
                 bad.append(QuarantinedRows(txid=txid, binlog_file=f"{r.topic}/{r.partition}", event_pos=r.offset,
@@ -368,19 +426,22 @@ class Assembler:
                 changes.append(SchemaChange(table=table, kind="truncate", statement=f"TRUNCATE {table} (from CDC)",
                                             columns={}, txid=txid, binlog_file=r.file, pos=r.pos))
                 continue
-            when, clock = commit_time(r.after if r.after is not None else r.before or {},
-                                      self.cfg.commit_time_columns.get(entry(r.db, r.table)), r.header_time,
+            columns = columns_of.get((r.db, r.table), columns_of)
+            if columns is columns_of:
+                columns = columns_of[(r.db, r.table)] = self.cfg.commit_time_columns.get(
+                    self.cfg.watched.entry(r.db, r.table))
+            when, clock = commit_time(r.after if r.after is not None else r.before or {}, columns, r.header_time,
                                       CLOCK_BINLOG_HEADER)
-            rows.append(RowChange(
-                schema=r.db, table=r.table, op=OPS[r.op], pk=r.pk, before=r.before if r.op in ("u", "d") else None,
-                after=r.after if r.op != "d" else None, txid=txid,
-                row_index=r.offset if r.op == "r" else len(rows), binlog_file=r.file,
-                end_pos=r.pos, commit_time=when, commit_clock=clock, snapshot=r.op == "r"))
+            op = r.op  # RowChange's fields in order (positional: one is made per row)
+            rows.append(RowChange(r.db, r.table, OPS[op], r.pk, r.before if op == "u" or op == "d" else None,
+                                  r.after if op != "d" else None, txid, r.offset if op == "r" else len(rows), r.file,
+                                  r.pos, when, clock, op == "r"))
         position = BinlogPosition(gtid=gtid_text(self.done), file=last.file if last else "",
                                   pos=last.pos if last else 0)
         snapshot = bool(records) and records[0].op == "r"
-        first = min(records, key=lambda r: (r.topic, r.partition, r.offset)) if records else None
-        delivery = CdcDelivery(offsets={}, txid="" if snapshot else txid, expected=expected, records=len(records),
+        first = records[0] if records else None
+        delivery = CdcDelivery(offsets=self.offsets(), txid="" if snapshot else txid, expected=expected,
+                               records=len(records),
                                first_record=f"{first.topic}/{first.partition}@{first.offset}" if first else "",
                                replays=self.replays.take())
         return Transaction(rows=tuple(rows), position=position, commit_time=header, quarantined=tuple(bad),
@@ -396,7 +457,7 @@ def _merge_key_changes(records: list[DataRecord]) -> list[DataRecord]:
         prev = out[-1] if out else None
         if (r.key_changed == OLD_KEY and r.op == "c" and prev is not None and prev.key_changed == NEW_KEY
                 and prev.op == "d" and (prev.db, prev.table) == (r.db, r.table)):
-            out[-1] = dataclasses.replace(prev, op="u", after=r.after, pk=r.pk, key_changed=None)
+            out[-1] = prev._replace(op="u", after=r.after, pk=r.pk, key_changed=None)
             continue
         out.append(r)
     return out
@@ -424,6 +485,7 @@ class CdcCollector:
             CanalAssembler(cfg, cdc.topics, cdc.transaction_grace_seconds, cdc.time_zone) if cdc.format == "canal"
             else Assembler(cfg, start_gtid, cdc.transaction_grace_seconds, cdc.topic_prefix))
         self.next: dict[str, int] = dict(positions or {})  # per "topic/partition": the next offset to read
+        self.assembler.offsets = self.positions
         self.status = CollectorStatus(last_position=BinlogPosition(gtid=start_gtid) if start_gtid else None)
         self.caught_up = False  # every partition read to its end and no transaction waiting for records
         self._stop = threading.Event()
@@ -474,10 +536,13 @@ class CdcCollector:
                     self.status.connected, self.status.disconnected_since, self.status.last_error = True, None, None
                 handed: list[Transaction] = []
                 for tp, records in batches.items():
+                    key, topic, partition, feed = f"{tp.topic}/{tp.partition}", tp.topic, tp.partition, a.feed
+                    self.status.events_read += len(records)
                     for rec in records:
-                        self.next[f"{tp.topic}/{tp.partition}"] = rec.offset + 1
-                        self.status.events_read += 1
-                        handed += a.feed(tp.topic, tp.partition, rec, now)
+                        self.next[key] = rec.offset + 1  # before feed: what it hands on is stored with it
+                        out = feed(topic, partition, rec, now, key)
+                        if out:
+                            handed += out
                 handed += a.ready(now)
                 notice = None if handed else a.replay_notice()
                 handed += [notice] if notice is not None else []
@@ -494,7 +559,7 @@ class CdcCollector:
         s.seconds_behind = max(0.0, now - tx.commit_time) if tx.commit_time else s.seconds_behind
         s.rows_read += len(tx.rows)
         s.transactions_read += tx.complete
-        return dataclasses.replace(tx, cdc=dataclasses.replace(tx.cdc or CdcDelivery({}), offsets=self.positions()))
+        return tx if tx.cdc is not None else dataclasses.replace(tx, cdc=CdcDelivery(self.positions()))
 
     def _disconnected(self, exc: BaseException) -> None:
         if self.status.connected or self.status.disconnected_since is None:

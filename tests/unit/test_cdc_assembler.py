@@ -3,7 +3,6 @@ in commit order."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 from decimal import Decimal
@@ -21,7 +20,8 @@ def record(txid: str, order: int, op: str = "c", table: str = "orders", offset: 
     row = {"order_no": f"O{order}", "status": "pending"}
     base = dict(topic=f"cdc.shop.{table}", partition=0, offset=offset, txid=txid, order=order, op=op, db="shop",
                 table=table, pk=(row["order_no"],), before=row if op in ("u", "d") else None,
-                after=row if op in ("c", "u", "r") else None, file="binlog.000001", pos=100 + order, header_time=1.0)
+                after=row if op in ("c", "u", "r") else None, file="binlog.000001", pos=100 + order, header_time=1.0,
+                part=f"cdc.shop.{table}/0")
     return DataRecord(**{**base, **kw})
 
 
@@ -75,8 +75,8 @@ def test_a_replay_after_a_restart_is_skipped_and_counted():
 def test_a_primary_key_change_is_one_update_and_tombstones_take_no_place():
     a = Assembler(CFG)
     gone = record("0-1-1", 1, op="d", key_changed=NEW_KEY)
-    came = dataclasses.replace(record("0-1-1", 2, op="c", key_changed=OLD_KEY), pk=("O9",),
-                               after={"order_no": "O9", "status": "pending"})
+    came = record("0-1-1", 2, op="c", key_changed=OLD_KEY)._replace(pk=("O9",),
+                                                                    after={"order_no": "O9", "status": "pending"})
     (tx,) = feed(a, begin("0-1-1"), end("0-1-1", orders=2), gone, came)
     (row,) = tx.rows
     assert (row.op, row.pk, row.before["order_no"], row.after["order_no"]) == ("update", ("O9",), "O1", "O9")

@@ -3,7 +3,6 @@ the engine: F13 lost, F14 phantom, F15 replay, F16 incomplete, and the lag."""
 
 from __future__ import annotations
 
-import dataclasses
 
 from oncewatch.checks.engine import Engine
 from oncewatch.checks.settings import Settings
@@ -47,7 +46,7 @@ def copies(a: Assembler, seq: int, *orders: int, t: float, offset: int = 0, drop
     """The CDC topics' copy of 0-1-seq through the assembler: BEGIN, END counting every row, the records (less
     those of the orders in `drop`), one after the other from `offset`."""
     txid = f"0-1-{seq}"
-    records = [dataclasses.replace(record(txid, o, offset=offset + i), header_time=t)
+    records = [record(txid, o, offset=offset + i)._replace(header_time=t)
                for i, o in enumerate(orders) if o not in drop]
     return feed(a, begin(txid), end(txid, orders=len(orders)), *records, now=t)
 
