@@ -105,6 +105,22 @@ class _Envelope(msgspec.Struct):
 _ENVELOPE = msgspec.json.Decoder(_Envelope)
 
 
+class _Collection(msgspec.Struct):
+    data_collection: str = ""
+    event_count: int | None = 0
+
+
+class _Marker(msgspec.Struct):
+    """A transaction topic's BEGIN or END, the parts oncewatch reads."""
+
+    status: str = ""
+    id: str = ""
+    data_collections: list[_Collection] | None = None
+
+
+_MARKER = msgspec.json.Decoder(_Marker)
+
+
 class _Schemas:
     """What a record's schema says (its columns' decoders, its key's columns), kept by the schema's bytes: a
     table's records all carry the same few kilobytes of schema, which then need not be parsed again.
@@ -157,11 +173,12 @@ class _Schemas:
             return msgspec.convert(doc["payload"], _Envelope), self._decoders(doc.get("schema"))
         return _ENVELOPE.decode(memoryview(data)[at + len(_PAYLOAD):-1]), decoders
 
-    def payload(self, data: bytes) -> Any:
-        """A record's payload, its schema skipped."""
+    def marker(self, data: bytes) -> _Marker:
+        """A transaction topic record's payload, its schema skipped."""
         at, _ = self._cached(self._others, data, lambda schema: None)
-        return (msgspec.json.decode(memoryview(data)[at + len(_PAYLOAD):-1]) if at >= 0 and data.endswith(b"}")
-                else msgspec.json.decode(data)["payload"])
+        if at >= 0 and data.endswith(b"}"):
+            return _MARKER.decode(memoryview(data)[at + len(_PAYLOAD):-1])
+        return msgspec.convert(msgspec.json.decode(data)["payload"], _Marker)
 
     def key(self, data: bytes | None) -> list[str]:
         if data is None:
@@ -196,22 +213,28 @@ def read_record(topic: str, partition: int, offset: int, key: bytes | None, valu
     for name, _ in headers:  # almost always none: only a primary-key change is marked
         if name in (NEW_KEY, OLD_KEY):
             key_changed = name
-    base = (topic, partition, offset, txid, tx.total_order if tx is not None else 0, op, source.db, source.table)
-    where = (source.file, source.pos, source.ts_ms / 1000, key_changed)
+    order = tx.total_order if tx is not None else 0
     last = op == "r" and source.snapshot == "last"
-    if op == "t":
-        return DataRecord(*base, (), None, None, *where, None, last, part)
-    try:
-        if isinstance(decoders, Undecodable):
-            raise decoders
-        before, after = image(payload.before, decoders), image(payload.after, decoders)
-        columns = schemas.key(key)
-    except Undecodable as exc:
-        return DataRecord(*base, (), None, None, *where, str(exc), last, part)
-    except (msgspec.DecodeError, AttributeError) as exc:
-        return DataRecord(*base, (), None, None, *where, f"the record key is not Debezium's ({exc})", last, part)
-    row = after if after is not None else before or {}
-    return DataRecord(*base, tuple(row.get(c) for c in columns), before, after, *where, None, last, part)
+    undecodable = None
+    pk: tuple[Any, ...] = ()
+    before = after = None
+    if op != "t":
+        try:
+            if isinstance(decoders, Undecodable):
+                raise decoders
+            before = None if payload.before is None else image(payload.before, decoders)
+            after = None if payload.after is None else image(payload.after, decoders)
+            columns = schemas.key(key)
+            row = after if after is not None else before or {}
+            pk = tuple(row.get(c) for c in columns)
+        except Undecodable as exc:
+            before = after = None
+            undecodable = str(exc)
+        except (msgspec.DecodeError, AttributeError) as exc:
+            before = after = None
+            undecodable = f"the record key is not Debezium's ({exc})"
+    return DataRecord(topic, partition, offset, txid, order, op, source.db, source.table, pk, before, after,
+                      source.file, source.pos, source.ts_ms / 1000, key_changed, undecodable, last, part)
 
 
 class ReplayRuns:
@@ -262,6 +285,7 @@ class Assembler:
         self.schemas = _Schemas()
         self.unreadable_records = 0  # data records not in Debezium's shape: logged, counted, quarantined
         self.done = gtid_set(start_gtid)
+        self.done_text = gtid_text(self.done)  # kept with `done`: every transaction's position carries it
         self.open: dict[str, _Open] = {}
         self.ends: deque[str] = deque()  # transactions over (an END, or the next one's BEGIN), in commit order
         self.begun: str | None = None  # the newest BEGIN's transaction while its END has not come
@@ -271,6 +295,7 @@ class Assembler:
         self.pending: dict[str, OrderedDict[int, None]] = {}  # per partition, offsets of records held in `open`
         self.unreadable: list[QuarantinedRows] = []  # records not in Debezium's shape: with the next transaction
         self._commit_time_columns: dict[Any, Any] = {}  # (schema, table) -> its [mysql.commit_time_columns] entry
+        self._watched: dict[str, bool] = {}  # "schema.table" of an END's data collection -> watched or not
         # where the topics are read on from after the transaction being handed on (the collector's positions)
         self.offsets: Callable[[], dict[str, int]] = dict
 
@@ -286,13 +311,13 @@ class Assembler:
     def feed(self, topic: str, partition: int, rec: Any, now: float, part: str = "") -> list[Transaction]:
         """One Kafka record of the topics (kafka-python's ConsumerRecord): what it lets go on at once; `part`: its
         "topic/partition", where the caller has it made already."""
-        if topic == self.transaction_topic:
-            if rec.value is not None:
-                self.on_transaction(self.schemas.payload(rec.value), now)
-            return []
         try:
+            if topic == self.transaction_topic:
+                if rec.value is not None:
+                    self.on_transaction(self.schemas.marker(rec.value), now)
+                return []
             record = read_record(topic, partition, rec.offset, rec.key, rec.value, rec.headers, self.schemas, part)
-        except Undecodable as exc:
+        except (Undecodable, msgspec.DecodeError, msgspec.ValidationError, KeyError, TypeError) as exc:
             self.unreadable_records += 1
             log.error("a CDC record is not a Debezium change event with its schema; kept in quarantine",
                       extra={"event": "cdc_record_unreadable", "topic": topic, "partition": partition,
@@ -323,20 +348,28 @@ class Assembler:
         gtid = self._gtid(txid)
         return gtid is not None and gtid[0] in self.done and gtid[2] <= self.done[gtid[0]][1]
 
-    def on_transaction(self, payload: dict[str, Any], now: float) -> None:
-        txid = payload.get("id", "")
-        if payload.get("status") == "BEGIN":
+    def on_transaction(self, payload: dict[str, Any] | _Marker, now: float) -> None:
+        """A BEGIN or END of the transaction topic (its payload as read, or as a dict)."""
+        marker = payload if isinstance(payload, _Marker) else msgspec.convert(payload, _Marker)
+        txid = marker.id
+        if marker.status == "BEGIN":
             if self.begun is not None:  # DDL, a TRUNCATE, or one no captured table took part in
                 self._over(self.begun, None, now)
             self.begun = None if self._seen(txid) else txid
             return
-        if payload.get("status") != "END" or self._seen(txid):
+        if marker.status != "END" or self._seen(txid):
             return
         if txid == self.begun:
             self.begun = None
-        watched = self.cfg.watched.qualified
-        self._over(txid, sum(int(c.get("event_count") or 0) for c in payload.get("data_collections") or []
-                             if watched(c.get("data_collection", "")) is not None), now)
+        watched = self._watched
+        expected = 0
+        for c in marker.data_collections or ():
+            name = c.data_collection
+            is_watched = watched.get(name)
+            if is_watched is None:
+                is_watched = watched[name] = self.cfg.watched.qualified(name) is not None
+            expected += (c.event_count or 0) if is_watched else 0
+        self._over(txid, expected, now)
 
     def _over(self, txid: str, expected: int | None, now: float) -> None:
         tx = self.open.setdefault(txid, _Open())
@@ -402,15 +435,18 @@ class Assembler:
         gtid = self._gtid(txid)
         if gtid is not None and not self._seen(txid):  # not a MariaDB GTID: nothing to resume by
             self.done[gtid[0]] = gtid[1:]
+            self.done_text = gtid_text(self.done)
 
     def _transaction(self, txid: str, records: list[DataRecord], snapshot_last: bool = False,
                      expected: int | None = None) -> Transaction:
         rows: list[RowChange] = []
         bad, self.unreadable = self.unreadable, []
         changes: list[SchemaChange] = []
-        merged = _merge_key_changes(records)
+        merged = _merge_key_changes(records) if any(r.key_changed for r in records) else records
         last = records[-1] if records else None
-        header = max((r.header_time for r in records), default=0.0)
+        header = 0.0
+        for r in records:
+            header = r.header_time if r.header_time > header else header
         columns_of = self._commit_time_columns
         for r in merged:
             if r.undecodable is not None or r.op == "t":
@@ -436,7 +472,7 @@ class Assembler:
             rows.append(RowChange(r.db, r.table, OPS[op], r.pk, r.before if op == "u" or op == "d" else None,
                                   r.after if op != "d" else None, txid, r.offset if op == "r" else len(rows), r.file,
                                   r.pos, when, clock, op == "r"))
-        position = BinlogPosition(gtid=gtid_text(self.done), file=last.file if last else "",
+        position = BinlogPosition(gtid=self.done_text, file=last.file if last else "",
                                   pos=last.pos if last else 0)
         snapshot = bool(records) and records[0].op == "r"
         first = records[0] if records else None

@@ -218,7 +218,8 @@ class Monitor:
                 if now >= next_prune:
                     next_prune = now if self.writer.prune(now) else now + PRUNE_SECONDS
                 for reader in self.readers.values():
-                    reader.restart_if_due(now)
+                    if reader.restart_if_due(now):  # what it reads now is new: --until-idle waits for it
+                        self.progress.last_change_at = now
                 if now - last_health >= HEALTH_SECONDS or failures:
                     self.health.write(with_series=now - last_series >= SERIES_SECONDS)
                     last_series = now if now - last_series >= SERIES_SECONDS else last_series
@@ -243,9 +244,11 @@ class Monitor:
                 "event": "binlog_tail_start", "gtid": self.progress.binlog.gtid})
 
     def _idle_for(self, seconds: float, now: float) -> bool:
+        """Nothing new for `seconds`, everything read applied, and every reader running: one waiting out its
+        restart backoff has not read what is left for it (an audit that ended then would miss it)."""
         p = self.progress
         return (now - p.last_change_at >= seconds and self.queue.empty()
-                and p.binlog_caught_up and p.kafka_caught_up)
+                and p.binlog_caught_up and p.kafka_caught_up and all(r.running for r in self.readers.values()))
 
 
 __all__ = ["Monitor", "tune_gc"]

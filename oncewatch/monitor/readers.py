@@ -317,12 +317,14 @@ class Reader:
             "event": "reader_restart_scheduled", "reader": self.name, "in_seconds": self.restart_at - failure.at,
             "failures_in_window": len(self._recent)})
 
-    def restart_if_due(self, now: float) -> None:
+    def restart_if_due(self, now: float) -> bool:
+        """True when it restarted the reader now."""
         if self.restart_at is None or now < self.restart_at:
-            return
+            return False
         self.join(timeout=10)
         self.start()
         log.info("reader restarted", extra={"event": "reader_restarted", "reader": self.name})
+        return True
 
     def health(self) -> dict[str, Any]:
         """The reader's side of the collector's health row."""

@@ -2,21 +2,28 @@
 
 A seeded run with every fault mode on, then `oncewatch run --until-idle`: every injected fault
 found (recall 100% per mode) and every finding explained by a fault (precision 100%), both by a
-monitor tailing the binlog and by one reading the same changes from Debezium's topics (CDC mode), with
-each announcement style (each style brings the faults it can produce); runs with no faults give no
-findings at all, both ways. And all of it again on a shop of the other shape, the
-mall of examples/mall.toml: a callback log table, orders and payments sharded across two
-schemas, events in envelopes with their own ids and times, amounts in cents.
+monitor tailing the binlog and by one reading the same changes from Debezium's topics (CDC mode,
+SIGKILLed on its way in one of the runs), with each announcement style (each style brings the
+faults it can produce); runs with no faults give no findings at all, both ways. And all of it
+again on a shop of the other shape, the mall of examples/mall.toml: a callback log table, orders
+and payments sharded across two schemas, events in envelopes with their own ids and times,
+amounts in cents.
 """
 
 from __future__ import annotations
 
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from devservices.kafka_connect import CDC_SCHEMA
-from devservices.shop_monitor import SHORT_RULES, findings, run_until_idle, shop_config, shop_settings
+from devservices.shop_monitor import ROOT, SHORT_RULES, findings, run_until_idle, shop_config, shop_settings
 from oncewatch import shop
 from oncewatch.shop.settings import STYLE_IN_TRANSACTION, STYLE_OUTBOX
 from oncewatch.store import Store
@@ -46,10 +53,23 @@ def scored_run(tmp_path, shape="shop", **settings):
     return truth, result
 
 
-def scored_both_ways(tmp_path, **settings) -> tuple[shop.GroundTruth, dict[str, Score]]:
+def killed_then_idle(config, kills: int, seed: int) -> None:
+    """`oncewatch run` SIGKILLed `kills` times at random moments of its catching up, then run until idle."""
+    rng = random.Random(seed)
+    for _ in range(kills):
+        monitor = subprocess.Popen([sys.executable, "-m", "oncewatch.cli", "run", "--config", str(config)], cwd=ROOT,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(1.0, 2.5))
+        os.kill(monitor.pid, signal.SIGKILL)
+        monitor.wait()
+    run_until_idle(config, idle=IDLE)
+
+
+def scored_both_ways(tmp_path, kills: int = 0, **settings) -> tuple[shop.GroundTruth, dict[str, Score]]:
     """One run of the shop in the schema the dev connector captures, read by two monitors side by side: one
-    tailing the binlog, one in CDC mode reading Debezium's topics (issue 15). Their findings are the same (ids,
-    severities, what they say), and the CDC source lost and could not read nothing."""
+    tailing the binlog, one in CDC mode reading Debezium's topics (issue 15), that one SIGKILLed `kills` times
+    while it catches up. Their findings are the same (ids, severities, what they say), and the CDC source lost
+    and could not read nothing."""
     folders = {mode: tmp_path / mode for mode in ("binlog", "cdc")}
     for folder in folders.values():
         folder.mkdir()
@@ -60,7 +80,10 @@ def scored_both_ways(tmp_path, **settings) -> tuple[shop.GroundTruth, dict[str, 
     truth = shop.run(shop_settings(topic, schema=CDC_SCHEMA, **settings))
     assert not truth.incidents, truth.incidents
     with ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda config: run_until_idle(config, idle=IDLE), configs.values()))
+        done = [pool.submit(run_until_idle, configs["binlog"], idle=IDLE),
+                pool.submit(killed_then_idle, configs["cdc"], kills, settings.get("seed", 0))]
+        for future in done:
+            future.result()
     found = {mode: findings(config) for mode, config in configs.items()}
     results = {mode: score(truth, found[mode]) for mode in configs}
     for mode, result in results.items():
@@ -78,7 +101,8 @@ def scored_both_ways(tmp_path, **settings) -> tuple[shop.GroundTruth, dict[str, 
 
 
 def test_every_fault_mode_found_and_nothing_else_from_the_binlog_and_from_debezium(cdc_connector, tmp_path):
-    _, results = scored_both_ways(tmp_path, seed=11, orders=FAULT_ORDERS, rate=100, faults="all")
+    """The CDC monitor is SIGKILLed three times on its way: its findings are still the undisturbed binlog one's."""
+    _, results = scored_both_ways(tmp_path, kills=3, seed=11, orders=FAULT_ORDERS, rate=100, faults="all")
     for mode, result in results.items():
         assert len(result.injected) == 14  # every mode the default style can produce
         assert result.found == result.injected, (mode, result.table())

@@ -153,3 +153,19 @@ def test_what_cannot_be_read_exactly_says_why():
         read_record("t", 0, 0, None, without_schema, [])
     with pytest.raises(Undecodable, match="not a Debezium change event"):
         read_record("t", 0, 0, None, b"[1, 2]", [])
+
+
+def test_records_of_either_topic_not_in_debezium_s_shape_are_quarantined_and_the_stream_goes_on():
+    from collections import namedtuple
+
+    rec = namedtuple("Record", "offset key value headers")
+    a = Assembler(CFG, prefix="cdc")
+    end_wrapped = json.dumps({"schema": {"type": "struct"}, "payload": end("0-1-1", orders=1)}).encode()
+    assert a.feed("cdc.transaction", 0, rec(7, None, b'{"schema":{},"payload":{"status":1}}', []), 0.0) == []
+    assert a.feed("cdc.shop.orders", 0, rec(3, None, b"not json", []), 0.0) == []
+    a.on_transaction(begin("0-1-1"), 0.0)
+    assert a.feed("cdc.transaction", 0, rec(8, None, end_wrapped, []), 0.0) == []
+    (tx,) = feed(a, record("0-1-1", 1))  # the END read through its schema wrapper counts one record
+    assert [(q.binlog_file, q.event_pos, q.reason) for q in tx.quarantined] == [
+        ("cdc.transaction/0", 7, "unparseable"), ("cdc.shop.orders/0", 3, "unparseable")]
+    assert a.counts()["unreadable_records"] == 2
