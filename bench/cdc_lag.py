@@ -43,6 +43,14 @@ def scrape(port: int) -> dict[str, float]:
     return {m[1]: float(m[2]) for m in re.finditer(r"^(oncewatch_cdc_\w+) (\S+)$", text, re.M)}
 
 
+def read_count(port: int) -> float:
+    """Records the CDC reader has read (its topics' history first)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    found = re.search(r'^oncewatch_collector_records_read_total\{collector="cdc"\} (\S+)$', text, re.M)
+    return float(found[1]) if found else 0.0
+
+
 def checking(folder: Path, topic: str, port: int) -> Path:
     """The shop's config in the captured schema, the connector's topics checked against the binlog."""
     config = shop_config(folder, metrics_port=port, topic=topic, schema=kafka_connect.CDC_SCHEMA)
@@ -75,15 +83,16 @@ def main() -> None:
                                    stdout=log, stderr=subprocess.STDOUT)
     samples: list[dict[str, float]] = []
     try:
-        # the topics' history from before the bootstrap is read first (not judged): the traffic starts after it
+        # the topics' history from before the bootstrap is read first (not judged): the traffic starts once the
+        # CDC reader has read all of it (its count of records read stands still)
         before, same = -1.0, 0
-        while same < 4:
+        while same < 6:
             time.sleep(0.5)
             try:
-                now = scrape(port).get("oncewatch_cdc_transactions_before_start_total", -1.0)
+                now = read_count(port)
             except OSError:
                 continue
-            same, before = (same + 1, before) if now == before and now >= 0 else (0, now)
+            same, before = (same + 1, before) if now == before and now > 0 else (0, now)
         selling = threading.Thread(target=shop.run, args=(shop_settings(
             topic, schema=kafka_connect.CDC_SCHEMA, seed=21, duration=args.seconds, rate=args.rate,
             faults="all"),))

@@ -267,6 +267,7 @@ class _Open:
     records: list[DataRecord] = field(default_factory=list)
     expected: int | None = None  # from the END: records of the watched tables; None: no END came
     ended_at: float = 0.0
+    over: bool = False  # its END came, or the next transaction's BEGIN: it is in `ends`
 
 
 class Assembler:
@@ -353,6 +354,8 @@ class Assembler:
         marker = payload if isinstance(payload, _Marker) else msgspec.convert(payload, _Marker)
         txid = marker.id
         if marker.status == "BEGIN":
+            if txid == self.begun:  # written again by a connector restarted inside the transaction
+                return
             if self.begun is not None:  # DDL, a TRUNCATE, or one no captured table took part in
                 self._over(self.begun, None, now)
             self.begun = None if self._seen(txid) else txid
@@ -372,8 +375,13 @@ class Assembler:
         self._over(txid, expected, now)
 
     def _over(self, txid: str, expected: int | None, now: float) -> None:
+        """`txid` is over: in `ends`, once. A marker of it that comes again (its END after the next BEGIN placed
+        it, as the topic's history of connector restarts has it) only gives it the END's count."""
         tx = self.open.setdefault(txid, _Open())
-        tx.expected, tx.ended_at = expected, now
+        if tx.over:
+            tx.expected = expected if expected is not None else tx.expected
+            return
+        tx.expected, tx.ended_at, tx.over = expected, now, True
         self.ends.append(txid)
 
     def on_record(self, record: DataRecord) -> Iterator[Transaction]:

@@ -169,3 +169,13 @@ def test_records_of_either_topic_not_in_debezium_s_shape_are_quarantined_and_the
     assert [(q.binlog_file, q.event_pos, q.reason) for q in tx.quarantined] == [
         ("cdc.transaction/0", 7, "unparseable"), ("cdc.shop.orders/0", 3, "unparseable")]
     assert a.counts()["unreadable_records"] == 2
+
+
+def test_markers_written_again_by_a_restarted_connector_give_each_transaction_once():
+    """The transaction topic's history holds what connector restarts wrote: a BEGIN again inside its transaction,
+    an END after the next transaction's BEGIN. Each transaction is handed on once, with the END's count."""
+    a = Assembler(CFG)
+    out = feed(a, begin("0-1-1"), begin("0-1-1"), record("0-1-1", 1), begin("0-1-2"), end("0-1-1", orders=2),
+               record("0-1-1", 2, offset=1), end("0-1-2", orders=1), record("0-1-2", 1, offset=2))
+    assert [(t.cdc.txid, len(t.rows), t.cdc.expected) for t in out] == [("0-1-1", 2, 2), ("0-1-2", 1, 1)]
+    assert not a.open and not a.ends
