@@ -35,18 +35,11 @@ from typing import Any
 from oncewatch.checks.findings import Findings, finding_id
 from oncewatch.checks.horizon import BINLOG, CDC, Memory
 from oncewatch.core.domain import Rules
+from oncewatch.core.gtids import gtid_set, parse
 from oncewatch.core.names import key_text
 from oncewatch.core.records import CdcDelivery, RowChange, Transaction
 
 FILES_KEPT = 64  # binlog files whose end the position gap remembers
-
-
-def gtid_parts(txid: str) -> tuple[int, int] | None:
-    """(domain, sequence) of a MariaDB GTID "domain-server-sequence"; None for anything else."""
-    parts = txid.split("-")
-    if len(parts) != 3 or not all(p.isdigit() for p in parts):
-        return None
-    return int(parts[0]), int(parts[2])
 
 
 def row_identities(rows: Iterable[RowChange]) -> list[list[Any]]:
@@ -97,7 +90,7 @@ class PipelineChecks:
         m = self.marks
         if tx.snapshot:  # the bootstrap: the binlog is read from its snapshot's position on
             if tx.complete:
-                m["start"] = _gtid_set(tx.position.gtid)
+                m["start"] = {str(d): seq for d, (_, seq) in gtid_set(tx.position.gtid).items()}
             return
         begin = m["end"] if m["end"] and m["end"][0] == tx.position.file else [tx.position.file, 0]
         m["end"] = [tx.position.file, tx.position.pos]
@@ -105,9 +98,9 @@ class PipelineChecks:
         ends[tx.position.file] = tx.position.pos
         if len(ends) > FILES_KEPT:
             del ends[min(ends)]
-        gtid = gtid_parts(tx.position.within_gtid or (tx.rows[0].txid if tx.rows else ""))
+        gtid = parse(tx.position.within_gtid or (tx.rows[0].txid if tx.rows else ""))
         if m["start"] is None and gtid is not None:  # no bootstrap seen: judged from the first transaction on
-            m["start"] = {str(gtid[0]): gtid[1] - 1}
+            m["start"] = {str(gtid[0]): gtid[2] - 1}
         if not tx.rows:
             return
         txid = tx.rows[0].txid
@@ -154,11 +147,11 @@ class PipelineChecks:
         """A transaction the CDC topics delivered, in check mode: lined up with the binlog's."""
         self.on_delivery(tx)
         txid = tx.cdc.txid if tx.cdc else ""
-        gtid = gtid_parts(txid)
+        gtid = parse(txid)
         if gtid is None or not (tx.rows or tx.quarantined or (tx.cdc and tx.cdc.expected)):
             return  # the connector's snapshot, or a transaction with nothing of the watched tables
         start = self.marks["start"]
-        if start is None or gtid[1] <= start.get(str(gtid[0]), -1):
+        if start is None or gtid[2] <= start.get(str(gtid[0]), -1):
             self.counts["before_start"] += 1
             return
         rows = row_identities(tx.rows)
@@ -234,16 +227,6 @@ class PipelineChecks:
         ends = self.marks["file_ends"]
         between = sum(pos for f, pos in ends.items() if begin[0] < f < end[0])
         return max(0, ends.get(begin[0], begin[1]) - begin[1]) + between + end[1]
-
-
-def _gtid_set(text: str) -> dict[str, int]:
-    """A GTID set "0-1-10,1-2-5" as {domain: sequence}."""
-    out = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        gtid = gtid_parts(part)
-        if gtid is not None:
-            out[str(gtid[0])] = gtid[1]
-    return out
 
 
 def _fid(rule: str, txid: str, r: list[Any]) -> str:

@@ -39,6 +39,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from oncewatch.collectors.row_images import RowImages
 from oncewatch.core.config import MySQLConfig
+from oncewatch.core.gtids import gtid_set, gtid_text
 from oncewatch.core.names import UNDECODABLE, UNPARSEABLE
 from oncewatch.core.tables import is_pattern
 from oncewatch.core.records import (CLOCK_BINLOG_HEADER, CLOCK_READ_TIME, CLOCK_ROW_COLUMN, OP_DELETE, OP_INSERT,
@@ -133,19 +134,6 @@ def ddl_targets(query: str, default_schema: str) -> list[tuple[str, str]]:
         pairs = [p.split() for p in m.group(1).split(",")]
         return [(qualified(p[i]), "rename") for p in pairs if len(p) == 3 and p[1].upper() == "TO" for i in (0, 2)]
     return []
-
-
-def gtid_set(text: str) -> dict[int, tuple[int, int]]:
-    """'0-1-10,1-2-5' -> {domain: (server_id, seq)}."""
-    out = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        domain, server, seq = (int(x) for x in part.split("-"))
-        out[domain] = (server, seq)
-    return out
-
-
-def gtid_text(gset: dict[int, tuple[int, int]]) -> str:
-    return ",".join(f"{d}-{s}-{n}" for d, (s, n) in sorted(gset.items()))
 
 
 def connection_settings(cfg: MySQLConfig) -> dict[str, Any]:
@@ -529,4 +517,4 @@ def bootstrap(cfg: MySQLConfig, chunk: int = 5000) -> Iterator[Transaction]:
 
 
 __all__ = ["BinlogCollector", "BinlogError", "BinlogPurgedError", "BinlogAccessError", "CollectorStatus",
-           "bootstrap", "commit_time", "connect", "gtid_set", "gtid_text", "library_filter", "watched_tables"]
+           "bootstrap", "commit_time", "connect", "library_filter", "watched_tables"]

@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
-import logging
 import re
 import struct
 import zoneinfo
@@ -41,14 +40,12 @@ from typing import Any
 import msgspec
 
 from oncewatch.collectors.binlog import commit_time
-from oncewatch.collectors.cdc import ReplayRuns
+from oncewatch.collectors.cdc import ReplayRuns, Unreadable
 from oncewatch.collectors.debezium_rows import Undecodable
 from oncewatch.core.config import MySQLConfig
 from oncewatch.core.names import UNDECODABLE, UNPARSEABLE
 from oncewatch.core.records import (CLOCK_BINLOG_HEADER, OP_DELETE, OP_INSERT, OP_UPDATE, BinlogPosition, CdcDelivery,
-                                    QuarantinedRows, RowChange, SchemaChange, Transaction)
-
-log = logging.getLogger("oncewatch.collectors.canal")
+                                    RowChange, SchemaChange, Transaction)
 
 OPS = {"INSERT": OP_INSERT, "UPDATE": OP_UPDATE, "DELETE": OP_DELETE}
 REPLAY_WINDOW = 100_000  # messages whose digest is kept to tell a replay
@@ -183,8 +180,8 @@ class CanalAssembler:
         self.held: dict[str, _Held] = {}  # per partition
         self.replays = ReplayRuns()
         self.seen: OrderedDict[bytes, None] = OrderedDict()  # digests of the last REPLAY_WINDOW messages
-        self.unreadable: list[QuarantinedRows] = []
-        self.unreadable_records = self.ddl_records = 0
+        self.unreadable = Unreadable("a Canal record cannot be read exactly; kept in quarantine")
+        self.ddl_records = 0
         self.offsets: Callable[[], dict[str, int]] = dict  # the collector's positions, once the transaction is gone
 
     def topics(self) -> list[str]:
@@ -192,7 +189,7 @@ class CanalAssembler:
 
     def counts(self) -> dict[str, int]:
         return {"incomplete_transactions": 0, "replayed_records": self.replays.records, "late_records": 0,
-                "unreadable_records": self.unreadable_records, "open_transactions": len(self.held),
+                "unreadable_records": self.unreadable.records, "open_transactions": len(self.held),
                 "ddl_records": self.ddl_records}
 
     @property
@@ -213,7 +210,8 @@ class CanalAssembler:
             if not isinstance(msg, dict) or not isinstance(msg.get("isDdl"), bool) or "database" not in msg:
                 raise Undecodable("not a Canal FlatMessage (an object with isDdl, database, table, type, data)")
         except (msgspec.DecodeError, Undecodable) as exc:
-            return self._unreadable(key, at, rec.offset, topic, UNPARSEABLE, str(exc))
+            self.unreadable.add(key, rec.offset, topic, UNPARSEABLE, str(exc))
+            return []
         digest = hashlib.blake2b(repr([msg.get(k) for k in ("database", "table", "type", "isDdl", "es", "sql", "data",
                                                           "old")]).encode(), digest_size=16).digest()
         if digest in self.seen:
@@ -247,8 +245,8 @@ class CanalAssembler:
                 raise Undecodable(f"type {msg.get('type')!r} is neither INSERT, UPDATE nor DELETE")
             rows = self._rows(msg, op, key, rec.offset, at)
         except (Undecodable, TypeError, AttributeError, KeyError) as exc:
-            return out + self._unreadable(key, at, rec.offset, f"{msg['database']}.{msg['table']}", UNDECODABLE,
-                                          str(exc))
+            self.unreadable.add(key, rec.offset, f"{msg['database']}.{msg['table']}", UNDECODABLE, str(exc))
+            return out
         held = held or self._hold(key, batch, at, rec.offset, msg, now)
         held.rows.extend(rows)
         held.messages += 1
@@ -280,14 +278,6 @@ class CanalAssembler:
                                       last_at=now)
         return held
 
-    def _unreadable(self, key: str, at: str, offset: int, table: str, reason: str, detail: str) -> list[Transaction]:
-        self.unreadable_records += 1
-        log.error("a Canal record cannot be read exactly; kept in quarantine", extra={
-            "event": "cdc_record_unreadable", "at": at, "reason": reason, "detail": detail})
-        self.unreadable.append(QuarantinedRows(txid="", binlog_file=key, event_pos=offset, table=table, reason=reason,
-                                               detail=f"{at}: {detail}"))
-        return []
-
     def ready(self, now: float) -> Iterator[Transaction]:
         """The partitions' transactions no message has joined for `grace_seconds`."""
         for key in [k for k, h in self.held.items() if now - h.last_at >= self.grace]:
@@ -298,7 +288,7 @@ class CanalAssembler:
 
     def _transaction(self, held: _Held | None, key: str) -> Transaction:
         """`held` handed on (None: an empty one, carrying the replays read since the last)."""
-        bad, self.unreadable = self.unreadable, []
+        bad = self.unreadable.take()
         if held is None:
             return Transaction(rows=(), position=BinlogPosition(gtid="", file=key), commit_time=0.0,
                                quarantined=tuple(bad), cdc=CdcDelivery(offsets=self.offsets(),

@@ -33,9 +33,10 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from oncewatch.collectors.binlog import CollectorStatus, commit_time, gtid_set, gtid_text
+from oncewatch.collectors.binlog import CollectorStatus, commit_time
 from oncewatch.collectors.debezium_rows import Undecodable, column_decoders, image, image_schema, key_columns
 from oncewatch.core.config import CdcConfig, KafkaConfig, MySQLConfig
+from oncewatch.core.gtids import gtid_set, gtid_text, parse
 from oncewatch.core.names import UNDECODABLE, UNPARSEABLE
 from oncewatch.core.records import (CLOCK_BINLOG_HEADER, OP_DELETE, OP_INSERT, OP_UPDATE, BinlogPosition, CdcDelivery,
                                     QuarantinedRows, Replay, RowChange, SchemaChange, Transaction)
@@ -237,6 +238,28 @@ def read_record(topic: str, partition: int, offset: int, key: bytes | None, valu
                       source.file, source.pos, source.ts_ms / 1000, key_changed, undecodable, last, part)
 
 
+class Unreadable:
+    """Records of the CDC topics that cannot be read exactly: logged and counted by their Kafka coordinates, and
+    kept in quarantine with the next transaction handed on (either format's assembler)."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        self.records = 0
+        self.held: list[QuarantinedRows] = []
+
+    def add(self, part: str, offset: int, table: str, reason: str, detail: str) -> None:
+        self.records += 1
+        at = f"{part}@{offset}"
+        log.error(self.message, extra={"event": "cdc_record_unreadable", "at": at, "reason": reason,
+                                       "detail": detail})
+        self.held.append(QuarantinedRows(txid="", binlog_file=part, event_pos=offset, table=table, reason=reason,
+                                         detail=f"{at}: {detail}"))
+
+    def take(self) -> list[QuarantinedRows]:
+        out, self.held = self.held, []
+        return out
+
+
 class ReplayRuns:
     """Records read again (a connector restart replays what it wrote since its last offset flush), as runs per
     partition: a run grows while its partition gives replayed records and ends at the first that is not."""
@@ -284,7 +307,6 @@ class Assembler:
         self.prefix = prefix
         self.transaction_topic = f"{prefix}.transaction"
         self.schemas = _Schemas()
-        self.unreadable_records = 0  # data records not in Debezium's shape: logged, counted, quarantined
         self.done = gtid_set(start_gtid)
         self.done_text = gtid_text(self.done)  # kept with `done`: every transaction's position carries it
         self.open: dict[str, _Open] = {}
@@ -294,7 +316,7 @@ class Assembler:
         self.incomplete = self.late = 0
         self.replays = ReplayRuns()
         self.pending: dict[str, OrderedDict[int, None]] = {}  # per partition, offsets of records held in `open`
-        self.unreadable: list[QuarantinedRows] = []  # records not in Debezium's shape: with the next transaction
+        self.unreadable = Unreadable("a CDC record is not a Debezium change event with its schema; kept in quarantine")
         self._commit_time_columns: dict[Any, Any] = {}  # (schema, table) -> its [mysql.commit_time_columns] entry
         self._watched: dict[str, bool] = {}  # "schema.table" of an END's data collection -> watched or not
         # where the topics are read on from after the transaction being handed on (the collector's positions)
@@ -306,7 +328,7 @@ class Assembler:
     def counts(self) -> dict[str, int]:
         """What the source's health row and /metrics count."""
         return {"incomplete_transactions": self.incomplete, "replayed_records": self.replays.records,
-                "late_records": self.late, "unreadable_records": self.unreadable_records,
+                "late_records": self.late, "unreadable_records": self.unreadable.records,
                 "open_transactions": len(self.open)}
 
     def feed(self, topic: str, partition: int, rec: Any, now: float, part: str = "") -> list[Transaction]:
@@ -319,13 +341,7 @@ class Assembler:
                 return []
             record = read_record(topic, partition, rec.offset, rec.key, rec.value, rec.headers, self.schemas, part)
         except (Undecodable, msgspec.DecodeError, msgspec.ValidationError, KeyError, TypeError) as exc:
-            self.unreadable_records += 1
-            log.error("a CDC record is not a Debezium change event with its schema; kept in quarantine",
-                      extra={"event": "cdc_record_unreadable", "topic": topic, "partition": partition,
-                             "offset": rec.offset, "detail": str(exc)})
-            self.unreadable.append(QuarantinedRows(
-                txid="", binlog_file=f"{topic}/{partition}", event_pos=rec.offset, table=topic, reason=UNPARSEABLE,
-                detail=f"{topic}/{partition}@{rec.offset}: {exc}"))
+            self.unreadable.add(part or f"{topic}/{partition}", rec.offset, topic, UNPARSEABLE, str(exc))
             return []
         return [] if record is None else list(self.on_record(record))
 
@@ -334,19 +350,8 @@ class Assembler:
         """Records read whose transaction is not handed on yet."""
         return bool(self.open)
 
-    @staticmethod
-    def _gtid(txid: str) -> tuple[int, int, int] | None:
-        """(domain, server, sequence) of a MariaDB GTID; None for anything else (a snapshot's name)."""
-        parts = txid.split("-")
-        if len(parts) != 3:
-            return None
-        try:
-            return int(parts[0]), int(parts[1]), int(parts[2])
-        except ValueError:
-            return None
-
     def _seen(self, txid: str) -> bool:
-        gtid = self._gtid(txid)
+        gtid = parse(txid)
         return gtid is not None and gtid[0] in self.done and gtid[2] <= self.done[gtid[0]][1]
 
     def on_transaction(self, payload: dict[str, Any] | _Marker, now: float) -> None:
@@ -440,7 +445,7 @@ class Assembler:
         self.pending.setdefault(record.part, OrderedDict())[record.offset] = None
 
     def _advance(self, txid: str) -> None:
-        gtid = self._gtid(txid)
+        gtid = parse(txid)
         if gtid is not None and not self._seen(txid):  # not a MariaDB GTID: nothing to resume by
             self.done[gtid[0]] = gtid[1:]
             self.done_text = gtid_text(self.done)
@@ -448,7 +453,7 @@ class Assembler:
     def _transaction(self, txid: str, records: list[DataRecord], snapshot_last: bool = False,
                      expected: int | None = None) -> Transaction:
         rows: list[RowChange] = []
-        bad, self.unreadable = self.unreadable, []
+        bad = self.unreadable.take()
         changes: list[SchemaChange] = []
         merged = _merge_key_changes(records) if any(r.key_changed for r in records) else records
         last = records[-1] if records else None

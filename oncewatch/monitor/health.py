@@ -142,7 +142,7 @@ class Health:
         """The dashboard's time series: backlog per table, the p99 event delay of the pairs matched in the
         last DELAY_WINDOW_SECONDS (not since the start: a burst of late events must show), and per
         consumer group and topic its lag and the spread of its partitions' lag (F12's stddev); in CDC check mode
-        the CDC topics' position gap and lag behind the binlog."""
+        the CDC topics' position gap behind the binlog (the Drift page's chart)."""
         stats = self.stats()
         points = [("backlog", {"table": t}, now, float(n)) for t, n in stats.get("backlog_by_table", {}).items()]
         # a copy: the engine counts on in the same dicts
@@ -155,8 +155,7 @@ class Health:
             points.append(("delay_p99", {}, now, p99))
         pipeline = stats.get("pipeline") or {}
         if pipeline.get("against_binlog"):  # CDC check mode: how far the CDC topics are behind the binlog
-            points += [("cdc_position_gap", {"unit": "bytes"}, now, float(pipeline["position_gap"])),
-                       ("cdc_pipeline_lag", {"of": "transactions"}, now, float(pipeline["lag_transactions"]))]
+            points.append(("cdc_position_gap", {"unit": "bytes"}, now, float(pipeline["position_gap"])))
         for g in self.progress.offsets.groups if self.progress.offsets else ():
             points += [("group_lag", {"group": g.group, "topic": t}, now, float(sum(lags)))
                        for t, lags in g.lags_by_topic().items()]

@@ -143,7 +143,7 @@ def test_debezium_topics_give_the_binlog_s_transactions(cdc_connector, table_nam
     assert (pk_change.op, pk_change.before["id"], pk_change.after["id"]) == ("update", 3, 4)
     assert [(c.kind, c.table) for c in from_cdc[3].schema_changes] == [("truncate", watched)]
     assert from_cdc[0].rows[0].commit_clock == "row_column"
-    assert cdc.assembler.incomplete == 0 and cdc.assembler.unreadable_records == 0
+    assert cdc.assembler.incomplete == 0 and cdc.assembler.counts()["unreadable_records"] == 0
 
 
 def test_the_connector_s_snapshot_seeds_the_monitor_as_its_bootstrap_does(cdc_connector, table_name, tmp_path):
