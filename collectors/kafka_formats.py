@@ -388,8 +388,10 @@ class TopicParser:
         pk = self._record_key(rec)
         doc, text = decode_json(rec.value) if rec.value is not None else (None, None)
         envelope, schema = _unwrap(doc)
-        if envelope is None:
-            return None, {}, {"op": OP_TOMBSTONE, "snapshot": False, "db": None, "table": None, "before": None,
+        if envelope is None:  # a tombstone has no source block: its table is the topic's, <prefix>.<db>.<table>
+            parts = rec.topic.split(".")
+            db, table = (parts[-2], parts[-1]) if len(parts) >= 3 else (None, None)
+            return None, {}, {"op": OP_TOMBSTONE, "snapshot": False, "db": db, "table": table, "before": None,
                               "after": None, "pk": pk, "source": None, "ts_ms": None, "transaction": None}, None
         if not isinstance(envelope, dict):
             raise Rejected(WRONG_TYPE, f"debezium envelope must be a JSON object, got {type(envelope).__name__}")

@@ -23,7 +23,8 @@ from devservices import kafka_connect, stack
 from devservices.kafka_connect import CDC_SCHEMA, TOPIC_PREFIX, TRANSACTION_TOPIC, table_topic
 from oncewatch.collectors.binlog import BinlogCollector, bootstrap
 from oncewatch.collectors.cdc import CdcCollector
-from oncewatch.core.config import CdcConfig, KafkaConfig
+from oncewatch.collectors.kafka_formats import TopicParser
+from oncewatch.core.config import CdcConfig, KafkaConfig, TopicConfig
 from oncewatch.core.records import Transaction
 
 from .conftest import admin_connection, monitor_config
@@ -144,6 +145,26 @@ def test_debezium_topics_give_the_binlog_s_transactions(cdc_connector, table_nam
     assert [(c.kind, c.table) for c in from_cdc[3].schema_changes] == [("truncate", watched)]
     assert from_cdc[0].rows[0].commit_clock == "row_column"
     assert cdc.assembler.incomplete == 0 and cdc.assembler.counts()["unreadable_records"] == 0
+    # the delete's tombstone, read as an event of an announced Debezium topic: its table is the topic's
+    tombstones = [r for r in records_of(table_topic(table_name)) if r.value is None]
+    parsed = TopicParser(TopicConfig(name=table_topic(table_name), format="debezium", paths={}, required=()),
+                         1_000_000).parse(tombstones[0])
+    assert (parsed.cdc["op"], parsed.cdc["db"], parsed.cdc["table"]) == ("tombstone", CDC_SCHEMA, table_name)
+
+
+def records_of(topic: str) -> list:
+    """Every record of a topic's partition 0, from its start to its end now."""
+    consumer = KafkaConsumer(bootstrap_servers=BOOTSTRAP, enable_auto_commit=False, group_id=None)
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    end = consumer.end_offsets([tp])[tp]
+    out: list = []
+    while consumer.position(tp) < end:
+        for batch in consumer.poll(timeout_ms=1000).values():
+            out += batch
+    consumer.close()
+    return out
 
 
 def test_the_connector_s_snapshot_seeds_the_monitor_as_its_bootstrap_does(cdc_connector, table_name, tmp_path):

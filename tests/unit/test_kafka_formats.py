@@ -238,6 +238,11 @@ def test_debezium_tombstone_is_an_event_with_the_deleted_key():
                      "pk": {"id": 1001}, "source": None, "ts_ms": None, "transaction": None}
 
 
+def test_a_debezium_tombstone_takes_its_table_from_the_topic():
+    e = event(parser("debezium", CDC_PATHS), Rec(None, key=raw(KEY), topic="cdc.shop.orders"))
+    assert (e.cdc["op"], e.cdc["db"], e.cdc["table"]) == ("tombstone", "shop", "orders")
+
+
 def test_debezium_schema_wrapper_decodes_precise_decimals():
     cents = base64.b64encode((2550).to_bytes(2, "big", signed=True)).decode()
     negative = base64.b64encode((-1).to_bytes(1, "big", signed=True)).decode()
