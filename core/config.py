@@ -17,6 +17,7 @@ from decimal import Decimal
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from oncewatch.core.domain import Announce, Domain, Rules, parse_announce, parse_domain, parse_rules
 from oncewatch.core.sections import MASK, ConfigError, Secret, Section, qualified_table, read_secret
@@ -91,12 +92,29 @@ class CdcConfig:
 
 
 @dataclass(frozen=True)
+class PostgresTarget:
+    """A store in a PostgreSQL database: its URL (no password in it) and where the password is."""
+
+    url: str
+    password: Secret = Secret()
+
+    def __str__(self) -> str:
+        return self.url
+
+
+@dataclass(frozen=True)
 class StoreConfig:
     path: str
     # Open-state entries per kind the engine keeps in memory; older ones wait in the store (checks.horizon).
     memory_entries: int = 20_000
     # Raw row changes, events and chart points older than this are pruned (store.retention); 0 keeps them all.
     retention_hours: float = 168.0
+    postgres: PostgresTarget | None = None  # `url = "postgresql://..."`: the shared store instead of `path`
+
+    @property
+    def target(self) -> str | PostgresTarget:
+        """What `oncewatch.store` opens: the SQLite file's path, or the PostgreSQL database."""
+        return self.postgres if self.postgres is not None else self.path
 
 
 @dataclass(frozen=True)
@@ -299,6 +317,7 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     cdc_section = root.section("cdc")
     cdc = _cdc(cdc_section, kafka, mysql) if "cdc" in data else None  # an empty [cdc] is missing its prefix
     store_s = root.section("store")
+    postgres = _postgres(store_s, base)
     store_path = store_s.str("path", "oncewatch.db")
     memory_entries = store_s.int("memory_entries", StoreConfig.memory_entries, minimum=1000)
     retention_hours = store_s.float("retention_hours", StoreConfig.retention_hours)
@@ -312,8 +331,29 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     rules = parse_rules(root.section("rules"))
     root.done()
     return Config(source=source, mysql=mysql, kafka=kafka,
-                  store=StoreConfig(store_path, memory_entries, retention_hours), metrics=metrics, domain=domain,
+                  store=StoreConfig(store_path, memory_entries, retention_hours, postgres), metrics=metrics,
+                  domain=domain,
                   announce=announce, rules=rules, export=export, cdc=cdc, content_sha256=content_sha256(data))
+
+
+def _postgres(s: Section, base: Path) -> PostgresTarget | None:
+    """`[store] url`, a PostgreSQL database instead of the SQLite file at `path`; its password from
+    `password_env` or `password_file` (or libpq's own PGPASSWORD / ~/.pgpass when neither is given)."""
+    url = s.opt_str("url")
+    if url is None:
+        for name in ("password_env", "password_file"):
+            if name in s.data:
+                raise ConfigError(f"{s.key(name)}: only a PostgreSQL store (url) has a password")
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres") or not parts.hostname or len(parts.path) < 2:
+        raise ConfigError(f"{s.key('url')}: expected postgresql://USER@HOST:PORT/DATABASE, got {url!r}")
+    if parts.password is not None:
+        raise ConfigError(f"{s.key('url')}: secrets are not read from the config file; take the password out of "
+                          f"the URL and give password_env = \"VAR\" or password_file = \"/path\"")
+    if "path" in s.data:
+        raise ConfigError(f"{s.key('path')}: give path (a SQLite store) or url (PostgreSQL), not both")
+    return PostgresTarget(url, read_secret(s, base))
 
 
 def content_sha256(data: dict[str, Any]) -> str:

@@ -24,6 +24,7 @@ from prometheus_client.utils import floatToGoString
 
 from oncewatch import __version__
 from oncewatch.core import histogram, names
+from oncewatch.core.config import PostgresTarget
 from oncewatch.core.records import OffsetsSnapshot
 from oncewatch.dashboards import views
 from oncewatch.store import StoreError, retention
@@ -211,7 +212,13 @@ def _monitor(value: dict[str, Any]) -> Iterator[Metric]:
     if "verdict" in value:
         for rule in names.RULES:
             judging.add_metric([rule], 0 if rule in blind else 1)
-    yield from (started, caught_up, verdict, lag, stream_time, threshold, judging)
+    outages = _counter("store_outages", "Times this monitor process lost its store's server (PostgreSQL) and started "
+                       "again from the checkpoint once it answered.")
+    outages.add_metric([], value.get("store_outages", 0))
+    away = _counter("store_outage_seconds", "Seconds this monitor process's store was away, in all (the gap; the "
+                    "records of that time are read after it, from the checkpoint).")
+    away.add_metric([], value.get("store_outage_seconds", 0.0))
+    yield from (started, caught_up, verdict, lag, stream_time, threshold, judging, outages, away)
 
 
 def _engine(stats: dict[str, Any], counts: list[tuple[str, str, str, int]]) -> Iterator[Metric]:
@@ -310,13 +317,13 @@ def _health(health: dict[str, views.Component]) -> Iterator[Metric]:
 class StoreCollector(Collector):
     """Reads the store at scrape time. A store that cannot be read gives `oncewatch_store_up 0` alone."""
 
-    def __init__(self, store_path: str):
-        self.store_path = store_path
+    def __init__(self, target: str | PostgresTarget):
+        self.target = target
 
     def collect(self) -> Iterator[Metric]:
         store_up = _gauge("store_up", "1 when the monitor's store could be read for this scrape.")
         try:
-            with closing(views.open_store(self.store_path)) as store:
+            with closing(views.open_store(self.target)) as store:
                 health = views.components(store, time.time())
                 stats = views.engine_stats(store)
                 counts = store.finding_counts()
@@ -341,14 +348,15 @@ class StoreCollector(Collector):
         yield _pruned(pruned)
 
 
-def registry(store_path: str) -> CollectorRegistry:
+def registry(target: str | PostgresTarget) -> CollectorRegistry:
     """A registry holding only the store collector (no process/platform metrics of the server)."""
     reg = CollectorRegistry()
-    reg.register(StoreCollector(store_path))
+    reg.register(StoreCollector(target))
     return reg
 
 
-def serve(store_path: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> tuple[WSGIServer, Thread]:
+def serve(target: str | PostgresTarget, host: str = DEFAULT_HOST,
+          port: int = DEFAULT_PORT) -> tuple[WSGIServer, Thread]:
     """Serve /metrics for the store in a daemon thread. Port 0 picks a free port: read it from
     `server.server_port`. Stop with `server.shutdown(); server.server_close()`."""
-    return start_http_server(port, addr=host, registry=registry(store_path))
+    return start_http_server(port, addr=host, registry=registry(target))

@@ -665,7 +665,7 @@ def verify(data: bytes, fmt: str) -> bool:
 def report(cfg: Config, fmt: str, *, rule: str | None = None, status: str | None = None,
            since: dt.datetime | None = None, until: dt.datetime | None = None, mask: bool = False) -> bytes:
     """The auditor's report `oncewatch export` writes, as bytes for a download button."""
-    with closing(open_reader(cfg.store.path)) as store:
+    with closing(open_reader(cfg.store.target)) as store:
         return export(store, fmt, rule=rule, status=status, since=since, until=until, mask=mask,
                       mask_fields=cfg.export.mask_fields, mask_key=cfg.export.key() if mask else None,
                       config_fingerprint=cfg.content_sha256, roles=roles_of(cfg.domain, cfg.announce))

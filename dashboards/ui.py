@@ -188,7 +188,7 @@ def review(ids: list[str], action: str, *, reason: str, note: str, until_day: dt
     cfg = views.config()
     now = time.time()
     ack_for = cfg.rules.ack_timeout_seconds if cfg else Rules().ack_timeout_seconds
-    with closing(open_writer(views.store_path())) as store:
+    with closing(open_writer(views.store_target())) as store:
         if action == "Acknowledge":
             reviews.acknowledge(store, ids, by=auth.who(), note=note, until=now + ack_for, now=now)
         else:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncewatch.core import names
-from oncewatch.core.config import Config, load
+from oncewatch.core.config import Config, PostgresTarget, load
 from oncewatch.core.records import Finding, OffsetsSnapshot, QuarantinedRecord, RowChange
 from oncewatch.dashboards import incidents
 from oncewatch.store import Store, open_reader, queries
@@ -41,18 +41,20 @@ def config(environ: Mapping[str, str] = os.environ) -> Config | None:
     return load(environ[ENV_CONFIG]) if environ.get(ENV_CONFIG) else None
 
 
-def store_path(environ: Mapping[str, str] = os.environ) -> str:
-    """The store file: ONCEWATCH_STORE, else `store.path` of the ONCEWATCH_CONFIG file."""
+def store_target(environ: Mapping[str, str] = os.environ) -> str | PostgresTarget:
+    """The store: ONCEWATCH_STORE (a file, or a postgresql:// URL whose password libpq finds in
+    PGPASSWORD or ~/.pgpass), else the store of the ONCEWATCH_CONFIG file."""
     if environ.get(ENV_STORE):
-        return environ[ENV_STORE]
+        value = environ[ENV_STORE]
+        return PostgresTarget(value) if value.startswith(("postgresql://", "postgres://")) else value
     cfg = config(environ)
     if cfg is None:
         raise StoreNotConfigured(f"set {ENV_STORE}=/path/to/oncewatch.db or {ENV_CONFIG}=/path/to/config.toml")
-    return cfg.store.path
+    return cfg.store.target
 
 
-def open_store(path: str | None = None) -> Store:
-    return open_reader(path or store_path())
+def open_store(target: str | PostgresTarget | None = None) -> Store:
+    return open_reader(target or store_target())
 
 
 # ---------------------------------------------------------------- health

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from decimal import Decimal
 
+from oncewatch.core.config import PostgresTarget
 from oncewatch.core.records import (CLOCK_GTID_COMMIT_TS, CLOCK_ROW_COLUMN, OP_INSERT, OP_UPDATE, EmittedEvent,
                                     Evidence, Finding, QuarantinedRecord, RowChange)
 from oncewatch.store import Store
@@ -129,8 +130,8 @@ ENGINE_STATS = {
 }
 
 
-def seed(path: str, now: float | None = None) -> Store:
-    """Write the scenario into a new store at `path`; returns the (writable) store."""
+def seed(path: str | PostgresTarget, now: float | None = None) -> Store:
+    """Write the scenario into a new store at `path` (or in a PostgreSQL database); returns the (writable) store."""
     now = time.time() if now is None else now
     t0 = now - 600
     store = Store(path)

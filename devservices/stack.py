@@ -46,6 +46,7 @@ DEBIAN_PACKAGES = {
     "ss": ["iproute2"],  # the security tests list listening sockets with it
     "prometheus": ["prometheus"],  # the server and promtool (devservices.paging)
     "prometheus-alertmanager": ["prometheus-alertmanager"],
+    "/usr/lib/postgresql/*/bin/postgres": ["postgresql"],  # the shared store (devservices.postgres)
 }
 
 
@@ -76,9 +77,7 @@ def log(msg: str) -> None:
 # ---------------------------------------------------------------- installs
 
 def ensure_debian_packages() -> None:
-    missing = [pkg for binary, pkgs in DEBIAN_PACKAGES.items()
-               if shutil.which(binary) is None and not Path(f"/usr/sbin/{binary}").exists()
-               for pkg in pkgs]
+    missing = [pkg for binary, pkgs in DEBIAN_PACKAGES.items() if not _installed(binary) for pkg in pkgs]
     if not missing:
         return
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
@@ -96,6 +95,12 @@ def ensure_debian_packages() -> None:
     finally:
         if created_policy:
             policy.unlink(missing_ok=True)
+
+
+def _installed(binary: str) -> bool:
+    if binary.startswith("/"):
+        return any(Path("/").glob(binary[1:]))
+    return shutil.which(binary) is not None or Path(f"/usr/sbin/{binary}").exists()
 
 
 def ensure_kafka_jars() -> Path:
@@ -219,12 +224,17 @@ def mariadb_admin_sql(sql: str) -> str:
     return out.stdout
 
 
+def secret_file(path: Path) -> str:
+    """The password kept in `path`, made (random, 0600) the first time."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(18) + "\n")
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
 def monitor_password() -> str:
-    if not MONITOR_PASSWORD_FILE.exists():
-        MONITOR_PASSWORD_FILE.parent.mkdir(parents=True, exist_ok=True)
-        MONITOR_PASSWORD_FILE.write_text(secrets.token_urlsafe(18) + "\n")
-        MONITOR_PASSWORD_FILE.chmod(0o600)
-    return MONITOR_PASSWORD_FILE.read_text().strip()
+    return secret_file(MONITOR_PASSWORD_FILE)
 
 
 def already_up(svc: Service, port: int) -> bool:
@@ -361,28 +371,31 @@ def kafka_down() -> bool:
 # ---------------------------------------------------------------- commands
 
 def up() -> None:
-    from devservices import kafka_connect, paging
+    from devservices import kafka_connect, paging, postgres
 
     ensure_debian_packages()
     mariadb_up()
+    postgres.up()
     kafka_up()
     kafka_connect.up()
     paging.up()
 
 
 def down() -> None:
-    from devservices import kafka_connect, paging
+    from devservices import kafka_connect, paging, postgres
 
-    stopped = paging.down() + kafka_connect.down() + [("kafka", kafka_down()), ("mariadb", mariadb_down())]
+    stopped = (paging.down() + kafka_connect.down() + postgres.down()
+               + [("kafka", kafka_down()), ("mariadb", mariadb_down())])
     for name, was_running in stopped:
         log(f"{name} stopped" if was_running else f"{name} was not started by this script")
 
 
 def status() -> int:
-    from devservices import kafka_connect, paging
+    from devservices import kafka_connect, paging, postgres
 
     rc = 0
-    for svc, port in ((MARIADB, MARIADB_PORT), (KAFKA, KAFKA_PORT), *kafka_connect.SERVICES, *paging.SERVICES):
+    for svc, port in ((MARIADB, MARIADB_PORT), (KAFKA, KAFKA_PORT), *kafka_connect.SERVICES, *paging.SERVICES,
+                      *postgres.SERVICES):
         pid = read_pid(svc)
         if pid is None:
             rc = 1

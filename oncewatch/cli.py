@@ -72,14 +72,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from oncewatch.checks.engine import StateMismatchError
     from oncewatch.collectors.binlog import BinlogError
     from oncewatch.collectors.kafka_events import KafkaEventsError
-    from oncewatch.monitor import Monitor, ReaderFailedError, SourceUnavailableError, tune_gc
+    from oncewatch.monitor import ReaderFailedError, SourceUnavailableError, Supervisor, tune_gc
 
     cfg = load(args.config)
-    monitor = Monitor(cfg)
-    _on_signals(monitor.stop)
+    supervisor = Supervisor(cfg)
+    _on_signals(supervisor.stop)
     tune_gc()
     try:
-        monitor.run(until_idle=args.until_idle)
+        supervisor.run(until_idle=args.until_idle)
     except (BinlogError, KafkaEventsError, SourceUnavailableError) as exc:
         print(f"oncewatch: {exc}", file=sys.stderr)
         return EXIT_SOURCE
@@ -89,8 +89,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ReaderFailedError as exc:  # the tracebacks are in the log already, one per failure
         print(f"oncewatch: {exc}", file=sys.stderr)
         return EXIT_INTERNAL
-    finally:
-        monitor.close()
     return EXIT_OK
 
 
@@ -110,7 +108,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
     from oncewatch.dashboards.reports import findings_json, findings_table, roles_of
 
     cfg = load(args.config)
-    with closing(open_reader(cfg.store.path)) as store:
+    with closing(open_reader(cfg.store.target)) as store:
         found = findings_json(store, rule=args.rule, status=args.status, roles=roles_of(cfg.domain, cfg.announce))
     print(json.dumps(found, indent=2, ensure_ascii=False) if args.format == "json" else findings_table(found))
     return EXIT_OK
@@ -121,7 +119,7 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
     from oncewatch.dashboards.views import quarantine_row
 
     cfg = load(args.config)
-    with closing(open_reader(cfg.store.path)) as store:
+    with closing(open_reader(cfg.store.target)) as store:
         rows = [quarantine_row(q) for q in store.quarantined(limit=args.limit)]
         binlog = [q.__dict__ for q in store.binlog_quarantined()]
     if args.format == "json":
@@ -144,7 +142,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         print("oncewatch: --since must be earlier than --until", file=sys.stderr)
         return EXIT_CONFIG
     cfg = load(args.config)
-    if is_store_file(args.out, cfg.store.path):  # before the export is made, which can take a while
+    if is_store_file(args.out, cfg.store.target):  # before the export is made, which can take a while
         raise OutRefusedError(f"--out {args.out} is the store's own file ({cfg.store.path}): an export never "
                               f"writes over the store; give another --out path")
     _refuse_existing(args.out, args.force)
@@ -207,7 +205,7 @@ def cmd_ack(args: argparse.Namespace) -> int:
     """Acknowledge open findings: their page ends until rules.ack_timeout_seconds passes or the fact ends."""
     cfg = load(args.config)
     now = time.time()
-    with closing(open_writer(cfg.store.path)) as store:
+    with closing(open_writer(cfg.store.target)) as store:
         reviews.acknowledge(store, args.ids, by=args.by, note=args.note, until=now + cfg.rules.ack_timeout_seconds,
                             now=now)
     print(f"oncewatch: acknowledged {len(args.ids)} finding(s) until {_iso(now + cfg.rules.ack_timeout_seconds)}",
@@ -218,7 +216,7 @@ def cmd_ack(args: argparse.Namespace) -> int:
 def cmd_close(args: argparse.Namespace) -> int:
     """Close findings with a reason; the same fact seen again reopens them."""
     cfg = load(args.config)
-    with closing(open_writer(cfg.store.path)) as store:
+    with closing(open_writer(cfg.store.target)) as store:
         reviews.close(store, args.ids, by=args.by, reason=args.reason, note=args.note, now=time.time(),
                       until=args.until.timestamp() if args.until else None, duplicate_of=args.of)
     print(f"oncewatch: closed {len(args.ids)} finding(s) as {args.reason}", file=sys.stderr)
@@ -235,7 +233,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     from oncewatch.dashboards import launch
 
     cfg = load(args.config)
-    open_reader(cfg.store.path).close()  # no store yet: say so here, not in a browser
+    open_reader(cfg.store.target).close()  # no store yet: say so here, not in a browser
     signal.signal(signal.SIGTERM, _interrupt)
     return launch.serve(config=args.config, host=args.host, port=args.port)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Iterable, Sequence
 from itertools import chain
@@ -12,12 +11,15 @@ from oncewatch.core.exact_json import flat_json, to_json
 from oncewatch.core.names import ACKNOWLEDGED, CLOSED, OPEN, RESOLVED
 from oncewatch.core.records import EmittedEvent, Finding, QuarantinedRecord, QuarantinedRows, RowChange
 from oncewatch.store.codec import EVENT_COLUMNS, FINDING_COLUMNS, event_body, headers_json
+from oncewatch.store.dialect import Connection, Dialect
 
 # Who changed a status, when it was the monitor that saw the fact change.
 MONITOR = "oncewatch"
 # The fact behind a person's status: what the engine would say.
 FACT = {ACKNOWLEDGED: OPEN, CLOSED: OPEN}
 
+# A row already stored (an entity's index entry, a rows event quarantined before a restart) is kept as it is.
+IGNORE_REPEATS = " ON CONFLICT DO NOTHING"
 ROW_CHANGE_INSERT = ("seq, txid, row_index, schema_name, table_name, op, pk, before_row, after_row, binlog_file, "
                      "end_pos, commit_time, commit_clock, snapshot")
 
@@ -25,8 +27,9 @@ ROW_CHANGE_INSERT = ("seq, txid, row_index, schema_name, table_name, op, pk, bef
 class Batch:
     """Writes inside one store transaction; obtained from `Store.batch()`."""
 
-    def __init__(self, conn: sqlite3.Connection):
+    def __init__(self, conn: Connection, dialect: Dialect):
         self.conn = conn
+        self.dialect = dialect
 
     def set_checkpoint(self, name: str, value: Any) -> None:
         self.conn.execute("INSERT INTO checkpoints (name, value, updated_at) VALUES (?, ?, ?) "
@@ -46,8 +49,8 @@ class Batch:
                        None if r.after is None else flat_json(r.after),
                        r.binlog_file, r.end_pos, r.commit_time, r.commit_clock, int(r.snapshot))
                       for seq, r in zip(seqs, rows)])
-        self._insert("INSERT OR IGNORE INTO entity_index (entity, kind, ref) VALUES ", "(?,'row_change',?)", 50,
-                     [(entity, str(seqs[i])) for i, entity in entities])
+        self._insert("INSERT INTO entity_index (entity, kind, ref) VALUES ", "(?,'row_change',?)", 50,
+                     [(entity, str(seqs[i])) for i, entity in entities], IGNORE_REPEATS)
         return seqs
 
     def add_events(self, events: Iterable[EmittedEvent], entities: Iterable[tuple[int, str]] = ()) -> None:
@@ -59,19 +62,19 @@ class Batch:
         entities = list(entities)
         if entities:
             refs = [e.coordinates for e in events]  # once per event: most have several entities
-            self._insert("INSERT OR IGNORE INTO entity_index (entity, kind, ref) VALUES ", "(?,'event',?)", 50,
-                         [(entity, refs[i]) for i, entity in entities])
+            self._insert("INSERT INTO entity_index (entity, kind, ref) VALUES ", "(?,'event',?)", 50,
+                         [(entity, refs[i]) for i, entity in entities], IGNORE_REPEATS)
 
-    def _insert(self, head: str, row: str, per_statement: int, rows: list[tuple[Any, ...]]) -> None:
-        """`executemany(head + row, rows)`, but `per_statement` rows to a statement: SQLite's cost
+    def _insert(self, head: str, row: str, per_statement: int, rows: list[tuple[Any, ...]], tail: str = "") -> None:
+        """`executemany(head + row + tail, rows)`, but `per_statement` rows to a statement: SQLite's cost
         per statement run is a third of inserting an entity row. Two statements, both cached."""
         full = len(rows) - len(rows) % per_statement
         if full:
-            self.conn.executemany(head + ",".join([row] * per_statement),
+            self.conn.executemany(head + ",".join([row] * per_statement) + tail,
                                   [tuple(chain.from_iterable(rows[i:i + per_statement]))
                                    for i in range(0, full, per_statement)])
         if full < len(rows):
-            self.conn.executemany(head + row, rows[full:])
+            self.conn.executemany(head + row + tail, rows[full:])
 
     def add_quarantined(self, records: Iterable[QuarantinedRecord]) -> None:
         records = list(records)
@@ -93,8 +96,8 @@ class Batch:
             return
         now = time.time()
         self.conn.executemany(
-            "INSERT OR IGNORE INTO binlog_quarantine (txid, binlog_file, event_pos, table_name, reason, detail, "
-            "quarantined_at) VALUES (?,?,?,?,?,?,?)",
+            "INSERT INTO binlog_quarantine (txid, binlog_file, event_pos, table_name, reason, detail, "
+            "quarantined_at) VALUES (?,?,?,?,?,?,?)" + IGNORE_REPEATS,
             [(q.txid, q.binlog_file, q.event_pos, q.table, q.reason, q.detail, now) for q in events])
 
     def set_state(self, name: str, value: Any) -> None:
@@ -106,8 +109,7 @@ class Batch:
 
     def empty(self) -> None:
         """Every table emptied: the store as it was made, its schema and mark kept."""
-        for (table,) in self.conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table' AND "
-                                          "name NOT LIKE 'sqlite_%'").fetchall():
+        for (table,) in self.conn.execute(self.dialect.tables).fetchall():
             self.conn.execute(f'DELETE FROM "{table}"')
 
     def upsert_findings(self, findings: Iterable[Finding]) -> None:

@@ -19,6 +19,11 @@ class StoreLockedError(StoreError):
     """Another monitor holds the store: one monitor writes a store (readers need no lock)."""
 
 
+class StoreUnavailableError(StoreError):
+    """The store's server (PostgreSQL) cannot be reached: what was committed is kept there, and the
+    monitor starts again from its checkpoint once it answers."""
+
+
 class StoreFullError(StoreError):
     """The filesystem holding the store has no room left for it; what was committed is kept."""
 

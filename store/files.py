@@ -37,9 +37,10 @@ def store_files(path: str) -> tuple[str, ...]:
     return (path, *(path + suffix for suffix in SIDECARS))
 
 
-def is_store_file(candidate: str, path: str) -> bool:
-    """True when `candidate` names one of the store's files (by another name too: a link, `..`)."""
-    if path == MEMORY:
+def is_store_file(candidate: str, path: object) -> bool:
+    """True when `candidate` names one of the store's files (by another name too: a link, `..`); a store
+    in PostgreSQL has none."""
+    if not isinstance(path, str) or path == MEMORY:
         return False
     target = Path(candidate).resolve()
     for own in store_files(path):

@@ -14,6 +14,7 @@ from oncewatch.core.names import ENTITY_KINDS, split_partition_key
 from oncewatch.core.records import EmittedEvent, Finding, RowChange
 from oncewatch.store.codec import (FINDING_COLUMNS, ROW_CHANGE_COLUMNS, HistoryEntry,
                                    finding_from_row, row_change_from_row)
+from oncewatch.store.dialect import Dialect
 from oncewatch.store.store import Store
 
 # A drill-down shows at most this many rows and events of one entity, newest kept.
@@ -23,7 +24,8 @@ TIMELINE_LIMIT = 2000
 def series(store: Store, name: str, since: float, label: tuple[str, str] | None = None) -> list[dict[str, Any]]:
     """Points of one series since a time: [{'at', 'value', **labels}], oldest first; with `label` (name,
     value), only the points so labelled."""
-    where, params = ("", ()) if label is None else (" AND json_extract(labels, ?) = ?", (f"$.{label[0]}", label[1]))
+    dialect = store.dialect
+    where, params = ("", ()) if label is None else (dialect.label_match, (dialect.label_path(label[0]), label[1]))
     rows = store.conn.execute(f"SELECT labels, at, value FROM series WHERE name = ? AND at >= ?{where} ORDER BY at",
                               (name, since, *params)).fetchall()
     parsed = {labels: from_json(labels) for labels in {r[0] for r in rows}}  # a handful of label sets
@@ -45,7 +47,7 @@ class FindingFilter:
     until: float | None = None
     search: str = ""  # a trade_no, order key or other entity value, matched exactly
 
-    def where(self) -> tuple[str, list[Any]]:
+    def where(self, dialect: Dialect) -> tuple[str, list[Any]]:
         clauses: list[str] = []
         params: list[Any] = []
         for column, values in (("rule", self.rules), ("severity", self.severities), ("status", self.statuses)):
@@ -59,26 +61,21 @@ class FindingFilter:
             clauses.append("first_seen < ?")
             params.append(self.until)
         if self.search.strip():
-            # Any key value (lists included: F2's trade_nos) equal to the search. instr() cheaply
-            # discards most rows, json_tree insists on an exact value; as a rowid set, so the
-            # newest-first scan of the findings_seen index tests membership without reading rows.
             value = self.search.strip()
-            clauses.append("findings.rowid IN (SELECT rowid FROM findings WHERE instr(keys, ?) > 0 AND EXISTS "
-                           "(SELECT 1 FROM json_tree(findings.keys) j WHERE j.atom IS NOT NULL "
-                           "AND CAST(j.atom AS TEXT) = ?))")
+            clauses.append(dialect.key_search)
             params.extend([value, value])
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
 def count_findings(store: Store, flt: FindingFilter) -> int:
-    where, params = flt.where()
+    where, params = flt.where(store.dialect)
     return store.conn.execute(f"SELECT count(*) FROM findings{where}", params).fetchone()[0]
 
 
 def findings_page(store: Store, flt: FindingFilter, limit: int = 200, offset: int = 0) -> list[dict[str, Any]]:
     """One page of findings, newest first, without their evidence (the drill-down loads that).
     Ties go by rowid, which the findings_seen index holds, so deep pages skip through the index alone."""
-    where, params = flt.where()
+    where, params = flt.where(store.dialect)
     cur = store.conn.execute(
         "SELECT id, rule, name, severity, status, keys, summary, first_seen, last_seen, resolved_at, resolution"
         f" FROM findings{where} ORDER BY first_seen DESC, rowid DESC LIMIT ? OFFSET ?", [*params, limit, offset])
@@ -92,7 +89,7 @@ def findings_page(store: Store, flt: FindingFilter, limit: int = 200, offset: in
 def finding_rows(store: Store, flt: FindingFilter) -> Iterator[tuple]:
     """The store rows (FINDING_COLUMNS) of the findings `flt` selects, ordered by first_seen then id,
     read as they are used (exports stream them)."""
-    where, params = flt.where()
+    where, params = flt.where(store.dialect)
     yield from store.conn.execute(f"SELECT {FINDING_COLUMNS} FROM findings{where} ORDER BY first_seen, id", params)
 
 
@@ -107,7 +104,7 @@ def finding_marks(store: Store, since: float, limit: int = 5000) -> list[dict[st
 
 def recent_findings(store: Store, flt: FindingFilter, limit: int) -> list[Finding]:
     """The newest `limit` findings `flt` selects, newest first, with their evidence."""
-    where, params = flt.where()
+    where, params = flt.where(store.dialect)
     return [finding_from_row(r) for r in store.conn.execute(
         f"SELECT {FINDING_COLUMNS} FROM findings{where} ORDER BY first_seen DESC, rowid DESC LIMIT ?",
         [*params, limit])]
@@ -117,11 +114,11 @@ def findings_with_history(store: Store, flt: FindingFilter) -> Iterator[tuple[tu
     """`finding_rows`, each with its history, oldest first. The history is read by a second cursor
     in the same order as the findings, so neither is held whole; call it inside `store.snapshot()`
     for the two to see the same store."""
-    where, params = flt.where()
+    where, params = flt.where(store.dialect)
     columns = ", ".join(f"h.{c}" for c in HistoryEntry._fields)
-    trail = store.conn.execute(
+    trail = iter(store.conn.execute(
         f"SELECT {columns} FROM (SELECT id, first_seen FROM findings{where}) f "
-        "JOIN finding_history h ON h.finding_id = f.id ORDER BY f.first_seen, f.id, h.at, h.rowid", params)
+        "JOIN finding_history h ON h.finding_id = f.id ORDER BY f.first_seen, f.id, h.at, h.rowid", params))
     pending = next(trail, None)
     for row in finding_rows(store, flt):
         entries = []
@@ -198,7 +195,7 @@ def entity_keys(value: str) -> tuple[str, ...]:
 
 def findings_mentioning(store: Store, value: str) -> list[Finding]:
     """The first findings (by first sight) with a key equal to `value`."""
-    where, params = FindingFilter(search=value).where()
+    where, params = FindingFilter(search=value).where(store.dialect)
     return [finding_from_row(r) for r in store.conn.execute(
         f"SELECT {FINDING_COLUMNS} FROM findings{where} ORDER BY first_seen LIMIT ?", [*params, TIMELINE_LIMIT])]
 

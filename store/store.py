@@ -1,6 +1,7 @@
 """The monitor's own memory (DESIGN §2, §7): checkpoints, records, open state and findings.
 
-SQLite in WAL mode. Everything a batch of input produced (the rows or events, the state the
+SQLite in WAL mode by default, or a PostgreSQL database shared by several processes
+(`[store] url`, store.postgres). Everything a batch of input produced (the rows or events, the state the
 engine derived, the findings, and the checkpoint that says how far input was read) is
 written in one `with store.batch() as tx:` block, i.e. one SQLite transaction, so a kill -9
 at any instant resumes with nothing lost and nothing doubled. One monitor writes a store
@@ -18,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from oncewatch.core.config import PostgresTarget
 from oncewatch.core.exact_json import from_json, to_json
 from oncewatch.core.records import EmittedEvent, Finding, QuarantinedRecord, QuarantinedRows, RowChange
 from oncewatch.store.batch import Batch
@@ -26,24 +28,50 @@ from oncewatch.store.codec import (EVENT_COLUMNS, FINDING_COLUMNS, ROW_CHANGE_CO
 from oncewatch.store.errors import StoreError
 from oncewatch.store.files import MEMORY, create_private, make_dir, make_private, require_space, said_full
 from oncewatch.store.lock import MonitorLock
+from oncewatch.store import postgres
+from oncewatch.store.dialect import POSTGRES, SQLITE, postgres_schema
 from oncewatch.store.schema import SCHEMA, connect, create
 
+POSTGRES_SCHEMA = postgres_schema(SCHEMA)
 COUNTED = ("row_changes", "events", "quarantine", "findings", "entity_index", "series")
 
 class Store:
-    """A handle on the store at `path`, created there when there is no file (a writer's only);
-    `readonly=True` for readers. The monitor's comes from `open_monitor`, with its lock (`held`)."""
+    """A handle on the store at `target` (a SQLite file's path, or a PostgreSQL database), created there
+    when there is none (a writer's only); `readonly=True` for readers. The monitor's comes from
+    `open_monitor`, with its lock (`held`, or the PostgreSQL session's `monitor` lock)."""
 
-    def __init__(self, path: str, *, readonly: bool = False, held: MonitorLock | None = None):
-        self.path = path
-        if not readonly and path != MEMORY and not os.path.lexists(path):
-            create(path)
-        self.conn = connect(path, readonly=readonly)
+    def __init__(self, target: str | PostgresTarget, *, readonly: bool = False, held: MonitorLock | None = None,
+                 monitor: bool = False):
+        self.path = str(target)
         self._lock = threading.Lock()
         self._held = held
+        if isinstance(target, PostgresTarget):
+            self.dialect = POSTGRES
+            self.conn = postgres.connect(target, readonly=readonly, role="monitor" if monitor else
+                                         "reader" if readonly else "writer")
+            try:
+                self._open_postgres(readonly, monitor)
+            except BaseException:
+                self.conn.close()
+                raise
+            return
+        self.dialect = SQLITE
+        if not readonly and target != MEMORY and not os.path.lexists(target):
+            create(target)
+        self.conn = connect(target, readonly=readonly)
         if not readonly:
-            with said_full(path):
+            with said_full(target):
                 self.conn.executescript(SCHEMA)  # a store made by an older version gains the newer tables
+
+    def _open_postgres(self, readonly: bool, monitor: bool) -> None:
+        marked = postgres.is_store(self.conn)
+        if marked is None and readonly:
+            raise StoreError(f"there is no store in {self.path} yet: the monitor has not run with this config "
+                             f"(`oncewatch run --config FILE` creates it)")
+        if monitor:
+            postgres.lock(self.conn)
+        if not readonly:
+            postgres.create(self.conn, POSTGRES_SCHEMA)  # a new store, or one made by an older version: newer tables
 
     def close(self) -> None:
         self.conn.close()
@@ -53,9 +81,9 @@ class Store:
     @contextmanager
     def batch(self) -> Iterator[Batch]:
         with self._lock, said_full(self.path):
-            self.conn.execute("BEGIN IMMEDIATE")
+            self.conn.execute(self.dialect.begin_write)
             try:
-                yield Batch(self.conn)
+                yield Batch(self.conn, self.dialect)
                 self.conn.execute("COMMIT")
             except BaseException:
                 # SQLite may have rolled back itself (SQLITE_FULL can): a ROLLBACK then would raise and
@@ -160,54 +188,58 @@ class Store:
     def backup(self, path: str) -> None:
         """A consistent copy of the whole store in a new file (taken while the monitor may write), as
         private as the store: VACUUM INTO fills an empty file made 0600 here."""
+        if self.dialect is not SQLITE:
+            raise StoreError(f"the PostgreSQL store {self.path} is copied with pg_dump, not by oncewatch")
         with said_full(path):
             os.close(create_private(path))
             self.conn.execute("VACUUM INTO ?", (path,))
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
-        """One read transaction: with WAL, everything read inside sees the same committed state."""
-        self.conn.execute("BEGIN")
+        """One read transaction: everything read inside sees the same committed state."""
+        self.conn.execute(self.dialect.begin_snapshot)
         try:
             yield
         finally:
             self.conn.execute("COMMIT")
 
 
-def open_monitor(path: str) -> Store:
+def open_monitor(target: str | PostgresTarget) -> Store:
     """The monitor's handle on its store, held alone while it runs (StoreLockedError for a second
-    monitor). A missing store is created; an empty or foreign file is refused (NotAStoreError) and
-    never bootstrapped over; a disk without room is StoreFullError here, at every start until there
-    is room, before any source is asked."""
-    if path == MEMORY:
-        return Store(path)
-    make_dir(path)
-    held = MonitorLock.acquire(path)
+    monitor). A missing store is created; an empty or foreign file (or database) is refused
+    (NotAStoreError) and never bootstrapped over; a disk without room is StoreFullError here, at
+    every start until there is room, before any source is asked."""
+    if isinstance(target, PostgresTarget):
+        return Store(target, monitor=True)
+    if target == MEMORY:
+        return Store(target)
+    make_dir(target)
+    held = MonitorLock.acquire(target)
     try:
-        require_space(path)
-        store = Store(path, held=held)
+        require_space(target)
+        store = Store(target, held=held)
     except BaseException:
         held.release()
         raise
     try:
-        make_private(path)  # only once it is known to be a store: a stranger's file keeps its mode
+        make_private(target)  # only once it is known to be a store: a stranger's file keeps its mode
     except BaseException:
         store.close()
         raise
     return store
 
 
-def open_writer(path: str) -> Store:
-    """The store at `path` for a short write beside the monitor (a person's review); StoreError when
+def open_writer(target: str | PostgresTarget) -> Store:
+    """The store at `target` for a short write beside the monitor (a person's review); StoreError when
     there is none yet, rather than a new empty store."""
-    open_reader(path).close()
-    return Store(path)
+    open_reader(target).close()
+    return Store(target)
 
 
-def open_reader(path: str) -> Store:
-    """The store at `path`, read-only; StoreError (saying what to do) when there is none yet, and
+def open_reader(target: str | PostgresTarget) -> Store:
+    """The store at `target`, read-only; StoreError (saying what to do) when there is none yet, and
     NotAStoreError for a file that is not one."""
-    if path == MEMORY or not Path(path).is_file():
-        raise StoreError(f"there is no store at {path}: the monitor has not run with this config yet "
+    if not isinstance(target, PostgresTarget) and (target == MEMORY or not Path(target).is_file()):
+        raise StoreError(f"there is no store at {target}: the monitor has not run with this config yet "
                          f"(`oncewatch run --config FILE` creates it)")
-    return Store(path, readonly=True)
+    return Store(target, readonly=True)

@@ -6,11 +6,14 @@
     entities.py   the drill-down keys stored beside every record
     health.py     caught-up verdicts and the health rows behind /metrics and the pages
     loop.py       Monitor: the main thread that runs them
+    supervise.py  `oncewatch run`: a new Monitor from the checkpoint whenever the store's server went away
 """
 
 from oncewatch.monitor.entities import EntityIndex
 from oncewatch.monitor.loop import Monitor, tune_gc
 from oncewatch.monitor.preflight import MonitorError, SourceUnavailableError
 from oncewatch.monitor.readers import ReaderFailedError
+from oncewatch.monitor.supervise import Supervisor
 
-__all__ = ["EntityIndex", "Monitor", "MonitorError", "ReaderFailedError", "SourceUnavailableError", "tune_gc"]
+__all__ = ["EntityIndex", "Monitor", "MonitorError", "ReaderFailedError", "SourceUnavailableError", "Supervisor",
+           "tune_gc"]

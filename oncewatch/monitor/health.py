@@ -14,6 +14,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pymysql
@@ -45,10 +46,39 @@ def thresholds(rules: Rules) -> dict[str, dict[str, float]]:
                     "cdc_position_gap_threshold": float(rules.cdc_position_gap_threshold)}}
 
 
+@dataclass
+class StoreOutages:
+    """The times this process lost its store's server (PostgreSQL) and started again from the checkpoint
+    (monitor.supervise), and how long the server was away in all: the gap, on /metrics."""
+
+    count: int = 0
+    seconds: float = 0.0
+    down_since: float | None = None
+    last_error: str = ""
+
+    def begin(self, now: float, error: str) -> bool:
+        """True at the start of an outage (not for each failed try while it lasts)."""
+        self.last_error = error
+        if self.down_since is not None:
+            return False
+        self.down_since = now
+        self.count += 1
+        return True
+
+    def end(self, now: float) -> float | None:
+        """The outage's length, once the server answers again (None when there was none)."""
+        if self.down_since is None:
+            return None
+        gap, self.down_since = now - self.down_since, None
+        self.seconds += gap
+        return gap
+
+
 class Health:
     def __init__(self, store: Store, readers: dict[str, Reader], progress: Progress, stats: Any, rules: Rules,
-                 shape: Callable[[], list[dict[str, Any]]]):
+                 shape: Callable[[], list[dict[str, Any]]], outages: StoreOutages):
         self.store = store
+        self.outages = outages
         self.shape = shape  # the engine's standing shape problems (checks.shape)
         self.rules = rules
         self.readers = readers
@@ -133,6 +163,8 @@ class Health:
                                         "lag_seconds": v.lag_seconds, "blind_rules": list(v.blind),
                                         "shape_problems": shape,
                                         "probe_error": self.probe_error,
+                                        "store_outages": self.outages.count,
+                                        "store_outage_seconds": self.outages.seconds,
                                         "thresholds": thresholds(self.rules)})
         if with_series:
             with self.store.batch() as tx:

@@ -26,7 +26,7 @@ from oncewatch.core.config import Config, ConfigError
 from oncewatch.core.names import BINLOG, CDC, KAFKA_EVENTS, KAFKA_OFFSETS
 from oncewatch.core.records import BinlogPosition, PartitionStatus
 from oncewatch.monitor.entities import EntityIndex
-from oncewatch.monitor.health import Health
+from oncewatch.monitor.health import Health, StoreOutages
 from oncewatch.monitor.inbox import Inbox, records
 from oncewatch.monitor.preflight import preflight_kafka, preflight_mysql
 from oncewatch.monitor.readers import (BinlogSource, BootstrapSource, CdcSource, Item, KafkaEventsSource, OffsetsSource,
@@ -63,21 +63,46 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+def serve_metrics(cfg: Config) -> Callable[[], None]:
+    """/metrics on `metrics.port` (served from the store) until the returned function is called."""
+    if cfg.metrics.port == 0:
+        return _nothing
+    from oncewatch.dashboards.metrics import serve
+
+    try:
+        server, _thread = serve(cfg.store.target, cfg.metrics.host, cfg.metrics.port)
+    except OSError as exc:
+        raise ConfigError(f"metrics.port: cannot listen on {cfg.metrics.host}:{cfg.metrics.port} "
+                          f"({exc.strerror}); is another oncewatch running? pick a free port") from exc
+    log.info("serving /metrics", extra={"event": "metrics_listening", "host": cfg.metrics.host,
+                                        "port": server.server_port})
+
+    def close() -> None:
+        server.shutdown()
+        server.server_close()
+    return close
+
+
+def _nothing() -> None:
+    pass
+
+
 class Monitor:
     """Runs until `stop()` (or until idle, for batch audits). It holds its store alone from here until
     `close()` (StoreLockedError while another monitor runs on it)."""
 
-    def __init__(self, cfg: Config, store: Store | None = None):
+    def __init__(self, cfg: Config, store: Store | None = None, outages: StoreOutages | None = None):
         self.cfg = cfg
         self.settings = Settings.from_config(cfg)
         self.engine = Engine(self.settings)
-        self.store = store or open_monitor(cfg.store.path)
+        self.store = store or open_monitor(cfg.store.target)
         self.writer = Writer(cfg, self.store, self.engine, EntityIndex(self.settings))
         self.progress = self.writer.progress
         self.queue = Inbox(QUEUE_RECORDS)
         self._stop = threading.Event()
         self.readers: dict[str, Reader] = {}
-        self.health = Health(self.store, self.readers, self.progress, self.engine.stats, cfg.rules, self.engine.shape)
+        self.health = Health(self.store, self.readers, self.progress, self.engine.stats, cfg.rules, self.engine.shape,
+                             outages or StoreOutages())
 
     def close(self) -> None:
         """The store closed and its lock given up."""
@@ -169,33 +194,16 @@ class Monitor:
             count += records(item)
         return items
 
-    def _serve_metrics(self) -> Callable[[], None]:
-        if self.cfg.metrics.port == 0:
-            return lambda: None
-        from oncewatch.dashboards.metrics import serve
-
-        try:
-            server, _thread = serve(self.cfg.store.path, self.cfg.metrics.host, self.cfg.metrics.port)
-        except OSError as exc:
-            raise ConfigError(f"metrics.port: cannot listen on {self.cfg.metrics.host}:{self.cfg.metrics.port} "
-                              f"({exc.strerror}); is another oncewatch running? pick a free port") from exc
-        log.info("serving /metrics", extra={"event": "metrics_listening", "host": self.cfg.metrics.host,
-                                            "port": server.server_port})
-
-        def close() -> None:
-            server.shutdown()
-            server.server_close()
-        return close
-
-    def run(self, until_idle: float | None = None) -> None:
+    def run(self, until_idle: float | None = None, metrics: bool = True) -> None:
         """Raises the collector's own error when a source refuses the monitor (exit 3 in the CLI), and
-        ReaderFailedError when a reader keeps failing on a bug (exit 1)."""
+        ReaderFailedError when a reader keeps failing on a bug (exit 1); `metrics=False` when /metrics is
+        served by the caller (monitor.supervise keeps it up while the store is away)."""
         exposure.log(log, exposure.of_config(self.cfg))
         if self.cfg.cdc is None or self.cfg.cdc.mode == "check":  # in CDC source mode it reads no database
             preflight_mysql(self.cfg)
         preflight_kafka(self.cfg)
         self.writer.restore()
-        close_metrics = self._serve_metrics()
+        close_metrics = serve_metrics(self.cfg) if metrics else _nothing
         self._configure_readers()
         kafka_partitions = self._kafka_partitions if KAFKA_EVENTS in self.readers else None
         for reader in self.readers.values():
@@ -251,4 +259,4 @@ class Monitor:
                 and p.binlog_caught_up and p.kafka_caught_up and all(r.running for r in self.readers.values()))
 
 
-__all__ = ["Monitor", "tune_gc"]
+__all__ = ["Monitor", "serve_metrics", "tune_gc"]

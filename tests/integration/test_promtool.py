@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from tests.unit.test_alerts import RULE_TESTS, RULES
-from tests.unit.test_metrics import scrape, served, store_path  # noqa: F401 - fixtures
+from tests.unit.test_metrics import scrape, served, scenario_store  # noqa: F401 - fixtures
 from tests.unit.test_metrics_grafana import EXPRS
 
 PROMTOOL = Path("/usr/bin/promtool")

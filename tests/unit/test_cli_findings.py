@@ -18,18 +18,25 @@ from oncewatch.core.config import DEFAULT_MASK_FIELDS, ConfigError, load
 from oncewatch.core.records import QuarantinedRecord
 from oncewatch.dashboards import reports
 from oncewatch.store import Store
+from tests.conftest import StoreTarget, store_section
 from tests.unit.test_reports import BINLOG, seed
 
 
-def write_config(tmp_path: Path, extra: str = "") -> Path:
+def write_config(tmp_path: Path, extra: str = "", store: StoreTarget = "oncewatch.db") -> Path:
     path = tmp_path / "oncewatch.toml"
-    path.write_text(f'[mysql]\nuser = "oncewatch"\ntables = ["shop.orders"]\n\n'
-                    f'[store]\npath = "oncewatch.db"\n{extra}')
+    path.write_text(f'[mysql]\nuser = "oncewatch"\ntables = ["shop.orders"]\n\n{store_section(store)}{extra}')
     return path
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> Path:
+def config(tmp_path: Path, store_target: StoreTarget) -> Path:
+    seed(store_target).close()
+    return write_config(tmp_path, store=store_target)
+
+
+@pytest.fixture
+def file_config(tmp_path: Path) -> Path:
+    """`config` with the store in the file tmp_path/oncewatch.db (what only a SQLite store has)."""
     seed(tmp_path / "oncewatch.db").close()
     return write_config(tmp_path)
 
@@ -135,7 +142,8 @@ def test_a_file_that_is_not_a_store_is_a_clear_error(capsys, tmp_path):
     assert code == EXIT_CONFIG and "is not an oncewatch store" in err
 
 
-def test_export_never_writes_over_the_store_not_even_with_force(capsys, config, tmp_path, monkeypatch):
+def test_export_never_writes_over_the_store_not_even_with_force(capsys, file_config, tmp_path, monkeypatch):
+    config = file_config
     store = tmp_path / "oncewatch.db"
     before = store.read_bytes()
     (tmp_path / "link.db").symlink_to(store)
@@ -198,8 +206,8 @@ def test_export_config_section(tmp_path, monkeypatch):
         load(write_config(tmp_path, '\n[export]\nmask_key_env = "OW_TEST_EMPTY_KEY"\n')).export.key()
 
 
-def test_quarantine_lists_records_with_coordinates_reason_and_bytes(capsys, config, tmp_path):
-    store = Store(str(tmp_path / "oncewatch.db"))
+def test_quarantine_lists_records_with_coordinates_reason_and_bytes(capsys, config, store_target):
+    store = Store(store_target)
     with store.batch() as tx:
         tx.add_quarantined([
             QuarantinedRecord("shop.events", 2, 17, 1_714_557_600_000, "unparseable",
@@ -234,9 +242,10 @@ def test_check_config_takes_config_as_every_command_does_and_the_old_bare_file(c
     assert code == EXIT_CONFIG and "give the config once, as --config FILE" in err
 
 
-def test_one_config_file_gives_one_hash_from_any_path(capsys, config, tmp_path, monkeypatch):
+def test_one_config_file_gives_one_hash_from_any_path(capsys, file_config, tmp_path, monkeypatch):
     """The hash is of the file's content: by absolute path, relative path or a copy elsewhere with other
     comments and layout, one hash; a changed setting, another (issue 14)."""
+    config = file_config
     expected = load(config).content_sha256
     monkeypatch.chdir(tmp_path)
     elsewhere = tmp_path / "copy"

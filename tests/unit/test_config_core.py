@@ -32,6 +32,12 @@ def with_mysql(**changes):
     ({**BASE, "store": {"path": 3}}, r"^store\.path: expected a non-empty string"),
     ({**BASE, "store": {"memory_entries": 10}}, r"^store\.memory_entries: must be at least 1000, got 10$"),
     ({**BASE, "store": {"memory_entries": "all"}}, r"^store\.memory_entries: expected an integer"),
+    ({**BASE, "store": {"url": "mysql://h/db"}}, r"^store\.url: expected postgresql://USER@HOST:PORT/DATABASE"),
+    ({**BASE, "store": {"url": "postgresql://ow@h:5432/"}}, r"^store\.url: expected postgresql://"),
+    ({**BASE, "store": {"url": "postgresql://ow:hunter2@h/db"}}, r"^store\.url: secrets are not read from the config"),
+    ({**BASE, "store": {"url": "postgresql://ow@h/db", "path": "x.db"}}, r"^store\.path: give path \(a SQLite"),
+    ({**BASE, "store": {"url": "postgresql://ow@h/db", "password": "x"}}, r"^store\.password: secrets are not read"),
+    ({**BASE, "store": {"password_env": "PW"}}, r"^store\.password_env: only a PostgreSQL store \(url\) has a"),
     ({**BASE, "metrics": {"port": "x"}}, r"^metrics\.port: expected an integer"),
     ({**BASE, "cdc": {"topic_prefix": "cdc"}}, r"^cdc\.format: a CDC change source is read from Kafka"),
     ({**BASE, **KAFKA, "cdc": {}}, r"^cdc\.topic_prefix: missing"),
@@ -54,6 +60,16 @@ def test_secret_is_read_late_and_masked(monkeypatch, tmp_path):
     monkeypatch.delenv("OW_TEST_PW")
     with pytest.raises(ConfigError, match="OW_TEST_PW is not set"):
         cfg.mysql.password.value()
+
+
+def test_a_postgresql_store_is_named_by_url_with_its_password_apart(monkeypatch, tmp_path):
+    cfg = parse({**BASE, "store": {"url": "postgresql://ow@db.internal:5432/oncewatch", "password_env": "OW_STORE_PW"}},
+                base=tmp_path)
+    monkeypatch.setenv("OW_STORE_PW", "canary-Pg42")
+    assert cfg.store.target.url == "postgresql://ow@db.internal:5432/oncewatch"
+    assert cfg.store.target.password.value() == "canary-Pg42"
+    assert "canary-Pg42" not in json.dumps(describe(cfg))
+    assert parse(BASE, base=tmp_path).store.target == str(tmp_path / "oncewatch.db")  # a SQLite file by default
 
 
 def test_relative_paths_are_relative_to_the_config_file(tmp_path):

@@ -24,10 +24,10 @@ def traffic(shop: Shop, n: int):
         yield shop.event("order.paid", at + 0.25, order_no=f"O{i}", trade_no=f"T{i}", entity_id=f"O{i}")
 
 
-def test_deltas_saved_batch_by_batch_load_as_the_full_state(tmp_path):
+def test_deltas_saved_batch_by_batch_load_as_the_full_state(store_target):
     settings = shop_settings()
     engine = Engine(settings)
-    store = Store(str(tmp_path / "s.db"))
+    store = Store(store_target)
     assert engine_state.load(store) is None
     for i, record in enumerate(traffic(Shop(), 200)):
         push(engine, record)
@@ -44,9 +44,9 @@ def test_deltas_saved_batch_by_batch_load_as_the_full_state(tmp_path):
     assert canonical(restored.state()) == canonical(engine.state())
 
 
-def test_spilled_spaces_keep_their_newest_entries_in_memory_and_the_rest_in_the_store(tmp_path):
+def test_spilled_spaces_keep_their_newest_entries_in_memory_and_the_rest_in_the_store(store_target):
     settings = shop_settings()
-    store = Store(str(tmp_path / "s.db"))
+    store = Store(store_target)
     engine = Engine(settings)
     engine.memory.spill_to(engine_state.ColdEntries(store), 10)
     for i, record in enumerate(traffic(Shop(), 300)):

@@ -9,6 +9,7 @@ from oncewatch.core.config import load, parse
 from oncewatch.core.records import Evidence, Finding, RowChange
 from oncewatch.dashboards import incidents
 from oncewatch.store import Store, queries
+from tests.conftest import StoreTarget
 
 T0 = 1_714_557_600.0
 
@@ -107,8 +108,8 @@ def test_a_shops_own_column_names_link_findings(tmp_path: Path) -> None:
     assert len(incidents.group([shipped, missing], {}, incidents.Fields())) == 2  # the shop's column unknown
 
 
-def test_the_store_gives_the_rows_of_each_entity(tmp_path: Path) -> None:
-    store = Store(str(tmp_path / "s.db"))
+def test_the_store_gives_the_rows_of_each_entity(store_target: StoreTarget) -> None:
+    store = Store(store_target)
     stored = [row("shop.payments", 1, {"trade_no": "T1", "order_no": "O1"}),
               row("shop.shipments", 2, {"shipment_id": 7, "trade_no": "T1"}),
               row("shop.payments", 3, {"trade_no": "T2", "order_no": "O2"})]

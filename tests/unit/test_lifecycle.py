@@ -16,6 +16,7 @@ from oncewatch import cli
 from oncewatch.core.records import Evidence, Finding
 from oncewatch.dashboards import metrics
 from oncewatch.store import Store, reviews
+from tests.conftest import StoreTarget, store_section
 
 T = 1_000.0
 
@@ -42,8 +43,8 @@ def history(store: Store, fid: str = "F1-x") -> list[tuple[str, str, str | None]
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store(str(tmp_path / "store.db"))
+def store(store_target: StoreTarget) -> Store:
+    s = Store(store_target)
     engine_writes(s, finding())
     return s
 
@@ -104,11 +105,11 @@ def test_a_resolved_finding_cannot_be_acknowledged(store: Store) -> None:
         reviews.acknowledge(store, ["F1-x"], by="a", note="n", until=T + 1, now=T)
 
 
-def test_the_page_follows_the_status(store: Store, tmp_path: Path) -> None:
+def test_the_page_follows_the_status(store: Store, store_target: StoreTarget) -> None:
     engine_writes(store, finding("F1-z"))
 
     def f1(name: str, label: str) -> dict[str, float]:
-        text = generate_latest(metrics.registry(store.path)).decode()
+        text = generate_latest(metrics.registry(store_target)).decode()
         family = next(f for f in text_string_to_metric_families(text) if f.name == name)
         return {s.labels[label]: s.value for s in family.samples if s.labels["rule"] == "F1"}
 
@@ -124,9 +125,10 @@ def test_the_page_follows_the_status(store: Store, tmp_path: Path) -> None:
     assert f1("oncewatch_findings_open", "severity") == {"critical": 1}
 
 
-def test_ack_and_close_from_the_command_line(store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_ack_and_close_from_the_command_line(store: Store, store_target: StoreTarget, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "oncewatch.toml"
-    config.write_text(f'[mysql]\nuser = "u"\ntables = ["shop.orders"]\n\n[store]\npath = "{store.path}"\n')
+    config.write_text(f'[mysql]\nuser = "u"\ntables = ["shop.orders"]\n\n{store_section(store_target)}')
     assert cli.main(["ack", "--config", str(config), "F1-x", "--note", "on it", "--by", "ana"]) == 0
     assert status(store) == "acknowledged"
     assert cli.main(["close", "--config", str(config), "F1-x", "--reason", "duplicate", "--note", "same"]) == 2

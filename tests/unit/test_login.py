@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 from oncewatch.core import exposure
 from oncewatch.dashboards import auth, launch, login_limits
 from tests.unit.test_login_limits import Clock
-from tests.unit.test_metrics import store_path  # noqa: F401 - the scenario store fixture
+from tests.unit.test_metrics import scenario_store  # noqa: F401 - the scenario store fixture
 from tests.unit.test_pages import APP, env, reset_address, set_address  # noqa: F401 - fixtures
 
 PASSWORD = "right-Pw-5e1f-never-logged"

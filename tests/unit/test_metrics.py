@@ -14,6 +14,7 @@ from devservices import scenario
 from oncewatch.core import names
 from oncewatch.dashboards import metrics
 from oncewatch.store import Store
+from tests.conftest import StoreTarget
 
 ENTITY_VALUES = {"T1001", "O501", "O502", "O507", "S1", "S2"}
 
@@ -25,16 +26,16 @@ def scrape(server) -> str:
 
 
 @pytest.fixture
-def store_path(tmp_path: Path) -> str:
-    path = str(tmp_path / "scenario.db")
-    scenario.seed(path).close()
-    return path
+def scenario_store(store_target: StoreTarget) -> StoreTarget:
+    """The known scenario in a new store, SQLite and PostgreSQL."""
+    scenario.seed(store_target).close()
+    return store_target
 
 
 @pytest.fixture
-def served(store_path: str) -> Iterator[tuple[object, str]]:
-    server, thread = metrics.serve(store_path, port=0)
-    yield server, store_path
+def served(scenario_store: StoreTarget) -> Iterator[tuple[object, StoreTarget]]:
+    server, thread = metrics.serve(scenario_store, port=0)
+    yield server, scenario_store
     server.shutdown()
     server.server_close()
     thread.join(timeout=5)
@@ -146,8 +147,8 @@ def test_names_follow_conventions_and_labels_hold_no_entities(served) -> None:
 
 
 def test_disconnected_collector_and_missing_store(served, tmp_path: Path) -> None:
-    server, store_path = served
-    store = Store(store_path)
+    server, scenario_store = served
+    store = Store(scenario_store)
     store.set_health("binlog", {"connected": False, "seconds_behind": None, "last_position": None,
                                 "last_error": "Lost connection", "reconnects": 3, "rows_read": 1200,
                                 "transactions_read": 400})
@@ -162,28 +163,28 @@ def test_disconnected_collector_and_missing_store(served, tmp_path: Path) -> Non
     assert metrics.registry(str(tmp_path / "empty.db")).get_sample_value("oncewatch_store_up") == 0
 
 
-def test_shape_problems_and_what_they_suppressed_are_on_metrics(store_path):
-    store = Store(store_path)
+def test_shape_problems_and_what_they_suppressed_are_on_metrics(scenario_store):
+    store = Store(scenario_store)
     with store.batch() as tx:
         tx.set_state(names.ENGINE_STATS, {**scenario.ENGINE_STATS, "suppressed_total": {"F8": 3}, "shape_problems": [
             {"table": "shop.orders", "column": "status", "config_key": "domain.orders.status_column",
              "rules": ["F3", "F4", "F6"], "what": "shop.orders.status is gone (dropped or renamed)"}]})
     store.close()
-    text = generate_latest(metrics.registry(store_path)).decode()
+    text = generate_latest(metrics.registry(scenario_store)).decode()
     assert 'oncewatch_findings_suppressed_total{rule="F8"} 3.0' in text
     assert 'oncewatch_findings_suppressed_total{rule="F1"} 0.0' in text
     assert 'oncewatch_shape_problem{config_key="domain.orders.status_column",table="shop.orders"} 1.0' in text
 
 
-def test_a_cdc_change_source_s_counts(store_path) -> None:
-    store = Store(store_path)
+def test_a_cdc_change_source_s_counts(scenario_store) -> None:
+    store = Store(scenario_store)
     row = store.health()["binlog"]
     row.pop("updated_at")
     store.set_health("binlog", {**row, "source": "debezium", "cdc": {
         "incomplete_transactions": 2, "replayed_records": 40, "late_records": 1, "unreadable_records": 3,
         "open_transactions": 5}})
     store.close()
-    server, thread = metrics.serve(store_path, port=0)
+    server, thread = metrics.serve(scenario_store, port=0)
     try:
         fams = families(scrape(server))
     finally:

@@ -14,18 +14,19 @@ from streamlit.testing.v1 import AppTest
 from oncewatch.core.records import Evidence, Finding
 from oncewatch.dashboards import auth, login_limits, reports, views
 from oncewatch.store import Store, reviews
-from tests.unit.test_metrics import store_path  # noqa: F401 - the scenario store fixture
+from tests.conftest import StoreTarget, name_store, store_keys, store_section
+from tests.unit.test_metrics import scenario_store  # noqa: F401 - the scenario store fixture
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 PAGES = "dashboards/screens/{}.py"
 
 
 @pytest.fixture
-def env(tmp_path: Path, store_path: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+def env(tmp_path: Path, scenario_store: StoreTarget, monkeypatch: pytest.MonkeyPatch) -> Path:
     """ONCEWATCH_CONFIG names a config whose store is the scenario; the server 'listens' on loopback; the
     login's server-wide limiter starts afresh (every AppTest session shares it, as a server's do)."""
     cfg = tmp_path / "oncewatch.toml"
-    cfg.write_text(f'[mysql]\nuser = "oncewatch"\ntables = ["shop.orders"]\n\n[store]\npath = "{store_path}"\n')
+    cfg.write_text(f'[mysql]\nuser = "oncewatch"\ntables = ["shop.orders"]\n\n{store_section(scenario_store)}')
     for name in (views.ENV_STORE, auth.PASSWORD_ENV, auth.PASSWORD_FILE_ENV):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv(views.ENV_CONFIG, str(cfg))
@@ -87,8 +88,8 @@ def test_overview_tiles_and_charts(env: Path) -> None:
     assert axes == {"time (UTC)"}
 
 
-def test_overview_says_when_the_monitor_is_stale_or_a_collector_down(env: Path, store_path: str) -> None:
-    store = Store(store_path)
+def test_overview_says_when_the_monitor_is_stale_or_a_collector_down(env: Path, scenario_store: StoreTarget) -> None:
+    store = Store(scenario_store)
     store.set_health("binlog", {"connected": False, "last_error": "Lost connection to MySQL server",
                                 "disconnected_since": 1_700_000_000.0, "reconnects": 4})
     store.conn.execute("UPDATE health SET updated_at = updated_at - 300 WHERE component != 'binlog'")
@@ -101,9 +102,9 @@ def test_overview_says_when_the_monitor_is_stale_or_a_collector_down(env: Path, 
     assert "The monitor is stale" in at.error[0].value
 
 
-def test_a_stopped_monitor_says_so_on_every_page(env: Path, store_path: str) -> None:
+def test_a_stopped_monitor_says_so_on_every_page(env: Path, scenario_store: StoreTarget) -> None:
     """The last row of a monitor that stopped cleanly: "stopped", not "failing" because its readers are down."""
-    store = Store(store_path)
+    store = Store(scenario_store)
     monitor = store.health()["monitor"]
     store.set_health("monitor", {**monitor, "verdict": "stopped", "reasons": ["stopped"]})
     store.close()
@@ -144,8 +145,8 @@ def test_findings_table_filters_and_links(env: Path) -> None:
     assert table["summary"].tolist() == ["2 shop.shipments rows for trade_no T1001 (S1, S2)"]
 
 
-def test_findings_are_paged(env: Path, store_path: str) -> None:
-    store = Store(store_path)
+def test_findings_are_paged(env: Path, scenario_store: StoreTarget) -> None:
+    store = Store(scenario_store)
     with store.batch() as tx:
         tx.upsert_findings(Finding(id=f"bulk-{i}", rule="F3", name="stuck_pending", severity="warning",
                                    keys={"order_key": f"B{i}"}, summary="stuck", first_seen=1000.0 + i,
@@ -256,9 +257,9 @@ def test_report_bytes_are_the_verifiable_export(env: Path) -> None:
     assert b"# findings: 1" in reports.report(cfg, "csv", rule="F1")
 
 
-def test_reports_need_the_config(env: Path, store_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reports_need_the_config(env: Path, scenario_store: StoreTarget, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(views.ENV_CONFIG)
-    monkeypatch.setenv(views.ENV_STORE, store_path)
+    name_store(monkeypatch, scenario_store)
     at = run("reports")
     assert "ONCEWATCH_CONFIG" in at.info[0].value and not at.get("download_button")
 
@@ -312,7 +313,7 @@ def test_no_login_and_not_on_loopback_shows_nothing(env: Path) -> None:
     assert "No login is configured and the server listens on 0.0.0.0" in at.error[0].value
 
 
-def test_findings_acknowledged_and_closed_from_the_page(env: Path, store_path: str) -> None:
+def test_findings_acknowledged_and_closed_from_the_page(env: Path, scenario_store: StoreTarget) -> None:
     at = run("findings")
     form = next(e for e in at.expander if e.label == "Acknowledge or close")
     ids = form.multiselect[0]
@@ -325,7 +326,7 @@ def test_findings_acknowledged_and_closed_from_the_page(env: Path, store_path: s
     form = next(e for e in at.expander if e.label == "Acknowledge or close")
     next(b for b in form.button if b.label == "Apply").click().run()
     assert not at.exception and at.success[0].value == "Acknowledged 1 finding(s)."
-    store = Store(store_path, readonly=True)
+    store = Store(scenario_store, readonly=True)
     try:
         assert store.findings_by_id(["f1-t1001"])[0].status == "acknowledged"
         (entry,) = reviews.history(store, ["f1-t1001"])["f1-t1001"]
@@ -346,14 +347,14 @@ def test_findings_acknowledged_and_closed_from_the_page(env: Path, store_path: s
 # ---------------------------------------------------------------- Incidents
 
 def test_incidents_group_the_findings_of_one_order_and_show_their_history(
-        tmp_path: Path, env: Path, store_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, env: Path, scenario_store: StoreTarget, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the example shop's config: the scenario's F1 on trade_no T1001 and an F9 on its order's
     order.paid event (the callback handled more than once) are one incident of order O501."""
     shop = (Path(__file__).resolve().parents[2] / "examples" / "shop.toml").read_text()
     config = tmp_path / "shop.toml"
-    config.write_text(shop.replace('path = "../.devstack/oncewatch-shop.db"', f'path = "{store_path}"'))
+    config.write_text(shop.replace('path = "../.devstack/oncewatch-shop.db"\n', store_keys(scenario_store)))
     monkeypatch.setenv(views.ENV_CONFIG, str(config))
-    store = Store(store_path)
+    store = Store(scenario_store)
     with store.batch() as tx:
         tx.upsert_findings([Finding(id="f9-o501", rule="F9", name="duplicate_event", severity="critical",
                                     keys={"event_type": "order.paid", "key": "O501", "table": "shop.orders"},

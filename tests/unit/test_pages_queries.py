@@ -10,7 +10,8 @@ from oncewatch.core import histogram
 from oncewatch.core.records import Evidence, Finding
 from oncewatch.dashboards import views
 from oncewatch.store import Store, queries
-from tests.unit.test_metrics import store_path  # noqa: F401 - the scenario store fixture
+from tests.conftest import StoreTarget
+from tests.unit.test_metrics import scenario_store  # noqa: F401 - the scenario store fixture
 
 
 def finding(fid: str, keys: dict, first_seen: float) -> Finding:
@@ -18,8 +19,8 @@ def finding(fid: str, keys: dict, first_seen: float) -> Finding:
                    first_seen=first_seen, last_seen=first_seen, evidence=(Evidence("offsets", "x", 0.0, {}),))
 
 
-def test_search_matches_whole_key_values_lists_included(store_path: str) -> None:
-    store = Store(store_path)
+def test_search_matches_whole_key_values_lists_included(scenario_store: StoreTarget) -> None:
+    store = Store(scenario_store)
     with store.batch() as tx:
         tx.upsert_findings([finding("list", {"order": "O9", "trade_nos": ["T7", "T8"]}, 1.0),
                             finding("number", {"order": 4242}, 2.0),
@@ -31,8 +32,8 @@ def test_search_matches_whole_key_values_lists_included(store_path: str) -> None
     assert queries.count_findings(store, queries.FindingFilter(search="T7")) == 1
 
 
-def test_filters_and_newest_first(store_path: str) -> None:
-    store = Store(store_path, readonly=True)
+def test_filters_and_newest_first(scenario_store: StoreTarget) -> None:
+    store = Store(scenario_store, readonly=True)
     flt = queries.FindingFilter(rules=("F7", "F9"), statuses=("open",))
     assert [r["id"] for r in queries.findings_page(store, flt)] == ["f9-o507", "f9-o506", "f9-o503", "f7-o502"]
     assert [r["id"] for r in queries.findings_page(store, flt, limit=2, offset=2)] == ["f9-o503", "f7-o502"]
@@ -50,8 +51,8 @@ def test_entity_of_a_finding() -> None:
     assert views.entity_of({"table": "shop.orders", "backlog": 6000}) == "backlog:shop.orders"  # F11 on a backlog
 
 
-def test_a_reading_entity_has_its_series_and_findings(store_path: str) -> None:
-    store = Store(store_path)
+def test_a_reading_entity_has_its_series_and_findings(scenario_store: StoreTarget) -> None:
+    store = Store(scenario_store)
     with store.batch() as tx:
         tx.upsert_findings([finding("f12", {"group": "shipping-service", "topic": "shop.events"}, 5.0)])
     group = queries.readings(store, "group:shipping-service", 0.0)
@@ -65,8 +66,8 @@ def test_a_reading_entity_has_its_series_and_findings(store_path: str) -> None:
     assert ([f.id for f in found.findings], found.rows, found.events) == (["f12"], [], [])
 
 
-def test_timeline_takes_bare_values_and_kind_value(store_path: str) -> None:
-    store = Store(store_path, readonly=True)
+def test_timeline_takes_bare_values_and_kind_value(scenario_store: StoreTarget) -> None:
+    store = Store(scenario_store, readonly=True)
     assert queries.entity_keys(" T1 ") == ("trade_no:T1", "order_key:T1")
     assert queries.entity_keys("order_key:O501") == ("order_key:O501",)
     explicit = queries.timeline(store, "order_key:O501")
@@ -93,12 +94,12 @@ def test_the_p99_of_a_window_shows_a_burst_the_cumulative_one_hides() -> None:
 
 
 def test_store_location(tmp_path: Path) -> None:
-    assert views.store_path({views.ENV_STORE: "/x/s.db"}) == "/x/s.db"
+    assert views.store_target({views.ENV_STORE: "/x/s.db"}) == "/x/s.db"
     cfg = tmp_path / "c.toml"
     cfg.write_text('[mysql]\nuser = "u"\ntables = ["shop.orders"]\n\n[store]\npath = "w.db"\n')
-    assert views.store_path({views.ENV_CONFIG: str(cfg)}) == str(tmp_path / "w.db")
+    assert views.store_target({views.ENV_CONFIG: str(cfg)}) == str(tmp_path / "w.db")
     with pytest.raises(views.StoreNotConfigured, match="ONCEWATCH_STORE"):
-        views.store_path({})
+        views.store_target({})
 
 
 def test_a_shipment_and_its_event_share_the_key_its_findings_name(tmp_path: Path) -> None:

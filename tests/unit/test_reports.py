@@ -21,6 +21,7 @@ from oncewatch.core.config import parse
 from oncewatch.core.records import Evidence, Finding
 from oncewatch.dashboards import reports
 from oncewatch.store import Store, queries, reviews
+from tests.conftest import StoreTarget
 
 T0 = dt.datetime(2024, 5, 1, 10, 0, tzinfo=dt.timezone.utc).timestamp()
 DAY = 86400.0
@@ -54,9 +55,9 @@ FINDINGS = [
 ]
 
 
-def seed(path: Path) -> Store:
+def seed(target: Path | StoreTarget) -> Store:
     """A store as the monitor leaves it: findings and both checkpoints."""
-    store = Store(str(path))
+    store = Store(str(target) if isinstance(target, Path) else target)
     with store.batch() as tx:
         tx.upsert_findings(FINDINGS)
         tx.set_checkpoint(reports.BINLOG_CHECKPOINT, BINLOG)
@@ -65,8 +66,8 @@ def seed(path: Path) -> Store:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = seed(tmp_path / "oncewatch.db")
+def store(store_target: StoreTarget) -> Store:
+    s = seed(store_target)
     yield s
     s.close()
 

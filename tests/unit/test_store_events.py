@@ -46,9 +46,9 @@ def exact(value: Any) -> str:
     return to_json(value)
 
 
-def stored(tmp_path, events: list[EmittedEvent],
+def stored(target, events: list[EmittedEvent],
            entities: list[tuple[int, str]] = ()) -> tuple[Store, list[EmittedEvent]]:
-    store = Store(str(tmp_path / "s.db"))
+    store = Store(target)
     with store.batch() as tx:
         tx.add_events(events, entities)
     return store, store.events()
@@ -74,12 +74,12 @@ JSON_TEXTS = [
 ]
 
 
-def test_json_events_round_trip_exactly_with_headers_keys_and_coordinates(tmp_path):
+def test_json_events_round_trip_exactly_with_headers_keys_and_coordinates(store_target):
     events = [parse("json", Rec("j", text, offset=i, key=b"O1" if i % 2 else None, partition=i % 2,
                                 headers=[("trace", b"t-1"), ("empty", None)] if i == 0 else []))
               for i, text in enumerate(JSON_TEXTS[:3])]
     assert all(e.payload_json is not None for e in events)
-    store, back = stored(tmp_path, events, [(0, "trade_no:7"), (2, "order_key:x")])
+    store, back = stored(store_target, events, [(0, "trade_no:7"), (2, "order_key:x")])
     assert_same(back, events)
     assert back[0].payload["ratio"] == Decimal("1e400") and isinstance(back[0].payload["neg"], Decimal)
     assert back[1].payload["money"] == {"$decimal": "1.5"}  # kept as the object it was
@@ -88,23 +88,23 @@ def test_json_events_round_trip_exactly_with_headers_keys_and_coordinates(tmp_pa
     store.close()
 
 
-def test_keys_of_every_kept_type_round_trip(tmp_path):
+def test_keys_of_every_kept_type_round_trip(store_target):
     text = ('{"type": "order.paid", "order_no": "订单-é", "trade_no": 1180591620717411303424, "amount": "0.10",'
             ' "status": 3, "items": [{"id": -1}]}').encode()
     events = [parse("json", Rec("j", text, offset=1, headers=[("来源", "支付".encode()), ("raw", b"\xff")]))]
     assert events[0].keys == {"event_type": "order.paid", "order_key": "订单-é", "trade_no": 2**70,
                               "amount": Decimal("0.10"), "status": 3, "effect_id": -1}
-    store, back = stored(tmp_path, events)
+    store, back = stored(store_target, events)
     assert_same(back, events)
     assert type(back[0].keys["amount"]) is Decimal and back[0].headers == (("来源", "支付"), ("raw", "\\xff"))
     store.close()
 
 
-def test_a_payload_that_is_no_object_round_trips_too(tmp_path):
+def test_a_payload_that_is_no_object_round_trips_too(store_target):
     p = TopicParser(TopicConfig(name="j", format="json", paths={}, required=()), 1000)
     e = p.parse(Rec("j", JSON_TEXTS[3], offset=5))
     assert isinstance(e, EmittedEvent) and e.payload == [1, Decimal("2.5"), "three"]
-    _, back = stored(tmp_path, [e])
+    _, back = stored(store_target, [e])
     assert_same(back, [e])
 
 
@@ -114,7 +114,7 @@ def debezium(op: str, before: dict | None, after: dict | None) -> dict[str, Any]
                        "gtid": None, "snapshot": "false", "ts_ms": 1_700_000_000_000}}
 
 
-def test_cdc_events_round_trip_exactly(tmp_path):
+def test_cdc_events_round_trip_exactly(store_target):
     row = {"id": 7, "trade_no": "T7", "order_no": "O7", "amount": "99.90", "status": "success"}
     schema = {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": [
         {"field": "amount", "type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
@@ -137,23 +137,23 @@ def test_cdc_events_round_trip_exactly(tmp_path):
     # The wrapped envelope is not the record's text (the payload is the unwrapped part).
     assert [e.payload_json is not None for e in events] == [True, False, False, True, True]
     assert events[1].cdc["after"]["amount"] == Decimal("99.94")
-    _, back = stored(tmp_path, events)
+    _, back = stored(store_target, events)
     assert_same(back, events)
 
 
-def test_events_without_their_text_round_trip(tmp_path):
+def test_events_without_their_text_round_trip(store_target):
     """Events made elsewhere (samples, scenarios) keep Decimal, datetime and floats through the store."""
     e = EmittedEvent(topic="t", partition=1, offset=3, timestamp_ms=5, timestamp_type="CreateTime", key="k",
                      headers=(("h", "v"),), payload={"amount": Decimal("1.10"), "at": dt.datetime(2026, 1, 1, 0, 0, 1),
                                                      "f": 0.5, "n": None},
                      format="json", keys={"amount": Decimal("1.10")}, cdc=None)
-    _, back = stored(tmp_path, [e])
+    _, back = stored(store_target, [e])
     assert_same(back, [e])
 
 
-def test_bodies_written_before_the_array_form_still_read(tmp_path):
+def test_bodies_written_before_the_array_form_still_read(store_target):
     e = parse("json", Rec("j", JSON_TEXTS[0], offset=9, key=b"O1", headers=[("trace", b"t-1")]))
-    store = Store(str(tmp_path / "s.db"))
+    store = Store(store_target)
     store.conn.execute('INSERT INTO events (topic, partition, "offset", timestamp_ms, timestamp_type, record_key, '
                        "format, body) VALUES (?,?,?,?,?,?,?,?)",
                        (e.topic, e.partition, e.offset, e.timestamp_ms, e.timestamp_type, e.key, e.format,
@@ -162,12 +162,12 @@ def test_bodies_written_before_the_array_form_still_read(tmp_path):
     store.close()
 
 
-def test_a_large_batch_stores_every_event_and_entity_once(tmp_path):
+def test_a_large_batch_stores_every_event_and_entity_once(store_target):
     """Batches are written several rows to a statement, the remainder row by row."""
     events = [parse("json", Rec("j", json.dumps({"type": "t", "order_no": f"O{i}", "trade_no": f"T{i // 2}"}).encode(),
                                 offset=i)) for i in range(37)]
     entities = [(i, f"{k}:{events[i].keys[k]}") for i in range(37) for k in ("trade_no", "order_key")]
-    store, back = stored(tmp_path, events, entities + entities[:3])  # a repeated entry is stored once
+    store, back = stored(store_target, events, entities + entities[:3])  # a repeated entry is stored once
     assert_same(back, events)
     assert sorted(store.conn.execute("SELECT entity, ref FROM entity_index")) == sorted(
         (entity, f"j/0@{i}") for i, entity in entities)
@@ -177,9 +177,8 @@ def test_a_large_batch_stores_every_event_and_entity_once(tmp_path):
     store.close()
 
 
-def test_binlog_quarantine_is_kept_and_counted(tmp_path):
-    path = str(tmp_path / "s.db")
-    store = Store(path)
+def test_binlog_quarantine_is_kept_and_counted(store_target):
+    store = Store(store_target)
     bad = QuarantinedRows(txid="0-1-9", binlog_file="mysql-bin.000002", event_pos=4711, table="shop.orders",
                           reason="undecodable", detail="big5 cannot decode byte(s) b'\\xf9\\xfe' of a value")
     with store.batch() as tx:
@@ -187,6 +186,6 @@ def test_binlog_quarantine_is_kept_and_counted(tmp_path):
         tx.add_binlog_quarantined([bad])  # a replay after a restart keeps one
     assert store.binlog_quarantined() == [bad] and store.binlog_quarantine_counts() == {"undecodable": 1}
     store.close()
-    exported = generate_latest(metrics.registry(path)).decode()
+    exported = generate_latest(metrics.registry(store_target)).decode()
     assert 'oncewatch_binlog_quarantined_events_total{reason="undecodable"} 1.0' in exported
     assert 'oncewatch_binlog_quarantined_events_total{reason="unparseable"} 0.0' in exported

@@ -19,17 +19,22 @@ import pytest
 from oncewatch.store import (NotAStoreError, Store, StoreFullError, StoreLockedError, open_monitor, open_reader,
                              open_writer, reviews)
 from oncewatch.store.schema import SCHEMA
+from oncewatch.core.config import PostgresTarget
+from tests.conftest import StoreTarget, store_section
 from tests.unit.test_reports import FINDINGS, seed
 
 IDS = {f.id for f in FINDINGS}
-# Holds the store as a monitor does, in a process of its own, until its stdin closes.
-HOLD = ("import sys; from oncewatch.store import open_monitor; store = open_monitor(sys.argv[1]); "
-        "print('held', flush=True); sys.stdin.read()")
+# Holds the store as a monitor does, in a process of its own, until its stdin closes: a file's path, or a
+# PostgreSQL URL and its password file.
+HOLD = ("import sys; from oncewatch.store import open_monitor; from oncewatch.core.config import PostgresTarget; "
+        "from oncewatch.core.sections import Secret; "
+        "store = open_monitor(PostgresTarget(sys.argv[1], Secret(file=sys.argv[2])) if len(sys.argv) > 2 "
+        "else sys.argv[1]); print('held', flush=True); sys.stdin.read()")
 
 
-def write_config(tmp_path: Path, store: Path) -> Path:
+def write_config(tmp_path: Path, store: StoreTarget) -> Path:
     path = tmp_path / "oncewatch.toml"
-    path.write_text(f'[mysql]\nuser = "oncewatch"\ntables = ["shop.orders"]\n\n[store]\npath = "{store}"\n')
+    path.write_text(f'[mysql]\nuser = "oncewatch"\ntables = ["shop.orders"]\n\n{store_section(store)}')
     return path
 
 
@@ -53,8 +58,9 @@ def digest(path: Path) -> str:
 
 
 @contextmanager
-def monitor_elsewhere(path: Path) -> Iterator[subprocess.Popen]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+def monitor_elsewhere(target: Path | StoreTarget) -> Iterator[subprocess.Popen]:
+    where = [target.url, target.password.file] if isinstance(target, PostgresTarget) else [str(target)]
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, *where], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True)
     try:
         assert proc.stdout.readline() == "held\n"
@@ -66,18 +72,20 @@ def monitor_elsewhere(path: Path) -> Iterator[subprocess.Popen]:
 
 # ---------------------------------------------------------------- one monitor per store
 
-def test_a_second_monitor_is_refused_naming_the_store_and_the_holder_while_readers_and_reviews_work(tmp_path):
-    path = tmp_path / "oncewatch.db"
-    seed(path).close()
-    config = write_config(tmp_path, path)
-    with monitor_elsewhere(path) as holder:
+def test_a_second_monitor_is_refused_naming_the_store_and_the_holder_while_readers_and_reviews_work(tmp_path,
+                                                                                                    store_target):
+    seed(store_target).close()
+    config = write_config(tmp_path, store_target)
+    with monitor_elsewhere(store_target) as holder:
         with pytest.raises(StoreLockedError) as refused:
-            open_monitor(str(path))
-        assert f"(pid {holder.pid}) is running on the store {path}" in str(refused.value)
+            open_monitor(store_target)
+        said = str(refused.value)
+        assert f"pid {holder.pid}" in said and f") is running on the store {store_target}" in said
 
         run = oncewatch("run", "--config", str(config), "--until-idle", "1")
         assert run.returncode == 2, run.stderr
-        assert f"another oncewatch monitor (pid {holder.pid}) is running on the store {path}" in run.stderr
+        assert "another oncewatch monitor (" in run.stderr and f"pid {holder.pid}" in run.stderr
+        assert f"is running on the store {store_target}" in run.stderr
         assert "Traceback" not in run.stderr
         assert oncewatch("bootstrap", "--config", str(config)).returncode == 2
 
@@ -88,16 +96,16 @@ def test_a_second_monitor_is_refused_naming_the_store_and_the_holder_while_reade
         ack = oncewatch("ack", "--config", str(config), "f-dup", "--note", "on it")
         assert ack.returncode == 0, ack.stderr
         assert holder.poll() is None
-    # Killed (as by kill -9): the kernel has dropped its lock, there is nothing stale to clean up.
-    with closing(open_monitor(str(path))) as store:
+    # Killed (as by kill -9): the kernel (or PostgreSQL, with the session) has dropped its lock, there is
+    # nothing stale to clean up.
+    with closing(open_monitor(store_target)) as store:
         assert store.finding_ids() == IDS
         assert store.findings_by_id(["f-dup"])[0].status == "acknowledged"
 
 
-def test_the_lock_is_given_up_on_close(tmp_path):
-    path = str(tmp_path / "oncewatch.db")
-    open_monitor(path).close()
-    open_monitor(path).close()
+def test_the_lock_is_given_up_on_close(store_target):
+    open_monitor(store_target).close()
+    open_monitor(store_target).close()
 
 
 # ---------------------------------------------------------------- what a store file is

@@ -14,8 +14,8 @@ from oncewatch.store import Store, queries, retention
 OLD, NEW, CUT = 1_000.0, 5_000.0, 2_000.0
 
 
-def filled(tmp_path) -> Store:
-    shop, store = Shop(), Store(str(tmp_path / "s.db"))
+def filled(target) -> Store:
+    shop, store = Shop(), Store(target)
     old = [shop.tx(OLD + i, shipment(f"S{i}", f"T{i}")) for i in range(7)]
     new = [shop.tx(NEW + i, shipment(f"N{i}", f"T{i}")) for i in range(3)]
     events = [shop.event("shipment.created", OLD + i, order_no=f"T{i}") for i in range(5)] + \
@@ -33,8 +33,8 @@ def filled(tmp_path) -> Store:
     return store
 
 
-def test_records_past_the_retention_go_slice_by_slice_and_findings_stay(tmp_path) -> None:
-    store = filled(tmp_path)
+def test_records_past_the_retention_go_slice_by_slice_and_findings_stay(store_target) -> None:
+    store = filled(store_target)
     slices = []
     while any((pruned := retention.prune(store, CUT, limit=3)).values()):
         slices.append(pruned)
@@ -54,11 +54,11 @@ def test_records_past_the_retention_go_slice_by_slice_and_findings_stay(tmp_path
     store.close()
 
 
-def test_what_went_is_counted_on_metrics_across_restarts(tmp_path) -> None:
-    store = filled(tmp_path)
+def test_what_went_is_counted_on_metrics_across_restarts(store_target) -> None:
+    store = filled(store_target)
     retention.prune(store, CUT)
     store.close()
-    text = generate_latest(metrics.registry(str(tmp_path / "s.db"))).decode()
+    text = generate_latest(metrics.registry(store_target)).decode()
     family = next(f for f in text_string_to_metric_families(text) if f.name == "oncewatch_store_pruned_rows")
     assert {s.labels["table"]: s.value for s in family.samples} == {
         "row_changes": 7, "events": 5, "entity_index": 12, "series": 2}
