@@ -19,6 +19,7 @@ from typing import Any
 import tomli_w
 
 from devservices import stack
+from oncewatch.core.config import PostgresTarget, load
 from oncewatch.core.records import Finding
 from oncewatch.shop import KafkaTarget, MySQLTarget, ShopSettings
 from oncewatch.store import Store
@@ -78,11 +79,12 @@ def shop_settings(topic: str = TOPIC, shape: str = "shop", schema: str | None = 
 
 def shop_config(folder: Path, *, metrics_port: int = 0, rules: dict[str, Any] | None = None,
                 topic: str = TOPIC, schema: str | None = None, shape: str = "shop", cdc: bool = False,
-                **kafka: Any) -> Path:
+                postgres: PostgresTarget | None = None, **kafka: Any) -> Path:
     """The example config of a `shape` shop (examples/shop.toml, examples/mall.toml) for the dev services, in
     the test schema unless `schema` says otherwise, written to `folder` with its store there. `cdc`: in CDC
     mode, the shop in the schema the dev connector captures, its changes read from the connector's topics
-    (from their ends at the first start: the test's shop starts empty)."""
+    (from their ends at the first start: the test's shop starts empty). `postgres`: the store in that
+    database instead."""
     if cdc:
         from devservices.kafka_connect import CDC_SCHEMA, TOPIC_PREFIX
 
@@ -99,7 +101,11 @@ def shop_config(folder: Path, *, metrics_port: int = 0, rules: dict[str, Any] | 
     data["mysql"]["server_id"] = unique_server_id()
     data["mysql"]["heartbeat_seconds"] = 1.0
     data["mysql"]["reconnect_max_seconds"] = 2.0
-    data["store"]["path"] = str(folder / "store.db")
+    if postgres is None:
+        data["store"]["path"] = str(folder / "store.db")
+    else:
+        data["store"].pop("path", None)
+        data["store"].update(url=postgres.url, password_file=postgres.password.file)
     data["metrics"]["port"] = metrics_port
     data["rules"].update(SHORT_RULES if rules is None else rules)
     data["kafka"].update(kafka)
@@ -124,7 +130,7 @@ def run_until_idle(config: Path, idle: float = 3.0, timeout: float = 300) -> sub
 
 
 def findings(config: Path) -> list[Finding]:
-    store = Store(tomllib.loads(config.read_text())["store"]["path"], readonly=True)
+    store = Store(load(config).store.target, readonly=True)
     try:
         return store.findings()
     finally:

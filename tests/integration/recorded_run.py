@@ -23,6 +23,7 @@ from kafka import KafkaProducer
 from devservices import stack
 from devservices.shop_monitor import ROOT, SCHEMA, SHORT_RULES, findings, run_until_idle, shop_config, shop_settings
 from oncewatch import shop
+from oncewatch.core.config import PostgresTarget
 from oncewatch.store import Store
 
 from .conftest import admin_connection
@@ -70,11 +71,14 @@ def write_undecodable_row() -> None:
     conn.close()
 
 
-def record(base: Path):
-    """(truth, (starting store, topic), baseline findings, folder) of one recorded run in `base`."""
+def record(base: Path, postgres: PostgresTarget | None = None):
+    """(truth, (starting store, topic), baseline findings, folder) of one recorded run in `base`; with
+    `postgres`, a store there starts at the same checkpoint (`postgres_config` runs a monitor on it)."""
     _, topic = prepared(base)
     start_store = base / "start.db"
     Store(str(base / "store.db")).backup(str(start_store))
+    if postgres is not None:
+        run_until_idle(postgres_config((start_store, topic), base / "postgres", postgres), idle=1.0)
 
     result: dict[str, object] = {}
 
@@ -107,6 +111,12 @@ def fresh_copy(start: tuple[Path, str], folder: Path, metrics_port: int = 0) -> 
     folder.mkdir()
     shutil.copy(start_store, folder / "store.db")
     return shop_config(folder, metrics_port=metrics_port, topic=topic, rules=RULES)
+
+
+def postgres_config(start: tuple[Path, str], folder: Path, postgres: PostgresTarget, metrics_port: int = 0) -> Path:
+    """A config of the recorded run with its store in PostgreSQL (which `record` started with the run)."""
+    folder.mkdir(exist_ok=True)
+    return shop_config(folder, metrics_port=metrics_port, topic=start[1], rules=RULES, postgres=postgres)
 
 
 def comparable(found) -> dict[str, tuple]:

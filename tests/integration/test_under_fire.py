@@ -23,31 +23,41 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from devservices import stack
+from devservices import postgres, stack
 from devservices.shop_monitor import SCHEMA, findings, free_port, run_until_idle
 from oncewatch import cli
 from oncewatch.collectors.binlog import BinlogCollector
 from oncewatch.collectors.kafka_events import KafkaEventCollector
 from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector
-from oncewatch.core.config import load
+from oncewatch.core.config import PostgresTarget, load
 from oncewatch.monitor import Monitor, ReaderFailedError, readers
 from oncewatch.store import Store
 
+from tests.conftest import postgres_schema
+
 from .conftest import wait_for
-from .recorded_run import assert_same, fresh_copy, metric, record, start_monitor
+from .recorded_run import assert_same, fresh_copy, metric, postgres_config, record, start_monitor
 from .shop_monitor import IDLE, score
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
+def postgres_store() -> Iterator[PostgresTarget]:
+    """A PostgreSQL store for the recorded run, started with it."""
+    with postgres_schema() as target:
+        yield target
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, postgres_store):
     """(truth, start, baseline findings, folder) of this module's recorded run."""
-    return record(tmp_path_factory.mktemp("under_fire"))
+    return record(tmp_path_factory.mktemp("under_fire"), postgres_store)
 
 def test_baseline_matches_the_ground_truth_and_quarantines_the_garbage(recorded):
     truth, _, baseline, base = recorded
@@ -109,6 +119,40 @@ def test_mariadb_and_kafka_restarted_mid_run(recorded, tmp_path):
         assert monitor.wait(30) == 0
     run_until_idle(config, idle=IDLE)
     assert_same(findings(config), baseline)
+
+
+def test_the_postgresql_store_restarted_mid_run(recorded, postgres_store, tmp_path):
+    """The store's server goes away while the monitor catches up: /metrics stays up and says so, the monitor
+    starts again from its checkpoint once the server is back, the gap is counted, and it ends with the
+    baseline's findings and every row and event of the run stored once (issue 18)."""
+    _, start, baseline, base = recorded
+    port = free_port()
+    config = postgres_config(start, base / "postgres", postgres_store, metrics_port=port)
+    monitor = start_monitor(config, tmp_path / "monitor.log")
+    try:
+        wait_for("the monitor's /metrics", lambda: metric(port, "oncewatch_collector_up") is not None)
+        wait_for("a few batches committed",
+                 lambda: (metric(port, "oncewatch_binlog_transactions_read_total") or 0) > 200)
+        postgres.stop_server()
+        wait_for("the store down on /metrics", lambda: metric(port, "oncewatch_store_up") == 0)
+        time.sleep(3)
+        postgres.start()
+        wait_for("the store back, the outage counted",
+                 lambda: metric(port, "oncewatch_store_up") == 1 and metric(port, "oncewatch_store_outages_total") == 1)
+        assert metric(port, "oncewatch_store_outage_seconds_total") >= 3
+        assert monitor.poll() is None
+    finally:
+        postgres.up()  # whatever happened above, the server runs for the tests after this one
+        monitor.terminate()
+        assert monitor.wait(30) == 0
+    log = (tmp_path / "monitor.log").read_text()
+    assert '"event": "store_unavailable"' in log and '"event": "store_back"' in log and "Traceback" not in log
+    run_until_idle(config, idle=IDLE)
+    assert_same(findings(config), baseline)
+    with closing(Store(load(config).store.target, readonly=True)) as pg, \
+            closing(Store(str(base / "baseline" / "store.db"), readonly=True)) as sqlite:
+        for table in ("row_changes", "events", "quarantine"):
+            assert pg.count(table) == sqlite.count(table) > 0, table
 
 
 # collector name -> (class, method, call that fails): late enough that the reader has handed on
