@@ -11,7 +11,9 @@ sampled every half second (peak, and the peak of each third of the run: flat mea
 workload is clean, so the run must end with no finding. Target (issue 16): >= 30,000 records/s on
 this 2-core machine, RSS flat. Usage:
 
-    .venv/bin/python bench/monitor_throughput.py [--orders 100000] [--batch 200] [--runs 3]
+    .venv/bin/python bench/monitor_throughput.py [--orders 100000] [--batch 200] [--runs 3] [--postgres]
+
+`--postgres` puts the store in the dev stack's PostgreSQL (a schema of its own per run) instead of SQLite.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kafka import KafkaAdminClient, KafkaProducer  # noqa: E402
 
-from devservices import stack  # noqa: E402
+from devservices import postgres, stack  # noqa: E402
 from devservices.shop_monitor import (ROOT, SCHEMA, new_topic, run_until_idle, shop_config,  # noqa: E402
                                       shop_settings)
+from oncewatch.core.config import PostgresTarget  # noqa: E402
 from oncewatch.core.names import BINLOG_CHECKPOINT, KAFKA_CHECKPOINT  # noqa: E402
 from oncewatch.shop.schema import binlog_position, connect, prepare_tables, prepare_topic  # noqa: E402
 from oncewatch.store import Store  # noqa: E402
@@ -85,8 +88,8 @@ def end_offsets(topic: str, partitions: int) -> int:
     return sum(ends.values())
 
 
-def caught_up(store_path: str, gtid: str, events: int) -> bool:
-    store = Store(store_path, readonly=True)
+def caught_up(target: str | PostgresTarget, gtid: str, events: int) -> bool:
+    store = Store(target, readonly=True)
     try:
         binlog = store.checkpoint(BINLOG_CHECKPOINT) or {}
         kafka = store.checkpoint(KAFKA_CHECKPOINT) or {}
@@ -102,7 +105,14 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-def one_run(orders: int, batch: int) -> dict[str, float]:
+def one_run(orders: int, batch: int, on_postgres: bool) -> dict[str, float]:
+    if not on_postgres:
+        return measured(orders, batch, None)
+    with postgres.new_schema() as target:
+        return measured(orders, batch, target)
+
+
+def measured(orders: int, batch: int, postgres_store: PostgresTarget | None) -> dict[str, float]:
     topic = new_topic()
     settings = shop_settings(topic)
     prepare_tables(settings.mysql, reset=True)
@@ -111,14 +121,14 @@ def one_run(orders: int, batch: int) -> dict[str, float]:
     admin.close()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        config = shop_config(folder, topic=topic)
+        config = shop_config(folder, topic=topic, postgres=postgres_store)
         run_until_idle(config, idle=1.0)  # the first checkpoint, on the empty tables
         t0 = time.perf_counter()
         gtid = write_workload(settings, topic, orders, batch)
         events = end_offsets(topic, settings.kafka.partitions)
         print(f"  wrote {orders * ROWS_PER_ORDER:,} rows and {events:,} events in {time.perf_counter() - t0:.0f} s",
               flush=True)
-        store_path = str(folder / "store.db")
+        store_path = postgres_store or str(folder / "store.db")
         start = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "oncewatch.cli", "run", "--config", str(config),
                                  "--until-idle", str(IDLE)], cwd=ROOT, stdout=subprocess.DEVNULL,
@@ -151,12 +161,14 @@ def main() -> None:
     ap.add_argument("--orders", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=200, help="orders per transaction pair")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--postgres", action="store_true", help="the store in the dev stack's PostgreSQL (issue 18)")
     args = ap.parse_args()
     print(f"monitor throughput: {args.orders:,} orders ({args.orders * ROWS_PER_ORDER:,} rows, "
-          f"{args.orders * EVENTS_PER_ORDER:,} events) into {SCHEMA}, {args.runs} runs", flush=True)
+          f"{args.orders * EVENTS_PER_ORDER:,} events) into {SCHEMA}, {args.runs} runs, store in "
+          f"{'PostgreSQL' if args.postgres else 'SQLite'}", flush=True)
     results = []
     for run in range(args.runs):
-        r = one_run(args.orders, args.batch)
+        r = one_run(args.orders, args.batch, args.postgres)
         results.append(r)
         print(f"run {run + 1}: {r['records']:,} records caught up in {r['seconds']:.1f} s: {r['rate']:,.0f} records/s; "
               f"RSS peak {r['peak']:.0f} MiB (peak per third: {r['third1']:.0f} / {r['third2']:.0f} / "

@@ -19,7 +19,11 @@ import os
 import shutil
 import signal
 import subprocess
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from devservices.stack import (HOST, MARIADB_PORT, STATE, Service, StackError, already_up, log, secret_file, spawn,
                                stop, wait_until)
@@ -109,6 +113,26 @@ def up() -> None:
         f"{STORE_PASSWORD_FILE.relative_to(STATE.parent)})")
 
 
+@contextmanager
+def new_schema() -> Iterator[PostgresTarget]:
+    """A new, empty schema in the store database, as a store target (tests, benchmarks); dropped at the end."""
+    import psycopg
+
+    from oncewatch.core.config import PostgresTarget
+    from oncewatch.core.sections import Secret
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    password = secret_file(STORE_PASSWORD_FILE)
+    with psycopg.connect(url(), password=password, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {name}")
+    try:
+        yield PostgresTarget(f"{url()}?options=-csearch_path%3D{name}", Secret(file=str(STORE_PASSWORD_FILE)))
+    finally:
+        with psycopg.connect(url(), password=password, autocommit=True) as conn:
+            conn.execute("SET lock_timeout = '10s'")
+            conn.execute(f"DROP SCHEMA {name} CASCADE")
+
+
 def stop_server(sig: int = signal.SIGINT) -> bool:
     """Stopped (SIGINT: PostgreSQL's fast shutdown, which ends its sessions; SIGTERM would wait for them)."""
     return stop(POSTGRES, sig=sig)
@@ -119,3 +143,6 @@ def down() -> list[tuple[str, bool]]:
 
 
 SERVICES = ((POSTGRES, PORT),)
+
+if TYPE_CHECKING:
+    from oncewatch.core.config import PostgresTarget

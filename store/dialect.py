@@ -73,4 +73,6 @@ def postgres_schema(schema: str) -> str:
         if head not in out:
             raise ValueError(f"the schema has no table {table}")
         out = out.replace(head, f"{head}\n    rowid BIGINT GENERATED ALWAYS AS IDENTITY,", 1)
+        # SQLite finds a rowid by its table's own b-tree; retention's oldest-first slices need it here
+        out += f"CREATE INDEX IF NOT EXISTS {table}_rowid ON {table} (rowid);\n"
     return out

@@ -18,6 +18,7 @@ session, however the monitor ends.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 from collections.abc import Iterable, Sequence
@@ -101,32 +102,42 @@ def connect(target: PostgresTarget, *, readonly: bool, role: str) -> PgConnectio
     return PgConnection(conn, str(target))
 
 
-def is_store(conn: PgConnection) -> bool | None:
-    """True for a marked store, None for a database with no tables in its schema (a new store is made there),
-    NotAStoreError for one holding another program's tables (left as it is)."""
+def schema_mark(conn: PgConnection) -> str | None:
+    """The digest of the schema a marked store was made or last brought up to, "" for a database with no
+    tables in its schema (a new store is made there), NotAStoreError for one holding another program's
+    tables (left as it is)."""
     tables = {name for (name,) in conn.execute(
         "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")}
     if MARK_TABLE in tables:
-        row = conn.execute(f"SELECT application_id FROM {MARK_TABLE}").fetchone()
+        row = conn.execute(f"SELECT application_id, schema_sha256 FROM {MARK_TABLE}").fetchone()
         if row is not None and row[0] == APPLICATION_ID:
-            return True
+            return row[1]
     if not tables:
-        return None
+        return ""
     raise NotAStoreError(f"the PostgreSQL database {conn.where} holds tables that are not an oncewatch store "
                          f"({', '.join(sorted(tables)[:8])}); it is left as it is: point store.url at an empty "
                          f"database (or schema) of its own")
 
 
+def digest(schema: str) -> str:
+    return hashlib.sha256(schema.encode()).hexdigest()
+
+
 def create(conn: PgConnection, schema: str) -> None:
-    """The schema and the mark, made once however many processes start together (a transaction-level
-    advisory lock around it: CREATE TABLE IF NOT EXISTS races with itself in PostgreSQL)."""
+    """The schema and the mark, made (or brought up to a newer version's tables) once however many
+    processes start together: a transaction-level advisory lock around it, as CREATE TABLE IF NOT EXISTS
+    races with itself in PostgreSQL. A store already at `schema` is left alone, so a person's review
+    never waits for the monitor's locks."""
     conn.execute("BEGIN")
     try:
         conn.execute("SELECT pg_advisory_xact_lock(?)", (APPLICATION_ID + 1,))
-        conn.executescript(schema)
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {MARK_TABLE} (application_id BIGINT NOT NULL)")
-        conn.execute(f"INSERT INTO {MARK_TABLE} (application_id) SELECT ? WHERE NOT EXISTS "
-                     f"(SELECT 1 FROM {MARK_TABLE})", (APPLICATION_ID,))
+        if schema_mark(conn) != digest(schema):
+            conn.executescript(schema)
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {MARK_TABLE} (application_id BIGINT NOT NULL, "
+                         f"schema_sha256 TEXT NOT NULL)")
+            conn.execute(f"DELETE FROM {MARK_TABLE}")
+            conn.execute(f"INSERT INTO {MARK_TABLE} (application_id, schema_sha256) VALUES (?, ?)",
+                         (APPLICATION_ID, digest(schema)))
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:

@@ -64,13 +64,13 @@ class Store:
                 self.conn.executescript(SCHEMA)  # a store made by an older version gains the newer tables
 
     def _open_postgres(self, readonly: bool, monitor: bool) -> None:
-        marked = postgres.is_store(self.conn)
-        if marked is None and readonly:
+        made = postgres.schema_mark(self.conn)
+        if made == "" and readonly:
             raise StoreError(f"there is no store in {self.path} yet: the monitor has not run with this config "
                              f"(`oncewatch run --config FILE` creates it)")
         if monitor:
             postgres.lock(self.conn)
-        if not readonly:
+        if not readonly and made != postgres.digest(POSTGRES_SCHEMA):
             postgres.create(self.conn, POSTGRES_SCHEMA)  # a new store, or one made by an older version: newer tables
 
     def close(self) -> None:

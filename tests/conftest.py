@@ -3,40 +3,19 @@ stack's server) a PostgreSQL schema of its own, dropped afterwards (issue 18: bo
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from devservices.postgres import new_schema
 from oncewatch.core.config import PostgresTarget
-from oncewatch.core.sections import Secret
 
 StoreTarget = str | PostgresTarget
 SQLITE, POSTGRESQL = "sqlite", "postgresql"
 BOTH = [SQLITE, pytest.param(POSTGRESQL, marks=pytest.mark.integration)]
-
-
-@contextmanager
-def postgres_schema() -> Iterator[PostgresTarget]:
-    """A new, empty schema in the dev stack's store database, as a store target; dropped at the end."""
-    import psycopg
-
-    from devservices import postgres
-    from devservices.stack import secret_file
-
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    password = secret_file(postgres.STORE_PASSWORD_FILE)
-    with psycopg.connect(postgres.url(), password=password, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {name}")
-    try:
-        yield PostgresTarget(f"{postgres.url()}?options=-csearch_path%3D{name}",
-                             Secret(file=str(postgres.STORE_PASSWORD_FILE)))
-    finally:
-        with psycopg.connect(postgres.url(), password=password, autocommit=True) as conn:
-            conn.execute("SET lock_timeout = '10s'")
-            conn.execute(f"DROP SCHEMA {name} CASCADE")
+# For a test whose store is only the stage it plays on (a login, a page's wording): SQLite alone.
+SQLITE_ONLY = pytest.mark.parametrize("store_target", [SQLITE], indirect=True)
 
 
 @pytest.fixture(params=BOTH)
@@ -45,7 +24,7 @@ def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sto
     if request.param == SQLITE:
         yield str(tmp_path / "s.db")
         return
-    with postgres_schema() as target:
+    with new_schema() as target:
         yield target
 
 

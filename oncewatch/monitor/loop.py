@@ -87,6 +87,23 @@ def _nothing() -> None:
     pass
 
 
+def served_once() -> tuple[Callable[[Config], Callable[[], None]], Callable[[], None]]:
+    """(serve, close): `serve` starts /metrics the first time it is called and leaves it up after that, for
+    one monitor after another; `close` ends it."""
+    closers: list[Callable[[], None]] = []
+
+    def serve(cfg: Config) -> Callable[[], None]:
+        if not closers:
+            closers.append(serve_metrics(cfg))
+        return _nothing
+
+    def close() -> None:
+        for closer in closers:
+            closer()
+        closers.clear()
+    return serve, close
+
+
 class Monitor:
     """Runs until `stop()` (or until idle, for batch audits). It holds its store alone from here until
     `close()` (StoreLockedError while another monitor runs on it)."""
@@ -194,16 +211,18 @@ class Monitor:
             count += records(item)
         return items
 
-    def run(self, until_idle: float | None = None, metrics: bool = True) -> None:
+    def run(self, until_idle: float | None = None,
+            metrics: Callable[[Config], Callable[[], None]] = serve_metrics) -> None:
         """Raises the collector's own error when a source refuses the monitor (exit 3 in the CLI), and
-        ReaderFailedError when a reader keeps failing on a bug (exit 1); `metrics=False` when /metrics is
-        served by the caller (monitor.supervise keeps it up while the store is away)."""
+        ReaderFailedError when a reader keeps failing on a bug (exit 1). /metrics is served once the sources
+        have answered and the store is read, by `metrics` (monitor.supervise keeps it up from one monitor
+        to the next while the store is away); the function it returns ends it."""
         exposure.log(log, exposure.of_config(self.cfg))
         if self.cfg.cdc is None or self.cfg.cdc.mode == "check":  # in CDC source mode it reads no database
             preflight_mysql(self.cfg)
         preflight_kafka(self.cfg)
         self.writer.restore()
-        close_metrics = serve_metrics(self.cfg) if metrics else _nothing
+        close_metrics = metrics(self.cfg)
         self._configure_readers()
         kafka_partitions = self._kafka_partitions if KAFKA_EVENTS in self.readers else None
         for reader in self.readers.values():
@@ -259,4 +278,4 @@ class Monitor:
                 and p.binlog_caught_up and p.kafka_caught_up and all(r.running for r in self.readers.values()))
 
 
-__all__ = ["Monitor", "serve_metrics", "tune_gc"]
+__all__ = ["Monitor", "serve_metrics", "served_once", "tune_gc"]

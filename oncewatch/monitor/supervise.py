@@ -6,8 +6,9 @@ made of it in memory is not in the store: rather than mend that state, the monit
 a new one built from the store once the server answers, exactly as after a kill -9 (DESIGN §7):
 the readers resume at the committed checkpoints, nothing is lost and nothing is counted twice.
 
-/metrics stays up meanwhile, saying `oncewatch_store_up 0`, and the outages and their length are
-counted (`oncewatch_store_outages_total`, `oncewatch_store_outage_seconds_total`).
+/metrics, up since the first monitor's sources answered, stays up meanwhile, saying
+`oncewatch_store_up 0`, and the outages and their length are counted
+(`oncewatch_store_outages_total`, `oncewatch_store_outage_seconds_total`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 
 from oncewatch.core.config import Config
 from oncewatch.monitor.health import StoreOutages
-from oncewatch.monitor.loop import Monitor, serve_metrics
+from oncewatch.monitor.loop import Monitor, served_once
 from oncewatch.store import StoreUnavailableError
 
 log = logging.getLogger("oncewatch.monitor")
@@ -41,7 +42,7 @@ class Supervisor:
             self.monitor.stop()
 
     def run(self, until_idle: float | None = None) -> None:
-        close_metrics = serve_metrics(self.cfg)
+        serve, close_metrics = served_once()
         tries = 0
         try:
             while not self._stop.is_set():
@@ -59,7 +60,7 @@ class Supervisor:
                 try:
                     if self._stop.is_set():  # stopped while it was being built
                         return
-                    self.monitor.run(until_idle, metrics=False)
+                    self.monitor.run(until_idle, metrics=serve)
                     return
                 except StoreUnavailableError as exc:
                     self._away(exc, tries)

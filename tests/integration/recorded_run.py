@@ -124,9 +124,9 @@ def comparable(found) -> dict[str, tuple]:
     return {f.id: (f.rule, f.status, f.severity, tuple(sorted(e.coordinates for e in f.evidence))) for f in found}
 
 
-def start_monitor(config: Path, log: Path) -> subprocess.Popen:
+def start_monitor(config: Path, log: Path, *args: str) -> subprocess.Popen:
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "oncewatch.cli", "run", "--config", str(config)],
+        return subprocess.Popen([sys.executable, "-m", "oncewatch.cli", "run", "--config", str(config), *args],
                                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
 
 

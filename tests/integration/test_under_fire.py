@@ -40,8 +40,6 @@ from oncewatch.core.config import PostgresTarget, load
 from oncewatch.monitor import Monitor, ReaderFailedError, readers
 from oncewatch.store import Store
 
-from tests.conftest import postgres_schema
-
 from .conftest import wait_for
 from .recorded_run import assert_same, fresh_copy, metric, postgres_config, record, start_monitor
 from .shop_monitor import IDLE, score
@@ -50,7 +48,7 @@ from .shop_monitor import IDLE, score
 @pytest.fixture(scope="module")
 def postgres_store() -> Iterator[PostgresTarget]:
     """A PostgreSQL store for the recorded run, started with it."""
-    with postgres_schema() as target:
+    with postgres.new_schema() as target:
         yield target
 
 
@@ -128,7 +126,7 @@ def test_the_postgresql_store_restarted_mid_run(recorded, postgres_store, tmp_pa
     _, start, baseline, base = recorded
     port = free_port()
     config = postgres_config(start, base / "postgres", postgres_store, metrics_port=port)
-    monitor = start_monitor(config, tmp_path / "monitor.log")
+    monitor = start_monitor(config, tmp_path / "monitor.log", "--until-idle", str(IDLE))
     try:
         wait_for("the monitor's /metrics", lambda: metric(port, "oncewatch_collector_up") is not None)
         wait_for("a few batches committed",
@@ -140,14 +138,13 @@ def test_the_postgresql_store_restarted_mid_run(recorded, postgres_store, tmp_pa
         wait_for("the store back, the outage counted",
                  lambda: metric(port, "oncewatch_store_up") == 1 and metric(port, "oncewatch_store_outages_total") == 1)
         assert metric(port, "oncewatch_store_outage_seconds_total") >= 3
-        assert monitor.poll() is None
+        assert monitor.wait(120) == 0  # it goes on from its checkpoint, to the end of the run
     finally:
         postgres.up()  # whatever happened above, the server runs for the tests after this one
-        monitor.terminate()
-        assert monitor.wait(30) == 0
+        if monitor.poll() is None:
+            monitor.kill()
     log = (tmp_path / "monitor.log").read_text()
     assert '"event": "store_unavailable"' in log and '"event": "store_back"' in log and "Traceback" not in log
-    run_until_idle(config, idle=IDLE)
     assert_same(findings(config), baseline)
     with closing(Store(load(config).store.target, readonly=True)) as pg, \
             closing(Store(str(base / "baseline" / "store.db"), readonly=True)) as sqlite:

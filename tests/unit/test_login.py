@@ -15,9 +15,12 @@ from streamlit.testing.v1 import AppTest
 
 from oncewatch.core import exposure
 from oncewatch.dashboards import auth, launch, login_limits
+from tests.conftest import SQLITE_ONLY
 from tests.unit.test_login_limits import Clock
 from tests.unit.test_metrics import scenario_store  # noqa: F401 - the scenario store fixture
 from tests.unit.test_pages import APP, env, reset_address, set_address  # noqa: F401 - fixtures
+
+pytestmark = SQLITE_ONLY  # the login reads no store
 
 PASSWORD = "right-Pw-5e1f-never-logged"
 GUESS = "guess-Pw-77c0-never-logged"

@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from oncewatch.core.records import Evidence, Finding
 from oncewatch.dashboards import auth, login_limits, reports, views
 from oncewatch.store import Store, reviews
-from tests.conftest import StoreTarget, name_store, store_keys, store_section
+from tests.conftest import SQLITE_ONLY, StoreTarget, name_store, store_keys, store_section
 from tests.unit.test_metrics import scenario_store  # noqa: F401 - the scenario store fixture
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
@@ -88,6 +88,7 @@ def test_overview_tiles_and_charts(env: Path) -> None:
     assert axes == {"time (UTC)"}
 
 
+@SQLITE_ONLY
 def test_overview_says_when_the_monitor_is_stale_or_a_collector_down(env: Path, scenario_store: StoreTarget) -> None:
     store = Store(scenario_store)
     store.set_health("binlog", {"connected": False, "last_error": "Lost connection to MySQL server",
@@ -114,6 +115,7 @@ def test_a_stopped_monitor_says_so_on_every_page(env: Path, scenario_store: Stor
         assert "nothing is read until `oncewatch run` starts again" in at.error[0].value
 
 
+@SQLITE_ONLY
 def test_missing_store_is_explained(env: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv(views.ENV_STORE, str(tmp_path / "absent.db"))
     at = run("overview")
@@ -178,6 +180,7 @@ def test_drilldown_of_a_trade_no(env: Path) -> None:
     assert plotly_count(at) == 1
 
 
+@SQLITE_ONLY
 def test_drilldown_of_an_order_shows_value_diffs(env: Path) -> None:
     at = run("drilldown", q="O501")
     changes = at.dataframe[0].value["change"].tolist()
@@ -185,6 +188,7 @@ def test_drilldown_of_an_order_shows_value_diffs(env: Path) -> None:
     assert "+ amount=99.00, order_no=O501, status=pending" in changes
 
 
+@SQLITE_ONLY
 def test_drilldown_of_an_announced_key_with_its_table(env: Path) -> None:
     """The link of an F9 on order.paid O507: the order's two events, and the finding."""
     at = run("drilldown", q="key:shop.orders:O507")
@@ -205,6 +209,7 @@ def test_drilldown_of_a_consumer_group_draws_its_readings(env: Path) -> None:
     assert not at.error
 
 
+@SQLITE_ONLY
 def test_drilldown_of_an_unknown_entity(env: Path) -> None:
     at = run("drilldown", q="nope")
     assert metrics(at) == {"Row changes": "0", "Kafka events": "0", "Findings": "0"}
@@ -241,6 +246,7 @@ def test_drift_lag_skew_and_delay(env: Path) -> None:
 
 # ---------------------------------------------------------------- Reports
 
+@SQLITE_ONLY
 def test_reports_offer_the_three_exports(env: Path) -> None:
     at = run("reports")
     assert metrics(at) == {"Findings in this report": "7"}
@@ -266,6 +272,7 @@ def test_reports_need_the_config(env: Path, scenario_store: StoreTarget, monkeyp
 
 # ---------------------------------------------------------------- login
 
+@SQLITE_ONLY
 def test_password_guards_every_page(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(auth.PASSWORD_ENV, "s3cret-pass")
     at = AppTest.from_file(APP, default_timeout=30).run()
@@ -297,6 +304,7 @@ def oidc_app(logged_in: bool) -> AppTest:
     return at.run()
 
 
+@SQLITE_ONLY
 def test_oidc_login_when_auth_is_in_secrets(env: Path) -> None:
     at = oidc_app(logged_in=False)
     assert not at.exception and not at.metric
@@ -306,6 +314,7 @@ def test_oidc_login_when_auth_is_in_secrets(env: Path) -> None:
     assert at.sidebar.button[0].label == "Log out"
 
 
+@SQLITE_ONLY
 def test_no_login_and_not_on_loopback_shows_nothing(env: Path) -> None:
     set_address("0.0.0.0")
     at = AppTest.from_file(APP, default_timeout=30).run()
@@ -374,6 +383,7 @@ def test_incidents_group_the_findings_of_one_order_and_show_their_history(
                                            "reason": "", "note": "stopping the second shipment"}]
 
 
+@SQLITE_ONLY
 def test_incidents_without_the_payments_table_keep_a_trade_no_apart(env: Path) -> None:
     at = run("incidents")
     table = at.dataframe[0].value
