@@ -28,7 +28,6 @@ from oncewatch.store.codec import (EVENT_COLUMNS, FINDING_COLUMNS, ROW_CHANGE_CO
 from oncewatch.store.errors import StoreError
 from oncewatch.store.files import MEMORY, create_private, make_dir, make_private, require_space, said_full
 from oncewatch.store.lock import MonitorLock
-from oncewatch.store import postgres
 from oncewatch.store.dialect import POSTGRES, SQLITE, postgres_schema
 from oncewatch.store.schema import SCHEMA, connect, create
 
@@ -46,6 +45,8 @@ class Store:
         self._lock = threading.Lock()
         self._held = held
         if isinstance(target, PostgresTarget):
+            from oncewatch.store import postgres  # psycopg for a PostgreSQL store only: it doubles a command's start-up
+
             self.dialect = POSTGRES
             self.conn = postgres.connect(target, readonly=readonly, role="monitor" if monitor else
                                          "reader" if readonly else "writer")
@@ -64,6 +65,8 @@ class Store:
                 self.conn.executescript(SCHEMA)  # a store made by an older version gains the newer tables
 
     def _open_postgres(self, readonly: bool, monitor: bool) -> None:
+        from oncewatch.store import postgres
+
         made = postgres.schema_mark(self.conn)
         if made == "" and readonly:
             raise StoreError(f"there is no store in {self.path} yet: the monitor has not run with this config "
