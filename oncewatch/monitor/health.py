@@ -54,11 +54,9 @@ class StoreOutages:
     count: int = 0
     seconds: float = 0.0
     down_since: float | None = None
-    last_error: str = ""
 
-    def begin(self, now: float, error: str) -> bool:
+    def begin(self, now: float) -> bool:
         """True at the start of an outage (not for each failed try while it lasts)."""
-        self.last_error = error
         if self.down_since is not None:
             return False
         self.down_since = now

@@ -71,7 +71,7 @@ class Supervisor:
             close_metrics()
 
     def _away(self, exc: StoreUnavailableError, tries: int) -> None:
-        if self.outages.begin(time.time(), str(exc)):
+        if self.outages.begin(time.time()):
             log.error("the store cannot be reached; the monitor stops and starts again from its checkpoint once "
                       "it answers", extra={"event": "store_unavailable", "error": str(exc),
                                            "outages": self.outages.count})
