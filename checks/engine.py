@@ -40,6 +40,9 @@ API (the monitor loop calls these):
   read to its end; `kafka_time`: `checks.clocks.kafka_watermark`, or `now` when every
   partition is read to its end. An event is never "missing" while Kafka
   has not been read up to where it should be.
+- `undecided() -> (n, due)`: facts read whose verdict is still to come on the binlog or Kafka clock
+  (an order not yet stuck, a change waiting for its event, an event for its change, a partition skew
+  not yet held), and the time the first of them comes due; `--until-idle` waits for them.
 - `drain() -> list[Finding]`: findings created or changed since the last drain (new, more
   evidence, resolved): upsert them by id (ids and lifecycle: checks.findings).
 - `stats() -> dict` for /metrics:
@@ -277,6 +280,10 @@ class Engine:
         self._dropped_logged, self._lost_logged, self._expired, self._logged_at = dropped, lost, {}, now
 
     # ------------------------------------------------------------ output
+
+    def undecided(self) -> tuple[int, float | None]:
+        (n, due), (skews, held_at) = self.memory.undecided(), self.offsets.undecided()
+        return n + skews, min((t for t in (due, held_at) if t is not None), default=None)
 
     def drain(self) -> list[Finding]:
         return self.findings.drain()

@@ -292,6 +292,11 @@ class Deadlines:
     def expire(self, now: float) -> list[dict[str, Any]]:
         return [i for items in self.fresh.expire(now) + self.overdue.expire(now) for i in items]
 
+    def next_due(self) -> float | None:
+        """When the oldest item not judged yet comes due (None: every item is judged)."""
+        first = next(iter(self.fresh.items.values()), None)
+        return None if first is None else first[0] + self.grace
+
     @property
     def dropped(self) -> int:
         return self.fresh.dropped + self.overdue.dropped
@@ -362,6 +367,18 @@ class Memory:
         self.saved[f"{name}{FRESH}"] = (deadlines.fresh, _same, _same)
         self.saved[f"{name}.overdue"] = (deadlines.overdue, _same, _same)
         return deadlines
+
+    def undecided(self) -> tuple[int, float | None]:
+        """(keys whose items wait for their verdict on the binlog or the Kafka clock, when the first comes due).
+        Items on the CDC clock are left out: it moves only with what the CDC topics deliver, so a stopped
+        pipeline's rows wait for as long as it stays stopped (checks.pipeline), which no one can wait out."""
+        count, due = 0, None
+        for space, clock in self.spaces.values():
+            if isinstance(space, Deadlines) and clock != CDC and space.fresh.items:
+                count += len(space.fresh.items)
+                first = space.next_due()
+                due = first if due is None else min(due, first)
+        return count, due
 
     def counters(self, name: str, initial: dict[str, Any]) -> dict[str, Any]:
         self.plain[name] = initial

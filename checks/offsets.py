@@ -31,6 +31,7 @@ class OffsetChecks:
         # (group, topic) -> when its lag was first seen skewed, in this process: a restart only makes
         # F12 wait its hold again (offsets are live readings, not a stream to replay).
         self.skewed_since: dict[tuple[str, str], float] = {}
+        self.polled_at = 0.0  # the newest reading's time
 
     def _reading(self, rule: str, identity: tuple[str, ...], above: bool, keys: dict[str, Any], summary: str,
                  time: float, evidence: list[EvidenceItem], why: str) -> None:
@@ -46,8 +47,13 @@ class OffsetChecks:
                           [offsets_evidence(f"backlog:{table}", now, {"waiting": n})],
                           f"backlog down to {n}")
 
+    def undecided(self) -> tuple[int, float | None]:
+        """(skews seen and not yet held for `partition_skew_seconds`, when the first of them will have held)."""
+        since = [t for t in self.skewed_since.values() if self.polled_at - t < self.hold]
+        return len(since), min(since) + self.hold if since else None
+
     def on_offsets(self, snapshot: OffsetsSnapshot) -> None:
-        at = snapshot.polled_at
+        at = self.polled_at = snapshot.polled_at
         ends = {(p.topic, p.partition): p.end for p in snapshot.partitions}
         for group in snapshot.groups:
             name, parts = group.group, group.partitions

@@ -68,7 +68,7 @@ def cmd_tail_binlog(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the monitor until SIGTERM/SIGINT, or with --until-idle until both streams are read to their
-    ends and nothing changed for that many seconds."""
+    ends, every verdict due of what was read is given, and nothing changed for that many seconds."""
     from oncewatch.checks.engine import StateMismatchError
     from oncewatch.collectors.binlog import BinlogError
     from oncewatch.collectors.kafka_events import KafkaEventsError
@@ -316,7 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run the monitor (collectors, checks, store, /metrics)")
     r.add_argument("--config", required=True)
     r.add_argument("--until-idle", type=float, metavar="SECONDS",
-                   help="exit 0 once both streams are read to their ends and nothing changed for SECONDS")
+                   help="exit 0 once both streams are read to their ends, every verdict due of what was read "
+                        "is given (thresholds and graces waited out) and nothing changed for SECONDS")
     r.set_defaults(func=cmd_run)
     b = sub.add_parser("bootstrap", help="re-read the watched tables and tail the binlog from that snapshot")
     b.add_argument("--config", required=True)

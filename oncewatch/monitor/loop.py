@@ -117,6 +117,7 @@ class Monitor:
         self.progress = self.writer.progress
         self.queue = Inbox(QUEUE_RECORDS)
         self._stop = threading.Event()
+        self._waited = False  # --until-idle has said it waits for verdicts
         self.readers: dict[str, Reader] = {}
         self.health = Health(self.store, self.readers, self.progress, self.engine.stats, cfg.rules, self.engine.shape,
                              outages or StoreOutages())
@@ -271,11 +272,21 @@ class Monitor:
                 "event": "binlog_tail_start", "gtid": self.progress.binlog.gtid})
 
     def _idle_for(self, seconds: float, now: float) -> bool:
-        """Nothing new for `seconds`, everything read applied, and every reader running: one waiting out its
-        restart backoff has not read what is left for it (an audit that ended then would miss it)."""
+        """Nothing new for `seconds`, everything read applied, every reader running (one waiting out its
+        restart backoff has not read what is left for it) and every verdict of what was read given: an audit
+        that ended with an order not yet stuck, or a change whose event's grace had not passed, would say
+        nothing of them."""
         p = self.progress
-        return (now - p.last_change_at >= seconds and self.queue.empty()
-                and p.binlog_caught_up and p.kafka_caught_up and all(r.running for r in self.readers.values()))
+        if not (now - p.last_change_at >= seconds and self.queue.empty() and p.binlog_caught_up
+                and p.kafka_caught_up and all(r.running for r in self.readers.values())):
+            return False
+        undecided, due = self.engine.undecided()
+        if undecided and not self._waited:
+            self._waited = True
+            log.info("idle, but facts read still wait for their verdicts: running on until they are given",
+                     extra={"event": "idle_awaiting_verdicts", "undecided": undecided,
+                            "next_due_in_seconds": round(max(0.0, due - now), 1) if due is not None else None})
+        return not undecided
 
 
 __all__ = ["Monitor", "serve_metrics", "served_once", "tune_gc"]

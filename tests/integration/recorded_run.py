@@ -28,7 +28,7 @@ from oncewatch.store import Store
 
 from .conftest import admin_connection
 from .kafka_fixtures import UndecodableKey
-from .shop_monitor import IDLE, prepared
+from .shop_monitor import FIRST_IDLE, IDLE, prepared
 
 MALFORMED = [
     (b"k1", b"\xff\xfe not utf-8 \xc3\x28"),
@@ -78,7 +78,7 @@ def record(base: Path, postgres: PostgresTarget | None = None):
     start_store = base / "start.db"
     Store(str(base / "store.db")).backup(str(start_store))
     if postgres is not None:
-        run_until_idle(postgres_config((start_store, topic), base / "postgres", postgres), idle=1.0)
+        run_until_idle(postgres_config((start_store, topic), base / "postgres", postgres), idle=FIRST_IDLE)
 
     result: dict[str, object] = {}
 

@@ -15,8 +15,13 @@ from oncewatch import shop
 from oncewatch.core.records import Finding
 from oncewatch.shop import GroundTruth
 
-# --until-idle quiet time: longer than the stuck-pending threshold, so every absence rule has had its say.
-IDLE = 8.0
+# --until-idle quiet time. It waits for every verdict still due of what it read (an order not yet stuck, an event
+# within its grace, a skew not yet held: Engine.undecided) on its own; this is only the quiet after the last one.
+IDLE = 2.0
+
+
+# --until-idle of a first checkpoint (empty tables, the topics' ends): nothing to wait for but the catching up.
+FIRST_IDLE = 0.5
 
 
 def prepared(folder: Path, shape: str = "shop", cdc: bool = False) -> tuple[Path, str]:
@@ -25,7 +30,7 @@ def prepared(folder: Path, shape: str = "shop", cdc: bool = False) -> tuple[Path
     topic = new_topic()
     shop.run(shop_settings(topic, shape, schema=CDC_SCHEMA if cdc else None, orders=0, reset=True))
     config = shop_config(folder, topic=topic, shape=shape, cdc=cdc)
-    run_until_idle(config, idle=1.0)
+    run_until_idle(config, idle=FIRST_IDLE)
     return config, topic
 
 

@@ -19,7 +19,7 @@ from oncewatch.store import Store
 
 from .shop_monitor import prepared
 
-TRAFFIC_SECONDS = 25  # some 15 lost sends at 3% of 20 orders/s, each judged while traffic goes on
+TRAFFIC_SECONDS = 15  # some 13 lost sends at 3% of 30 orders/s, each judged while traffic goes on
 # From the moment an F7 became decidable (commit + grace) to the moment it is in the store: the
 # monitor's batching, the Kafka clock's polls and this test's own 0.5 s polling.
 MAX_DETECTION_SECONDS = 10.0
@@ -30,7 +30,7 @@ def test_lost_events_are_found_while_traffic_goes_on(tmp_path):
     monitor = subprocess.Popen([sys.executable, "-m", "oncewatch.cli", "run", "--config", str(config)],
                                stdout=subprocess.DEVNULL, stderr=open(tmp_path / "monitor.log", "wb"))
     shop_run = threading.Thread(target=shop.run, args=(shop_settings(
-        topic, seed=11, duration=TRAFFIC_SECONDS, rate=20, faults="send_lost=0.03"),))
+        topic, seed=11, duration=TRAFFIC_SECONDS, rate=30, faults="send_lost=0.03"),))
     seen_at: dict[str, float] = {}
     try:
         time.sleep(2)

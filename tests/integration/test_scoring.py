@@ -23,12 +23,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from devservices.kafka_connect import CDC_SCHEMA
-from devservices.shop_monitor import ROOT, SHORT_RULES, findings, run_until_idle, shop_config, shop_settings
+from devservices.shop_monitor import (ROOT, SHORT_RULES, findings, new_topic, run_until_idle, shop_config,
+                                      shop_settings)
 from oncewatch import shop
 from oncewatch.shop.settings import STYLE_IN_TRANSACTION, STYLE_OUTBOX
 from oncewatch.store import Store
 
-from .shop_monitor import IDLE, Score, prepared, score
+from .shop_monitor import FIRST_IDLE, IDLE, Score, prepared, score
 
 
 # F10 at 1.5 s here, between the shop's slow sends (2 s late, the send_slow fault) and the delays its
@@ -73,10 +74,13 @@ def scored_both_ways(tmp_path, kills: int = 0, **settings) -> tuple[shop.GroundT
     folders = {mode: tmp_path / mode for mode in ("binlog", "cdc")}
     for folder in folders.values():
         folder.mkdir()
-    _, topic = prepared(folders["cdc"], cdc=True)
+    topic = new_topic()
+    shop.run(shop_settings(topic, schema=CDC_SCHEMA, orders=0, reset=True))
     configs = {mode: shop_config(folder, topic=topic, rules=SCORING_RULES, schema=CDC_SCHEMA, cdc=mode == "cdc")
                for mode, folder in folders.items()}
-    run_until_idle(configs["binlog"], idle=1.0)  # its first checkpoint: a bootstrap of the empty tables
+    with ThreadPoolExecutor(2) as pool:  # their first checkpoints: a bootstrap of the empty tables, the topics' ends
+        for future in [pool.submit(run_until_idle, config, idle=FIRST_IDLE) for config in configs.values()]:
+            future.result()
     truth = shop.run(shop_settings(topic, schema=CDC_SCHEMA, **settings))
     assert not truth.incidents, truth.incidents
     with ThreadPoolExecutor(2) as pool:

@@ -29,7 +29,6 @@ from .conftest import admin_connection
 from .shop_monitor import IDLE, prepared
 
 
-STEP = 3.0  # seconds of quiet that end a run once a DDL has been read: no grace or threshold to wait out
 
 
 def execute(*statements: str) -> None:
@@ -75,7 +74,7 @@ def test_renamed_dropped_retyped_and_truncated_columns_are_shown_and_raise_nothi
             "INSERT INTO orders VALUES ('SHAPE-1', 7, 10.00, 'pending', NOW(3), NOW(3))",
             "UPDATE orders SET state = 'paid', updated_at = NOW(3) WHERE order_no = 'SHAPE-1'")
     announce(topic, {"type": "order.paid", "order_no": "SHAPE-1", "amount": "10.00", "status": "paid"})
-    run_until_idle(config, idle=6)  # past the 4 s orphan grace
+    run_until_idle(config, idle=IDLE)  # the event waits out its 4 s orphan grace
     health, stats = monitor_view(config)
     assert findings(config) == []
     assert any(r.startswith("domain.orders.status_column: owtest.orders.status is gone") for r in health["reasons"])
@@ -84,20 +83,20 @@ def test_renamed_dropped_retyped_and_truncated_columns_are_shown_and_raise_nothi
 
     # Put back: the problem ends and the rules judge again; the payment amount retyped: F5 is blind.
     execute("ALTER TABLE orders RENAME COLUMN state TO status", "ALTER TABLE payments MODIFY amount VARCHAR(20) NOT NULL")
-    run_until_idle(config, idle=STEP)
+    run_until_idle(config, idle=IDLE)
     health, _ = monitor_view(config)
     assert not any("status_column" in r for r in health["reasons"]) and blind_by_shape(health) == {"F5"}
     assert "domain.payments.amount_column: owtest.payments.amount is now varchar, not a number (F5 cannot judge)" \
         in health["reasons"]
     execute("ALTER TABLE payments DROP COLUMN amount")
-    run_until_idle(config, idle=STEP)
+    run_until_idle(config, idle=IDLE)
     health, _ = monitor_view(config)
     assert any(r.startswith("domain.payments.amount_column: owtest.payments.amount is gone") for r in health["reasons"])
     execute("ALTER TABLE payments ADD COLUMN amount DECIMAL(12,2) NOT NULL DEFAULT 0 AFTER channel")
 
     # A pending order, then the table truncated: no F3 once its threshold (2 s here) has passed.
     execute("INSERT INTO orders VALUES ('SHAPE-2', 7, 10.00, 'pending', NOW(3), NOW(3))", "TRUNCATE TABLE orders")
-    run_until_idle(config, idle=4)
+    run_until_idle(config, idle=IDLE)
     health, _ = monitor_view(config)
     assert findings(config) == [] and health["shape_problems"] == []
     assert not [r for r in health["reasons"] if "_column" in r]
