@@ -372,13 +372,9 @@ class Memory:
         """(keys whose items wait for their verdict on the binlog or the Kafka clock, when the first comes due).
         Items on the CDC clock are left out: it moves only with what the CDC topics deliver, so a stopped
         pipeline's rows wait for as long as it stays stopped (checks.pipeline), which no one can wait out."""
-        count, due = 0, None
-        for space, clock in self.spaces.values():
-            if isinstance(space, Deadlines) and clock != CDC and space.fresh.items:
-                count += len(space.fresh.items)
-                first = space.next_due()
-                due = first if due is None else min(due, first)
-        return count, due
+        waiting = [space for space, clock in self.spaces.values()
+                   if isinstance(space, Deadlines) and clock != CDC and space.fresh.items]
+        return sum(len(space.fresh.items) for space in waiting), min((s.next_due() for s in waiting), default=None)
 
     def counters(self, name: str, initial: dict[str, Any]) -> dict[str, Any]:
         self.plain[name] = initial
