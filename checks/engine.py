@@ -7,6 +7,9 @@ streams, and after a restart from `state()` at any point.
 API (the monitor loop calls these):
 
 - `Engine(settings)`: `settings` is a `checks.settings.Settings` (`Settings.from_config(cfg)`).
+  `Engine(settings, Shard(index, count))`: one of several engines that judge as one (checks.shards), fed the
+  parts `Router.split` gives its shard, `start_watch(at)` with `Split.watch_start` on every shard, and the
+  events of its keys; its leader (shard 0) alone judges F11 (`tick(..., backlog_elsewhere)`), F12, F15, F16.
 - `restore(state)` / `state() -> dict`: the whole open state, JSON-able through
   `oncewatch.core.records.to_json` (Decimal, datetime allowed). Save it in the same store
   transaction as the checkpoints and the drained findings; it includes findings changed but
@@ -79,6 +82,7 @@ from oncewatch.checks.orders import OrderLife
 from oncewatch.checks.payments import PaymentChecks
 from oncewatch.checks.pipeline import PipelineChecks
 from oncewatch.checks.settings import Settings
+from oncewatch.checks.shards import WHOLE, Shard, check_shardable, owned, routes
 from oncewatch.core.records import EmittedEvent, Finding, OffsetsSnapshot, RowChange, SchemaChange, Transaction
 from oncewatch.core.tables import is_pattern
 
@@ -114,8 +118,12 @@ def merge_delta(saved: dict[str, Any] | None, delta: dict[str, Any]) -> dict[str
 
 
 class Engine:
-    def __init__(self, settings: Settings):
-        self.settings = settings
+    def __init__(self, settings: Settings, shard: Shard = WHOLE):
+        """`shard`: judge only the keys of this one of `shard.count` shards (checks.shards); the leader alone
+        judges the group-level rules (F11, F12, F15, F16)."""
+        if shard.count > 1:
+            check_shardable(settings)
+        self.settings, self.shard = settings, shard
         rules, domain = settings.rules, settings.domain
         self.memory = Memory(rules.horizon_seconds, rules.horizon_max_entries)
         self.findings = Findings(self.memory)
@@ -125,27 +133,26 @@ class Engine:
         self.routes: dict[tuple[str, str], list[Callable[[RowChange], None]]] = {}
         self.callbacks: PaymentChecks | None = None
         self.orders: OrderLife | None = None
-        if domain.effects:
-            effects = DuplicateEffects(self.memory, self.findings, tuple(e.table for e in domain.effects))
-            for e in domain.effects:
-                self._route(e.table, partial(effects.on_row, e))
+        effects = DuplicateEffects(self.memory, self.findings, tuple(e.table for e in domain.effects)) \
+            if domain.effects else None
         if domain.orders:
             self.orders = OrderLife(domain.orders, domain.state_machine, rules.stuck_pending_seconds, self.memory,
                                     self.findings)
-            self._route(domain.orders.table, self.orders.on_row)
+        payments = None
         if domain.payments:
             payments = PaymentChecks(domain.payments, domain.orders, domain.callbacks, settings.watched, self.memory,
-                                     self.findings)
-            self._route(domain.payments.table, payments.on_payment)
-            if domain.callbacks:
-                self._route(domain.callbacks.table, payments.on_callback)
-            if domain.orders:
-                self._route(domain.orders.table, payments.on_order)
-                if domain.payments.callback_status_column or domain.callbacks:
-                    self.callbacks = payments
+                                     self.findings, None if shard.count == 1 else shard.owns)
+            if domain.orders and (domain.payments.callback_status_column or domain.callbacks):
+                self.callbacks = payments
         self.announcements = Announcements(settings.announce, rules, self.memory, self.findings)
-        for table, entries in self.announcements.by_table.items():
-            self._route(table, partial(self.announcements.on_change, entries))
+        handlers = {"effect": lambda e: partial(effects.on_row, e), "order": lambda _: self.orders.on_row,
+                    "payment": lambda _: payments.on_payment, "callback": lambda _: payments.on_callback,
+                    "order_amount": lambda _: payments.on_order,
+                    "announce": lambda a: partial(self.announcements.on_change, (a,))}
+        for route in routes(settings):
+            handler = handlers[route.handler](route.config)
+            self._handlers.setdefault(route.table, []).append(
+                handler if shard.count == 1 else owned(handler, route.key, shard))
         self.offsets = OffsetChecks(rules, self.findings)
         self.pipeline = PipelineChecks(rules, self.memory, self.findings, settings.cdc_check)
         self.watched = settings.watched
@@ -158,9 +165,6 @@ class Engine:
         self.backlog: dict[str, int] | None = None  # per table, as F11 last judged it (backlog_as_of)
         self._backlog_at = float("-inf")
 
-    def _route(self, table: str, handler: Callable[[RowChange], None]) -> None:
-        self._handlers.setdefault(table, []).append(handler)
-
     def _handlers_of(self, schema: str, table: str) -> list[Callable[[RowChange], None]]:
         """The handlers of a real table: its entry's, once looked up (a new shard of a pattern is one more)."""
         entry = self.watched.entry(schema, table)
@@ -172,7 +176,7 @@ class Engine:
     # ------------------------------------------------------------ state
 
     def _head(self) -> dict[str, Any]:
-        return {"version": STATE_VERSION, "shape": shape_digest(self.settings),
+        return {"version": STATE_VERSION, "shape": shape_digest(self.settings), "shard": list(self.shard),
                 "changed": [to_dict(f) for f in self.findings.changed.values()]}
 
     def state(self) -> dict[str, Any]:
@@ -185,6 +189,10 @@ class Engine:
         return delta
 
     def restore(self, state: dict[str, Any]) -> None:
+        if state.get("shard", [0, 1]) != list(self.shard):
+            raise StateMismatchError(f"the saved engine state is shard {state['shard'][0]} of {state['shard'][1]}, "
+                                     f"this engine judges shard {self.shard.index} of {self.shard.count}: restore "
+                                     "each shard from its own state, with the shard count it was saved under")
         if state.get("version") != STATE_VERSION or state.get("shape") != shape_digest(self.settings):
             raise StateMismatchError("the saved engine state was made under another [domain]/[[announce]] config "
                                      "(or oncewatch version); start from a fresh state (re-bootstrap) to use this one")
@@ -248,9 +256,20 @@ class Engine:
             on_event(event)
 
     def on_offsets(self, snapshot: OffsetsSnapshot) -> None:
-        self.offsets.on_offsets(snapshot)
+        if self.shard.leads:
+            self.offsets.on_offsets(snapshot)
 
-    def tick(self, now: float, binlog_time: float, kafka_time: float) -> None:
+    def start_watch(self, at: float) -> None:
+        """Sharded: the first announced change the router saw (checks.shards.Split.watch_start), which may have
+        gone to another shard; no event from before it is judged an orphan or a duplicate."""
+        marks = self.announcements.marks
+        if marks["watch_start"] is None:
+            marks["watch_start"] = at
+
+    def tick(self, now: float, binlog_time: float, kafka_time: float,
+             backlog_elsewhere: dict[str, int] | None = None) -> None:
+        """`backlog_elsewhere`: sharded, the leader's F11 judges its own backlog plus the other shards' (per table,
+        as their last ticks left it in `stats()["backlog_by_table"]`)."""
         if self.orders is not None:
             self.orders.tick(binlog_time)
         self.announcements.tick(binlog_time, kafka_time)
@@ -262,7 +281,10 @@ class Engine:
         if now - self._backlog_at >= BACKLOG_EVERY:
             self.backlog = self.announcements.backlog_as_of(kafka_time)
             self._backlog_at = now
-            self.offsets.on_backlog(now, self.backlog)
+            if self.shard.leads:
+                group = self.backlog if not backlog_elsewhere else {
+                    table: n + backlog_elsewhere.get(table, 0) for table, n in self.backlog.items()}
+                self.offsets.on_backlog(now, group)
         for name, values in gone.items():
             self._expired[name] = self._expired.get(name, 0) + len(values)
         self._log_horizon(now)

@@ -12,6 +12,7 @@ its column's scale first (cents and yuan compare exactly).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -38,8 +39,10 @@ def money(value: Any, scale: Decimal = ONE) -> Decimal | None:
 
 class PaymentChecks:
     def __init__(self, payments: Payments, orders: Orders | None, callbacks: Callbacks | None, tables: Watched,
-                 memory: Memory, findings: Findings):
-        """`tables`: the engine's Watched (which entry a row's real table falls under)."""
+                 memory: Memory, findings: Findings, owns: Callable[[str], bool] | None = None):
+        """`tables`: the engine's Watched (which entry a row's real table falls under); `owns`: sharded, whether an
+        order is this shard's (F6 judges no other, checks.shards)."""
+        self.owns = owns
         p = self.p = payments
         self.orders, self.log = orders, callbacks
         self.success = frozenset(p.success_statuses)
@@ -184,7 +187,11 @@ class PaymentChecks:
         o, p, c = self.orders, self.p, self.log
         facts: dict[str, dict[str, Any]] = {}
 
+        owns = self.owns
+
         def fact(order: str) -> dict[str, Any]:
+            if owns is not None and not owns(order):
+                return {"moved": False, "orders": [], "bad": []}  # another shard's: judged there, not kept here
             if order not in facts:
                 facts[order] = (kept.get(order) if kept is not None else None) or {"moved": False, "orders": [],
                                                                                     "bad": []}

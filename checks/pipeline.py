@@ -119,7 +119,7 @@ class PipelineChecks:
         if d is None:
             return
         m = self.marks
-        m["cdc_time"] = max(m["cdc_time"], tx.commit_time)
+        m["cdc_time"] = max(m["cdc_time"], tx.commit_time, d.delivered_until)
         for run in d.replays:
             self.counts["replayed_records"] += run.records
             self.findings.raise_(

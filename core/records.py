@@ -151,6 +151,8 @@ class CdcDelivery:
     records: int = 0
     first_record: str = ""
     replays: tuple[Replay, ...] = ()
+    # the newest commit time delivered before it, where the deliveries before it went elsewhere (checks.shards)
+    delivered_until: float = 0.0
 
     @property
     def incomplete(self) -> bool:

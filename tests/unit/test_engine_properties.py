@@ -106,6 +106,17 @@ plans = st.lists(st.builds(Plan, faults=st.frozensets(st.sampled_from(FAULTS), m
                  min_size=1, max_size=4)
 
 
+def clocks(binlog, partitions, end, read: list[int]) -> tuple[float, float]:
+    """The timer's clocks once `read` (per stream: the binlog, each partition) has been read and applied."""
+    binlog_time = end if read[0] == len(binlog) else (binlog[read[0] - 1].commit_time if read[0] else T - 1)
+    # The monitor's own Kafka clock: each partition's whole length is known from the start (learned
+    # at `end`), what has been read of it is applied.
+    status = [PartitionStatus("t", i, read[i + 1], len(p), end) for i, p in enumerate(partitions)]
+    applied = {s.key: s.position for s in status}
+    newest = {s.key: partitions[s.partition][s.position - 1].timestamp_ms for s in status if s.position}
+    return binlog_time, kafka_watermark(status, applied, newest, T - 1)
+
+
 def run(binlog, partitions, end, order_of_streams, ticks=frozenset(), restarts=frozenset(),
         checkpoints: frozenset[int] | None = None, spill: int | None = None) -> dict[str, tuple]:
     """Feed the streams in the given interleaving; returns what a store would hold (upserted by id).
@@ -126,15 +137,6 @@ def run(binlog, partitions, end, order_of_streams, ticks=frozenset(), restarts=f
     streams = [binlog, *partitions]
     read = [0, 0, 0]
 
-    def clocks() -> tuple[float, float]:
-        binlog_time = end if read[0] == len(binlog) else (binlog[read[0] - 1].commit_time if read[0] else T - 1)
-        # The monitor's own Kafka clock: each partition's whole length is known from the start (learned
-        # at `end`), what has been read of it is applied.
-        status = [PartitionStatus("t", i, read[i + 1], len(p), end) for i, p in enumerate(partitions)]
-        applied = {s.key: s.position for s in status}
-        newest = {s.key: partitions[s.partition][s.position - 1].timestamp_ms for s in status if s.position}
-        return binlog_time, kafka_watermark(status, applied, newest, T - 1)
-
     for step, stream in enumerate(order_of_streams):
         item = streams[stream][read[stream]]
         read[stream] += 1
@@ -143,7 +145,7 @@ def run(binlog, partitions, end, order_of_streams, ticks=frozenset(), restarts=f
         else:
             engine.on_events([item])
         if step in ticks:
-            binlog_time, kafka_time = clocks()
+            binlog_time, kafka_time = clocks(binlog, partitions, end, read)
             engine.tick(now=max(binlog_time, kafka_time), binlog_time=binlog_time, kafka_time=kafka_time)
         if cold is not None and (step in checkpoints or step in restarts):
             with cold.batch() as tx:

@@ -1,0 +1,189 @@
+"""Sharded judgement: which of `count` shards judges each key, and which part of a transaction each one is sent.
+
+Every rule needs all the evidence of its key in one place: F1 a trade_no's effect rows; F2-F6 an order's rows
+and its payments; F7-F10 an announced key's changes and events. A key's shard is a hash of its value (its
+`key_text`), not of its space: an order number that is both an order's key and an announced key lands on one
+shard for both. `count` is fixed for a deployment, whatever the number of instances sharing the shards, so each
+shard's input, state and findings are the same with one instance or several.
+
+- `routes(settings)`: per watched entry, the handlers the engine runs on its rows (in that order) and the key
+  each one judges a row by. The engine (checks.engine) and the router read the same list.
+- `Router(settings, count).split(tx)`: the part of a transaction each shard needs. A row goes, once and in
+  binlog order, to every shard one of its keys lands on; a DDL on a watched table to every shard (rules go
+  blind everywhere, a TRUNCATE of the orders ends pending orders everywhere); the group-level facts to the
+  leader, shard 0: the CDC delivery (F15 replays and F16 END counts, with `delivered_until`, the newest commit
+  the router has seen delivered, which times an F15) and the quarantined rows. The first change of an
+  announced table the router sees starts every shard's watch (`Split.watch_start`, `Engine.start_watch`): F8
+  and F9 judge no event from before it, on every shard alike.
+- `Router.shard_of_event(event)`: the shard of the key an event announces (None: no entry announces it).
+
+The leader also owns the other group-level rules, F11 (the backlog summed over every shard) and F12 (the
+offsets), which the other shards never judge. Not shardable, refused by `check_shardable`: a callback log
+(`[domain.callbacks]`: its rows find their order through the payment of their trade_no, a key of another
+space) and CDC check mode (the binlog and the CDC copy of each transaction are lined up as a whole).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from oncewatch.checks.settings import Settings
+from oncewatch.core.domain import Announce, Effect
+from oncewatch.core.names import key_of, key_text
+from oncewatch.core.records import OP_DELETE, EmittedEvent, RowChange, Transaction
+
+LEADER = 0
+IGNORED = object()  # the key of a row its handler does nothing with: sent to no shard for that handler
+
+
+class ShardingError(ValueError):
+    """The config holds something the shards cannot judge apart."""
+
+
+class Shard(NamedTuple):
+    index: int = 0
+    count: int = 1
+
+    @property
+    def leads(self) -> bool:
+        return self.index == LEADER
+
+    def owns(self, key: Any) -> bool:
+        return shard_of(key, self.count) == self.index
+
+
+WHOLE = Shard()
+
+
+def shard_of(key: Any, count: int) -> int:
+    """The shard of a key's value; a NULL key goes to the leader, so that one shard alone warns of it."""
+    if count == 1 or key is None:
+        return LEADER
+    return zlib.crc32(key_text(key).encode("utf-8", "surrogatepass")) % count
+
+
+class Route(NamedTuple):
+    table: str  # the watched entry (a table or a pattern)
+    handler: str  # which of the engine's handlers: effect, order, payment, callback, order_amount, announce
+    config: Effect | Announce | None  # the effect or the [[announce]] entry it serves
+    key: Callable[[RowChange], Any]  # the key it judges a row by, or IGNORED
+
+
+def _columns(columns: tuple[str, ...], skip_deletes: bool = False) -> Callable[[RowChange], Any]:
+    if skip_deletes:
+        return lambda change: IGNORED if change.op == OP_DELETE else key_of(change.row, columns)
+    return lambda change: key_of(change.row, columns)
+
+
+def _announced(a: Announce) -> Callable[[RowChange], Any]:
+    def key(change: RowChange) -> Any:
+        if change.snapshot or not a.selects(change.op, change.before, change.after):
+            return IGNORED
+        return key_of(change.row, a.key_columns)
+    return key
+
+
+def routes(settings: Settings) -> list[Route]:
+    d = settings.domain
+    found = [Route(e.table, "effect", e, _columns((e.trade_no_column,), skip_deletes=True)) for e in d.effects]
+    if d.orders:
+        found.append(Route(d.orders.table, "order", None, _columns(d.orders.key_columns)))
+    if d.payments:
+        found.append(Route(d.payments.table, "payment", None, _columns(d.payments.order_columns)))
+        if d.callbacks:  # its rows find their order through the payment of their trade_no: not shardable
+            found.append(Route(d.callbacks.table, "callback", None, lambda change: IGNORED))
+        if d.orders:
+            found.append(Route(d.orders.table, "order_amount", None, _columns(d.orders.key_columns)))
+    found += [Route(a.table, "announce", a, _announced(a)) for a in settings.announce]
+    return found
+
+
+def check_shardable(settings: Settings) -> None:
+    if settings.domain.callbacks is not None:
+        raise ShardingError("domain.callbacks: a callback log is judged through the payment of its trade_no, which "
+                            "may sit on another shard; run one instance (shards = 1) for a shop with a callback log")
+    if settings.cdc_check:
+        raise ShardingError("cdc.mode: \"check\" lines up the binlog and the CDC topics transaction by transaction "
+                            "on one instance; several instances need cdc.mode = \"source\"")
+
+
+def owned(handler: Callable[[RowChange], None], key: Callable[[RowChange], Any],
+          shard: Shard) -> Callable[[RowChange], None]:
+    """`handler`, run only on the rows whose key is this shard's."""
+    index, count = shard
+
+    def run(change: RowChange) -> None:
+        k = key(change)
+        if k is not IGNORED and shard_of(k, count) == index:
+            handler(change)
+    return run
+
+
+class Split(NamedTuple):
+    parts: dict[int, Transaction]  # shard -> its part, in no particular order
+    watch_start: float | None  # set once: the commit time that starts every shard's watch
+
+
+class Router:
+    def __init__(self, settings: Settings, count: int):
+        check_shardable(settings)
+        self.count = count
+        self.watched = settings.watched
+        self.keys: dict[str, list[Callable[[RowChange], Any]]] = {}
+        for r in routes(settings):
+            self.keys.setdefault(r.table, []).append(r.key)
+        self.announced_tables = {a.table for a in settings.announce}
+        self._real: dict[tuple[str, str], tuple[list[Callable[[RowChange], Any]], bool]] = {}
+        self.by_event = {(a.topic, a.event_type): a for a in settings.announce}
+        self.watch_start: float | None = None
+        self.delivered_until = 0.0
+        self._fragmented: set[int] = set()  # shards sent a fragment of the transaction not complete yet
+
+    def _of(self, schema: str, table: str) -> tuple[list[Callable[[RowChange], Any]], bool]:
+        found = self._real.get((schema, table))
+        if found is None:
+            entry = self.watched.entry(schema, table)
+            found = self._real[(schema, table)] = (self.keys.get(entry, []), entry in self.announced_tables)
+        return found
+
+    def split(self, tx: Transaction) -> Split:
+        count, rows, start = self.count, {}, None
+        for row in tx.rows:
+            keys, announced = self._of(row.schema, row.table)
+            if announced and self.watch_start is None and not row.snapshot:
+                self.watch_start = start = row.commit_time
+            for key in keys:
+                k = key(row)
+                if k is IGNORED:
+                    continue
+                bucket = rows.setdefault(shard_of(k, count), [])
+                if not bucket or bucket[-1] is not row:
+                    bucket.append(row)
+        targets = set(rows)
+        if tx.schema_changes:
+            targets.update(range(count))
+        if not tx.complete:
+            self._fragmented |= targets
+        elif self._fragmented:  # the last fragment closes what the earlier ones opened (F6 waits for it)
+            targets |= self._fragmented
+            self._fragmented = set()
+        d = tx.cdc
+        if d is not None:
+            self.delivered_until = max(self.delivered_until, tx.commit_time)
+        leader_cdc = d is not None and bool(d.replays or d.incomplete)
+        if leader_cdc or tx.quarantined:
+            targets.add(LEADER)
+        parts = {}
+        for s in targets:
+            leads = s == LEADER
+            parts[s] = dataclasses.replace(
+                tx, rows=tuple(rows.get(s, ())), quarantined=tx.quarantined if leads else (),
+                cdc=dataclasses.replace(d, delivered_until=self.delivered_until) if leads and leader_cdc else None)
+        return Split(parts, start)
+
+    def shard_of_event(self, event: EmittedEvent) -> int | None:
+        a = self.by_event.get((event.topic, event.keys.get("event_type")))
+        return None if a is None else shard_of(event.keys.get(a.event_key), self.count)
