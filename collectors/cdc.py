@@ -315,7 +315,9 @@ class Assembler:
         self.without_end: deque[str] = deque(maxlen=1000)  # recent ones handed on that had no END
         self.incomplete = self.late = 0
         self.replays = ReplayRuns()
-        self.pending: dict[str, OrderedDict[int, None]] = {}  # per partition, offsets of records held in `open`
+        # per partition, offsets of records held in `open`, and of the BEGINs of transactions not handed on yet
+        self.pending: dict[str, OrderedDict[int, None]] = {}
+        self.begins: dict[str, tuple[str, int]] = {}  # txid -> where its BEGIN is, until it is handed on
         self.unreadable = Unreadable("a CDC record is not a Debezium change event with its schema; kept in quarantine")
         self._commit_time_columns: dict[Any, Any] = {}  # (schema, table) -> its [mysql.commit_time_columns] entry
         self._watched: dict[str, bool] = {}  # "schema.table" of an END's data collection -> watched or not
@@ -337,7 +339,8 @@ class Assembler:
         try:
             if topic == self.transaction_topic:
                 if rec.value is not None:
-                    self.on_transaction(self.schemas.marker(rec.value), now)
+                    self.on_transaction(self.schemas.marker(rec.value), now, (part or f"{topic}/{partition}",
+                                                                               rec.offset))
                 return []
             record = read_record(topic, partition, rec.offset, rec.key, rec.value, rec.headers, self.schemas, part)
         except (Undecodable, msgspec.DecodeError, msgspec.ValidationError, KeyError, TypeError) as exc:
@@ -354,8 +357,11 @@ class Assembler:
         gtid = parse(txid)
         return gtid is not None and gtid[0] in self.done and gtid[2] <= self.done[gtid[0]][1]
 
-    def on_transaction(self, payload: dict[str, Any] | _Marker, now: float) -> None:
-        """A BEGIN or END of the transaction topic (its payload as read, or as a dict)."""
+    def on_transaction(self, payload: dict[str, Any] | _Marker, now: float,
+                       where: tuple[str, int] | None = None) -> None:
+        """A BEGIN or END of the transaction topic (its payload as read, or as a dict); `where`: its ("topic/partition",
+        offset), held as where a restart reads from until its transaction is handed on: its END may be read before
+        its records are, and a restart from past it would wait for that END for good."""
         marker = payload if isinstance(payload, _Marker) else msgspec.convert(payload, _Marker)
         txid = marker.id
         if marker.status == "BEGIN":
@@ -364,6 +370,9 @@ class Assembler:
             if self.begun is not None:  # DDL, a TRUNCATE, or one no captured table took part in
                 self._over(self.begun, None, now)
             self.begun = None if self._seen(txid) else txid
+            if self.begun is not None and where is not None:
+                self.begins[txid] = where
+                self.pending.setdefault(where[0], OrderedDict())[where[1]] = None
             return
         if marker.status != "END" or self._seen(txid):
             return
@@ -431,6 +440,9 @@ class Assembler:
             del self.open[txid]
             for r in tx.records:
                 self.pending[r.part].pop(r.offset, None)
+            begun = self.begins.pop(txid, None)
+            if begun is not None:
+                self.pending[begun[0]].pop(begun[1], None)
             self._advance(txid)
             yield self._transaction(txid, sorted(tx.records, key=lambda r: r.order), expected=tx.expected)
 
@@ -556,7 +568,9 @@ class CdcCollector:
         return {**self.status.as_dict(), "source": self.format, "topics": self.topics(),
                 "cdc": self.assembler.counts()}
 
-    def transactions(self, poll_ms: int = 200) -> Iterator[Transaction]:
+    def transactions(self, poll_ms: int = 200, idle: bool = False) -> Iterator[Transaction | None]:
+        """`idle`: also None after every poll that handed nothing on (a caller that marks its clock while the
+        topics are quiet, in the same thread as what it hands on)."""
         from kafka import KafkaConsumer
         from kafka.errors import KafkaError
 
@@ -595,10 +609,14 @@ class CdcCollector:
                 handed += a.ready(now)
                 notice = None if handed else a.replay_notice()
                 handed += [notice] if notice is not None else []
+                # a partition's high watermark is known once a fetch of it has come back: before that (just
+                # started, or just assigned) nothing says it is read to its end
                 self.caught_up = not a.waiting and all(
-                    consumer.position(tp) >= (consumer.highwater(tp) or 0) for tp in assigned)
+                    (end := consumer.highwater(tp)) is not None and consumer.position(tp) >= end for tp in assigned)
                 for tx in handed:
                     yield self._handed_on(tx, now)
+                if idle and not handed:
+                    yield None
         finally:
             consumer.close()
 

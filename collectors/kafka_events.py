@@ -179,8 +179,11 @@ class KafkaEventCollector:
     called from any thread.
     """
 
-    def __init__(self, cfg: KafkaConfig, positions: dict[str, int] | None = None):
+    def __init__(self, cfg: KafkaConfig, positions: dict[str, int] | None = None,
+                 partitions: Collection[str] | None = None):
+        """`partitions` ("topic/partition"): read only those (a group's router reads what the group assigned it)."""
         self.cfg = cfg
+        self._only = None if partitions is None else frozenset(partitions)
         self._parsers = {t.name: TopicParser(t, cfg.max_record_bytes) for t in cfg.topics}
         start = {parse_tp_key(k): int(v) for k, v in (positions or {}).items()}
         self._s = _State(positions={tp: o for tp, o in start.items() if tp.topic in self._parsers})
@@ -374,6 +377,8 @@ class KafkaEventCollector:
                 self._admin = admin_client(self.cfg)
             asked_at = time.time()
             current, missing = existing_partitions(self._admin, self._parsers)
+            if self._only is not None:
+                current = {tp for tp in current if tp_key(tp) in self._only}
             ends = {tp: (end, asked_at)
                     for tp, end in list_offsets(self._admin, current, OffsetSpec.LATEST, self._timeout_ms).items()}
             starts = self._start_offsets(current - self._assigned)

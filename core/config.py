@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tomllib
 import zoneinfo
 from dataclasses import dataclass, fields, is_dataclass
@@ -89,6 +90,21 @@ class CdcConfig:
     mode: str = "source"
     topics: tuple[str, ...] = ()  # canal: the topics its MQ producer writes the watched tables' FlatMessages to
     time_zone: str = "UTC"  # canal: the zone its server writes TIMESTAMP values in (its JVM's default zone)
+    # how long the connector may take to put a commit on its topics: once they are read to their ends, the change
+    # clock (F3's, F8's) vouches for the commits up to this long ago, not up to now
+    capture_seconds: float = 5.0
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """`[group]`: this instance is one of several that judge as one (oncewatch.monitor.group): a Kafka consumer
+    group on oncewatch's own topics, on a shared PostgreSQL store."""
+
+    name: str  # the group: its topics are oncewatch.<name>.records (shards partitions) and oncewatch.<name>.lease
+    shards: int = 12  # the internal topic's partitions: fixed for the group's life (each is a shard's state)
+    instance: str = ""  # this instance's name on /metrics and the pages ("": host-pid)
+    commit_seconds: float = 0.5  # between two commits of a shard's findings, state and offset
+    mark_seconds: float = 0.25  # between two clock marks a router writes to every shard
 
 
 @dataclass(frozen=True)
@@ -159,6 +175,7 @@ class Config:
     rules: Rules
     export: ExportConfig = ExportConfig()
     cdc: CdcConfig | None = None  # None: the binlog is the change source
+    group: GroupConfig | None = None  # None: one instance judges everything
     # The config hash on exports and in `oncewatch check-config`: SHA-256 of the file's content as parsed (canonical JSON: sorted keys, no spaces): the same
     # settings give the same hash whatever path, layout or comments the file has. The file holds
     # no secret (only where each comes from), so nothing needs masking first.
@@ -265,7 +282,8 @@ def _cdc(s: Section, kafka: KafkaConfig | None, mysql: MySQLConfig) -> CdcConfig
                     start_from=s.str("start_from", "earliest", choices=("earliest", "latest")),
                     mode=s.str("mode", "source", choices=CDC_MODES),
                     topics=tuple(s.str_list("topics", required=canal, nonempty=canal)),
-                    time_zone=s.str("time_zone", "UTC"))
+                    time_zone=s.str("time_zone", "UTC"),
+                    capture_seconds=s.float("capture_seconds", CdcConfig.capture_seconds, minimum=0.0))
     s.done()
     if canal and cfg.topic_prefix:
         raise ConfigError(f"{s.key('topic_prefix')}: Canal's topics are named by its canal.mq.topic, not a prefix; "
@@ -329,11 +347,34 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     domain = parse_domain(root.section("domain"), mysql)
     announce = parse_announce(root.sections("announce"), mysql, kafka, domain)
     rules = parse_rules(root.section("rules"))
+    group = _group(root.section("group"), cdc, postgres, domain) if "group" in data else None
     root.done()
     return Config(source=source, mysql=mysql, kafka=kafka,
                   store=StoreConfig(store_path, memory_entries, retention_hours, postgres), metrics=metrics,
                   domain=domain,
-                  announce=announce, rules=rules, export=export, cdc=cdc, content_sha256=content_sha256(data))
+                  announce=announce, rules=rules, export=export, cdc=cdc, group=group,
+                  content_sha256=content_sha256(data))
+
+
+def _group(s: Section, cdc: CdcConfig | None, postgres: PostgresTarget | None, domain: Domain) -> GroupConfig:
+    name = s.str("name", None, required=True)
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", name):
+        raise ConfigError(f"{s.key('name')}: {name!r} names Kafka topics: letters, digits, '.', '_', '-'")
+    cfg = GroupConfig(name=name, shards=s.int("shards", GroupConfig.shards, minimum=1),
+                      instance=s.str("instance", ""),
+                      commit_seconds=s.float("commit_seconds", GroupConfig.commit_seconds, minimum=0.05),
+                      mark_seconds=s.float("mark_seconds", GroupConfig.mark_seconds, minimum=0.05))
+    s.done()
+    if cdc is None or cdc.mode != "source":
+        raise ConfigError(f"{s.key('name')}: the instances of a group share the work of a CDC change source; "
+                          f"configure [cdc] with mode = \"source\"")
+    if postgres is None:
+        raise ConfigError(f"{s.key('name')}: the instances of a group share one store; give [store] url = "
+                          f"\"postgresql://...\"")
+    if domain.callbacks is not None:
+        raise ConfigError(f"{s.key('name')}: domain.callbacks (a callback log) is judged through the payment of "
+                          f"its trade_no, which may sit on another shard; a shop with one runs one instance")
+    return cfg
 
 
 def _postgres(s: Section, base: Path) -> PostgresTarget | None:

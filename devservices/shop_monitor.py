@@ -110,7 +110,9 @@ def shop_config(folder: Path, *, metrics_port: int = 0, rules: dict[str, Any] | 
     data["rules"].update(SHORT_RULES if rules is None else rules)
     data["kafka"].update(kafka)
     if cdc:
-        data["cdc"] = {"format": "debezium", "topic_prefix": TOPIC_PREFIX, "start_from": "latest"}
+        # read after the shop has run (--until-idle): what the connector still has to capture is seconds, not 5
+        data["cdc"] = {"format": "debezium", "topic_prefix": TOPIC_PREFIX, "start_from": "latest",
+                       "capture_seconds": 1.0}
     path = folder / "oncewatch.toml"
     path.write_text(tomli_w.dumps(data))
     return path

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from oncewatch import __version__
 from oncewatch.core import exposure, logs, names
-from oncewatch.core.config import ConfigError, describe, load
+from oncewatch.core.config import Config, ConfigError, describe, load
 from oncewatch.store import StoreError, StoreFullError, is_store_file, open_reader, open_writer, reviews
 
 EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_SOURCE, EXIT_DISK_FULL, EXIT_TAMPERED = 0, 1, 2, 3, 4, 5
@@ -66,6 +66,26 @@ def cmd_tail_binlog(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run_group(cfg: Config, args: argparse.Namespace) -> int:
+    """`run` with [group]: one instance of the group, until SIGTERM/SIGINT (--until-idle is one instance's)."""
+    from oncewatch.monitor import tune_gc
+    from oncewatch.monitor.group.run import GroupMember, GroupMemberFailed
+
+    if args.until_idle is not None:
+        print("oncewatch: --until-idle: the instances of a group share the work, none of them knows when all of it "
+              "is done; leave it out with [group]", file=sys.stderr)
+        return EXIT_CONFIG
+    member = GroupMember(cfg)
+    _on_signals(member.stop)
+    tune_gc()
+    try:
+        member.run()
+    except GroupMemberFailed as exc:  # the traceback is in the log already
+        print(f"oncewatch: {exc}", file=sys.stderr)
+        return EXIT_SOURCE
+    return EXIT_OK
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the monitor until SIGTERM/SIGINT, or with --until-idle until both streams are read to their
     ends, every verdict due of what was read is given, and nothing changed for that many seconds."""
@@ -75,6 +95,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from oncewatch.monitor import ReaderFailedError, SourceUnavailableError, Supervisor, tune_gc
 
     cfg = load(args.config)
+    if cfg.group is not None:
+        return _run_group(cfg, args)
     supervisor = Supervisor(cfg)
     _on_signals(supervisor.stop)
     tune_gc()

@@ -23,9 +23,16 @@ from oncewatch.store.store import Store
 HEAD = "engine_head"
 
 
-def save(tx: Batch, delta: dict[str, Any]) -> None:
-    """Apply one `state_delta()` inside the caller's store transaction."""
-    for space, change in delta["changes"].items():
+def _names(shard: int | None) -> tuple[str, str]:
+    """(the head's name, the prefix of the spaces' names) of one engine: the monitor's, or a group's shard's."""
+    return (HEAD, "") if shard is None else (f"{HEAD}/shard/{shard}", f"shard/{shard}/")
+
+
+def save(tx: Batch, delta: dict[str, Any], shard: int | None = None) -> None:
+    """Apply one `state_delta()` inside the caller's store transaction (`shard`: a group's shard's engine)."""
+    head, prefix = _names(shard)
+    for name, change in delta["changes"].items():
+        space = prefix + name
         if change["full"]:
             tx.conn.execute("DELETE FROM engine_entries WHERE space = ?", (space,))
         tx.conn.executemany("INSERT INTO engine_entries (space, key, at, value) VALUES (?, ?, ?, ?) "
@@ -33,27 +40,29 @@ def save(tx: Batch, delta: dict[str, Any]) -> None:
                             ((space, to_json(k), t, to_json(v)) for k, t, v in change["put"]))
         tx.conn.executemany("DELETE FROM engine_entries WHERE space = ? AND key = ?",
                             ((space, to_json(k)) for k in change["gone"]))
-    tx.set_state(HEAD, {k: v for k, v in delta.items() if k != "changes"})
+    tx.set_state(head, {k: v for k, v in delta.items() if k != "changes"})
 
 
-def load(store: Store, hot: dict[str, int] | None = None) -> dict[str, Any] | None:
+def load(store: Store, hot: dict[str, int] | None = None, shard: int | None = None) -> dict[str, Any] | None:
     """The state to `Engine.restore`, or None when nothing was saved yet. `hot` (`memory.hot_limits()`):
     of those spaces only the newest entries are read, the rest counted under "cold"."""
-    head = store.state(HEAD)
+    name, prefix = _names(shard)
+    head = store.state(name)
     if head is None:
         return None
     hot = hot or {}
     entries: dict[str, list[list[Any]]] = {}
     cold: dict[str, int] = {}
-    for space in head.get("dropped", {}):  # every space saved
-        if space in hot:
+    for kind in head.get("dropped", {}):  # every space saved
+        space = prefix + kind
+        if kind in hot:
             rows = store.conn.execute("SELECT key, at, value FROM engine_entries WHERE space = ? "
-                                      "ORDER BY at DESC LIMIT ?", (space, hot[space])).fetchall()
+                                      "ORDER BY at DESC LIMIT ?", (space, hot[kind])).fetchall()
             (total,), = store.conn.execute("SELECT COUNT(*) FROM engine_entries WHERE space = ?", (space,))
-            cold[space] = total - len(rows)
+            cold[kind] = total - len(rows)
         else:
             rows = store.conn.execute("SELECT key, at, value FROM engine_entries WHERE space = ?", (space,))
-        entries[space] = [[from_json(key), at, from_json(value)] for key, at, value in rows]
+        entries[kind] = [[from_json(key), at, from_json(value)] for key, at, value in rows]
     return {**head, "entries": entries, **({"cold": cold} if cold else {})}
 
 

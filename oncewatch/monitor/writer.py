@@ -174,10 +174,16 @@ class Writer:
             log.debug("pruned", extra={"event": "pruned", **pruned})
         return any(pruned.values())
 
+    def caught_up_clock(self, now: float) -> float:
+        """The change clock once the change source is read to its end: now from the binlog; from a CDC pipeline's
+        topics, `cdc.capture_seconds` ago (a commit takes that long at most to reach them)."""
+        cdc = self.cfg.cdc
+        return now - cdc.capture_seconds if cdc is not None and cdc.mode == "source" else now
+
     def _tick(self, kafka_partitions: Callable[[], Sequence[PartitionStatus]] | None) -> None:
         now = time.time()
         p = self.progress
-        binlog_time = now if p.binlog_caught_up else p.binlog_time
+        binlog_time = max(self.caught_up_clock(now), p.binlog_time) if p.binlog_caught_up else p.binlog_time
         if kafka_partitions is None or p.kafka_caught_up:
             kafka_time = now
         else:

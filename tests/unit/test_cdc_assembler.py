@@ -72,6 +72,25 @@ def test_a_replay_after_a_restart_is_skipped_and_counted():
     assert len(feed(a, begin("0-1-8"), end("0-1-8", orders=1), record("0-1-8", 1))) == 1
 
 
+def test_a_restart_reads_again_the_begin_of_a_transaction_whose_end_came_before_its_records():
+    """Debezium's END may be read before the transaction's records (another topic, fetched later): where a restart
+    reads from holds its BEGIN until it is handed on, or the restarted reader would wait for that END for good."""
+    tx_topic = "cdc.transaction/0"
+    a = Assembler(CFG)
+    a.on_transaction(begin("0-1-1"), 0.0, (tx_topic, 0))
+    a.on_transaction(end("0-1-1", orders=1), 0.0, (tx_topic, 1))
+    a.on_transaction(begin("0-1-2"), 0.0, (tx_topic, 2))
+    a.on_transaction(end("0-1-2", orders=1), 0.0, (tx_topic, 3))
+    handed = feed(a, record("0-1-1", 1, offset=0))
+    assert [t.position.gtid for t in handed] == ["0-1-1"]
+    assert a.first_pending() == {tx_topic: 2}  # 0-1-2's BEGIN: its record is not read yet
+    restarted = Assembler(CFG, start_gtid=handed[0].position.gtid)
+    restarted.on_transaction(begin("0-1-2"), 0.0, (tx_topic, 2))
+    restarted.on_transaction(end("0-1-2", orders=1), 0.0, (tx_topic, 3))
+    assert [t.position.gtid for t in feed(restarted, record("0-1-2", 2, offset=1))] == ["0-1-2"]
+    assert restarted.first_pending() == {} and not restarted.waiting
+
+
 def test_a_primary_key_change_is_one_update_and_tombstones_take_no_place():
     a = Assembler(CFG)
     gone = record("0-1-1", 1, op="d", key_changed=NEW_KEY)

@@ -105,3 +105,26 @@ def test_in_cdc_mode_the_monitor_needs_no_mysql_login():
     """The change source is the connector's topics: [mysql] only names the watched tables."""
     cfg = parse({"mysql": {"tables": ["shop.orders"]}, **KAFKA, "cdc": {"topic_prefix": "cdc"}})
     assert cfg.mysql.user == "" and cfg.cdc.topic_prefix == "cdc" and cfg.cdc.start_from == "earliest"
+
+
+GROUP_BASE = {"mysql": {"tables": ["shop.orders"]}, **KAFKA, "cdc": {"topic_prefix": "cdc"},
+              "store": {"url": "postgresql://ow@h/db"}}
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"group": {}}, r"^group\.name: missing"),
+    ({"group": {"name": "a b"}}, r"^group\.name: 'a b' names Kafka topics"),
+    ({"group": {"name": "g", "shards": 0}}, r"^group\.shards: must be at least 1"),
+    ({"group": {"name": "g", "shard": 3}}, r"^group\.shard: unknown key"),
+    ({"group": {"name": "g"}, "store": {}}, r"^group\.name: the instances of a group share one store"),
+    ({"group": {"name": "g"}, "cdc": {"topic_prefix": "cdc", "mode": "check"}, "mysql": with_mysql()["mysql"]},
+     r"^group\.name: the instances of a group share the work of a CDC change source"),
+])
+def test_a_group_needs_a_cdc_source_and_a_shared_store_and_names_the_key(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        parse({**GROUP_BASE, **changes})
+
+
+def test_a_group_of_instances_is_configured_by_its_name():
+    cfg = parse({**GROUP_BASE, "group": {"name": "shop", "shards": 6}})
+    assert (cfg.group.name, cfg.group.shards, cfg.group.instance) == ("shop", 6, "")

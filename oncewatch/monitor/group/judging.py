@@ -1,0 +1,236 @@
+"""The judges: every instance of a group is a member of one Kafka consumer group on the internal topic, and judges
+the shards (internal partitions) the group protocol assigns it, each with an engine of its own.
+
+A shard's findings, engine state and checkpoint (the internal offset to read from, the highest `seq` applied of
+each source, its clocks) go to the shared store in one transaction, fenced by the epoch its owner claimed
+(store.group). When the group rebalances, the instance that loses a shard commits it and lets it go; the one that
+gets it claims it and reads on from that commit. An instance that dies leaves its shards to the others at its last
+commit: what it applied after that is applied again by the next owner, which is the same as applying it once,
+since nothing of it was committed.
+
+Clocks (checks.engine.tick): the binlog clock is the change source's router's last mark; the Kafka clock the
+oldest of the marks of every partition of every announced topic, and the floor until each has spoken: an event is
+never judged missing while a partition of its topic has not been heard from.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from oncewatch.checks.engine import Engine
+from oncewatch.checks.settings import Settings
+from oncewatch.checks.shards import LEADER, Shard
+from oncewatch.core.config import Config
+from oncewatch.core.records import OffsetsSnapshot, QuarantinedRows
+from oncewatch.monitor.group.wire import (CDC_SOURCE, HEARTBEAT_MS, JUDGES, RECORDS, SESSION_TIMEOUT_MS, Mark, Message,
+                                          Part, decode, group_name)
+from oncewatch.store import Store
+from oncewatch.store.group import FencedError, claim, load_shard, save_shard, shard_checkpoints
+
+log = logging.getLogger("oncewatch.monitor.group.judging")
+
+FLOOR = 0.0  # a clock no source has vouched for yet
+
+
+class ShardJudge:
+    """One shard: its engine, what it has applied of each source, its clocks, how far it read the internal topic."""
+
+    def __init__(self, settings: Settings, shard: Shard):
+        self.engine = Engine(settings, shard)
+        self.shard = shard
+        self.topics = sorted({a.topic for a in settings.announce})
+        self.applied: dict[str, int] = {}  # source -> the highest seq applied
+        self.marks: dict[str, list[float]] = {}  # source -> [at, partitions of its topic]
+        self.offset = 0  # the next internal-topic offset to read
+        self.records = 0  # rows and events applied: this shard's work
+        self.repeated = 0  # messages a router wrote again (after a restart or a move), not applied twice
+        self.quarantined: list[QuarantinedRows] = []  # the leader's: to commit with the next checkpoint
+
+    def apply(self, message: Message, offset: int) -> None:
+        self.offset = offset + 1
+        if isinstance(message, Mark):
+            held = self.marks.get(message.source)
+            if held is None or message.at > held[0]:  # a mark written again after a router restart is older
+                self.marks[message.source] = [message.at, message.partitions]
+            return
+        if message.seq >= 0:
+            if message.seq <= self.applied.get(message.source, -1):
+                self.repeated += 1
+                return
+            self.applied[message.source] = message.seq
+        if isinstance(message, Part):
+            if message.watch_start is not None:
+                self.engine.start_watch(message.watch_start)
+            self.engine.on_transaction(message.tx)
+            self.records += len(message.tx.rows)
+            self.quarantined += message.tx.quarantined
+        else:
+            self.engine.on_events((message.event,))
+            self.records += 1
+
+    def binlog_time(self) -> float:
+        held = self.marks.get(CDC_SOURCE)
+        return FLOOR if held is None else held[0]
+
+    def kafka_time(self) -> float:
+        if not self.topics:
+            return self.binlog_time()
+        vouched = []
+        for topic in self.topics:
+            parts = [m for source, m in self.marks.items() if source.rpartition("/")[0] == topic]
+            # a count of 0: its router did not know the topic's partitions yet, so none vouches for the topic
+            if not parts or len(parts) < max(n for _, n in parts) or not all(n for _, n in parts):
+                return FLOOR
+            vouched += [at for at, _ in parts]
+        return min(vouched)
+
+    def tick(self, now: float, backlog_elsewhere: dict[str, int] | None = None) -> None:
+        self.engine.tick(now, self.binlog_time(), self.kafka_time(), backlog_elsewhere)
+
+    def checkpoint(self) -> dict[str, Any]:
+        return {"offset": self.offset, "applied": self.applied, "marks": self.marks, "records": self.records,
+                "repeated": self.repeated, "backlog": self.engine.stats()["backlog_by_table"],
+                "binlog_time": self.binlog_time(), "kafka_time": self.kafka_time()}
+
+    def restore(self, checkpoint: dict[str, Any] | None, state: dict[str, Any] | None) -> None:
+        if checkpoint is not None:
+            self.offset, self.applied, self.marks = checkpoint["offset"], checkpoint["applied"], checkpoint["marks"]
+            self.records, self.repeated = checkpoint["records"], checkpoint["repeated"]
+        if state is not None:
+            self.engine.restore(state)
+
+
+class Judges:
+    """This instance's shards: claimed, fed from the internal topic, committed every `commit_seconds`."""
+
+    def __init__(self, cfg: Config, settings: Settings, store: Store, instance: str):
+        assert cfg.group is not None
+        self.cfg, self.settings, self.store, self.instance = cfg, settings, store, instance
+        self.group = cfg.group
+        self.owned: dict[int, tuple[ShardJudge, int]] = {}  # shard -> (its judge, the epoch claimed)
+        self.offsets: list[OffsetsSnapshot] = []  # the offsets collector's, for the leader shard
+        self.fenced = 0
+        self.lock = threading.Lock()
+
+    # ------------------------------------------------------------ the group's callbacks (inside poll)
+
+    def assigned(self, shards: list[int]) -> dict[int, int]:
+        """Claim and load each new shard; the offset to read each from."""
+        starts = {}
+        for shard in shards:
+            if shard in self.owned:
+                continue
+            epoch = claim(self.store, shard, self.instance)
+            judge = ShardJudge(self.settings, Shard(shard, self.group.shards))
+            judge.restore(*load_shard(self.store, shard))
+            with self.lock:
+                self.owned[shard] = (judge, epoch)
+            starts[shard] = judge.offset
+            log.info("shard taken", extra={"event": "shard_assigned", "shard": shard, "epoch": epoch,
+                                           "offset": judge.offset, "instance": self.instance})
+        return starts
+
+    def revoked(self, shards: list[int]) -> None:
+        for shard in shards:
+            if shard in self.owned:
+                self.commit(shard)
+                with self.lock:
+                    self.owned.pop(shard, None)
+                log.info("shard let go", extra={"event": "shard_revoked", "shard": shard, "instance": self.instance})
+
+    def leads(self) -> bool:
+        return LEADER in self.owned
+
+    def add_offsets(self, snapshot: OffsetsSnapshot) -> None:
+        with self.lock:
+            self.offsets.append(snapshot)
+
+    # ------------------------------------------------------------ work
+
+    def apply(self, shard: int, offset: int, value: bytes) -> None:
+        held = self.owned.get(shard)
+        if held is not None:
+            held[0].apply(decode(value), offset)
+
+    def tick_and_commit(self, now: float) -> None:
+        for shard in sorted(self.owned):
+            judge, _ = self.owned[shard]
+            elsewhere = None
+            if shard == LEADER:
+                with self.lock:
+                    snapshots, self.offsets = self.offsets, []
+                for snapshot in snapshots:
+                    judge.engine.on_offsets(snapshot)
+                elsewhere = self._backlog_elsewhere()
+            judge.tick(now, elsewhere)
+            self.commit(shard)
+
+    def _backlog_elsewhere(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for shard, checkpoint in shard_checkpoints(self.store, self.group.shards).items():
+            if shard != LEADER and shard not in self.owned:
+                for table, n in checkpoint["backlog"].items():
+                    total[table] = total.get(table, 0) + n
+        for shard, (judge, _) in self.owned.items():
+            if shard != LEADER:
+                for table, n in judge.engine.stats()["backlog_by_table"].items():
+                    total[table] = total.get(table, 0) + n
+        return total
+
+    def commit(self, shard: int) -> None:
+        judge, epoch = self.owned[shard]
+        try:
+            with self.store.batch() as tx:
+                save_shard(tx, shard, epoch, judge.checkpoint(), judge.engine.state_delta(),
+                           judge.engine.drain(), judge.quarantined)
+            judge.quarantined = []
+        except FencedError as exc:
+            self.fenced += 1
+            log.error("a shard was taken by another instance; dropped here", extra={
+                "event": "shard_fenced", "shard": shard, "epoch": epoch, "error": str(exc)})
+            with self.lock:
+                self.owned.pop(shard, None)
+
+    def status(self) -> dict[str, Any]:
+        with self.lock:
+            return {str(shard): {"records": judge.records, "repeated": judge.repeated, "offset": judge.offset,
+                                 "binlog_time": judge.binlog_time(), "kafka_time": judge.kafka_time()}
+                    for shard, (judge, _) in sorted(self.owned.items())}
+
+    def run(self, stop: threading.Event) -> None:
+        from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+
+        topic = group_name(self.group.name, RECORDS)
+        judges = self
+
+        class Listener(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked: Any) -> None:
+                judges.revoked(sorted(tp.partition for tp in revoked))
+
+            def on_partitions_assigned(self, assigned: Any) -> None:
+                for shard, offset in judges.assigned(sorted(tp.partition for tp in assigned)).items():
+                    consumer.seek(TopicPartition(topic, shard), offset)
+
+        kafka = self.cfg.kafka
+        assert kafka is not None
+        consumer = KafkaConsumer(bootstrap_servers=list(kafka.bootstrap_servers),
+                                 group_id=group_name(self.group.name, JUDGES),
+                                 client_id=f"{kafka.client_id}-judge-{self.instance}", enable_auto_commit=False,
+                                 auto_offset_reset="earliest", max_poll_records=2000,
+                                 session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=HEARTBEAT_MS)
+        consumer.subscribe([topic], listener=Listener())
+        next_commit = time.monotonic() + self.group.commit_seconds
+        try:
+            while not stop.is_set():
+                for tp, records in consumer.poll(timeout_ms=100).items():
+                    for r in records:
+                        self.apply(tp.partition, r.offset, r.value)
+                if time.monotonic() >= next_commit:
+                    self.tick_and_commit(time.time())
+                    next_commit = time.monotonic() + self.group.commit_seconds
+            self.tick_and_commit(time.time())
+        finally:
+            consumer.close(autocommit=False)

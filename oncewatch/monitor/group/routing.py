@@ -1,0 +1,265 @@
+"""The routers: every instance reads the sources the group assigns it and writes them, split by key, to the
+internal topic (one partition per shard, checks.shards), with clock marks.
+
+Which instance reads what is Kafka's choice: every instance is a member of the routers' consumer group,
+subscribed to the event topics and to the lease topic (one partition) and reading none of them through it (its
+partitions stay paused): the group protocol spreads the event partitions over the members, and whoever holds the
+lease reads the change source (the CDC topics, which one reader must assemble into transactions). The sources
+are read by the collectors from the positions kept in the shared store (store.group), which a router writes
+only once what it handed on is acknowledged by Kafka: an instance that dies leaves its sources to others at that
+point, and what they write again the judges apply once (wire: each source's `seq`).
+
+Marks: every `mark_seconds`, after what it vouches for, a router writes to every shard how far each of its
+sources is read (the change source: the newest commit handed on, or now when read to the end; an event
+partition: now when read to its end, else its newest event's time).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from oncewatch.checks.settings import Settings
+from oncewatch.checks.shards import Router
+from oncewatch.collectors.cdc import CdcCollector
+from oncewatch.collectors.kafka_events import KafkaEventCollector, tp_key
+from oncewatch.core.config import Config
+from oncewatch.core.gtids import parse
+from oncewatch.core.records import Transaction
+from oncewatch.monitor.group.wire import (CDC_SOURCE, HEARTBEAT_MS, LEASE, RECORDS, ROUTERS, SESSION_TIMEOUT_MS, Event,
+                                          Mark, Message, Part, encode, group_name)
+from oncewatch.store import Store
+from oncewatch.store.group import save_source_position, source_position
+
+log = logging.getLogger("oncewatch.monitor.group.routing")
+
+
+METADATA_MS = 5_000  # a topic made or grown is in the routers' assignment this soon
+
+
+class Output:
+    """The internal topic, written in order per shard (one request in flight: a retry cannot reorder)."""
+
+    def __init__(self, cfg: Config, instance: str):
+        from kafka import KafkaProducer
+
+        assert cfg.kafka is not None and cfg.group is not None
+        self.topic, self.shards = group_name(cfg.group.name, RECORDS), cfg.group.shards
+        self.producer = KafkaProducer(bootstrap_servers=list(cfg.kafka.bootstrap_servers), acks="all", linger_ms=5,
+                                      max_in_flight_requests_per_connection=1, retries=2_147_483_647,
+                                      client_id=f"{cfg.kafka.client_id}-router-{instance}",
+                                      max_request_size=8 * 1024 * 1024)
+        self.written = 0
+
+    def send(self, shard: int, message: Message) -> None:
+        self.producer.send(self.topic, value=encode(message), partition=shard)
+        self.written += 1
+
+    def mark(self, source: str, at: float, partitions: int = 1) -> None:
+        value = encode(Mark(source, 0, at, partitions))
+        for shard in range(self.shards):
+            self.producer.send(self.topic, value=value, partition=shard)
+
+    def flush(self) -> None:
+        self.producer.flush()
+
+    def close(self) -> None:
+        self.producer.close()
+
+
+def cdc_seq(tx: Transaction) -> tuple[str, int]:
+    """A transaction's source and place on the internal topic: its GTID's domain and sequence number (the
+    snapshot's chunks and replay notices carry none: applied as they come, which they bear)."""
+    gtid = parse(tx.cdc.txid) if tx.cdc is not None else None
+    return (f"{CDC_SOURCE}/{gtid[0]}", gtid[2]) if gtid is not None else (CDC_SOURCE, -1)
+
+
+class ChangeRouter:
+    """The change source, read by the lease holder: the CDC collector's transactions split over the shards."""
+
+    def __init__(self, cfg: Config, settings: Settings, output: Output, store: Store):
+        assert cfg.group is not None and cfg.kafka is not None and cfg.cdc is not None
+        self.cfg, self.output, self.store = cfg, output, store
+        stored = source_position(store, CDC_SOURCE) or {}
+        self.collector = CdcCollector(cfg.mysql, cfg.kafka, cfg.cdc, positions=stored.get("positions"),
+                                      start_gtid=stored.get("gtid", ""))
+        self.router = Router(settings, cfg.group.shards)
+        self.newest = 0.0
+        self.handed = 0
+
+    def stop(self) -> None:
+        self.collector.stop()
+
+    def run(self) -> None:
+        every, last_mark, last = self.cfg.group.mark_seconds, time.monotonic(), None
+        for tx in self.collector.transactions(idle=True):
+            if tx is not None:
+                split = self.router.split(tx)
+                source, seq = cdc_seq(tx)
+                for shard, part in sorted(split.parts.items()):
+                    self.output.send(shard, Part(seq, part, split.watch_start, source))
+                self.newest, last = max(self.newest, tx.commit_time), tx
+                self.handed += 1
+            if time.monotonic() - last_mark >= every:
+                self._mark(last)
+                last_mark = time.monotonic()
+        self._mark(last)
+
+    def _mark(self, last: Transaction | None) -> None:
+        # read to the end: the commits up to cdc.capture_seconds ago are all on the topics
+        at = max(time.time() - self.cfg.cdc.capture_seconds, self.newest) if self.collector.caught_up else self.newest
+        self.output.mark(CDC_SOURCE, at)
+        self.output.flush()
+        if last is not None and last.cdc is not None:
+            with self.store.batch() as tx:
+                save_source_position(tx, CDC_SOURCE, {"positions": last.cdc.offsets, "gtid": last.position.gtid})
+
+
+class EventRouter:
+    """The event partitions this instance was assigned, read from their stored positions."""
+
+    def __init__(self, cfg: Config, settings: Settings, output: Output, store: Store, partitions: set[str],
+                 counts: dict[str, int]):
+        """`counts`: topic -> its partitions, which a judge's Kafka clock waits for every one of."""
+        assert cfg.kafka is not None and cfg.group is not None
+        self.cfg, self.output, self.store, self.partitions, self.counts = cfg, output, store, partitions, counts
+        stored = {p: source_position(self.store, p) for p in partitions}
+        self.collector = KafkaEventCollector(cfg.kafka, {p: o for p, o in stored.items() if o is not None} or None,
+                                             partitions)
+        self.router = Router(settings, cfg.group.shards)
+        self.newest_ms: dict[str, int] = {}
+        self.quarantined: list[Any] = []
+
+    def poll(self) -> None:
+        batch = self.collector.poll(timeout_ms=100, max_records=2000)
+        for event in batch.events:
+            key = f"{event.topic}/{event.partition}"
+            shard = self.router.shard_of_event(event)
+            if shard is not None:
+                self.output.send(shard, Event(key, event.offset, event))
+            self.newest_ms[key] = max(self.newest_ms.get(key, 0), event.timestamp_ms)
+        self.quarantined += batch.quarantined
+
+    def mark(self) -> None:
+        for p in self.collector.status.partitions:
+            if p.position >= p.end:
+                at = p.end_at
+            elif p.key in self.newest_ms:
+                at = self.newest_ms[p.key] / 1000
+            else:
+                continue
+            self.output.mark(p.key, at, self.counts.get(p.topic, 0))
+        self.output.flush()
+        positions = self.collector.positions()
+        with self.store.batch() as tx:
+            for key, offset in positions.items():
+                save_source_position(tx, key, offset)
+            tx.add_quarantined(self.quarantined)
+        self.quarantined = []
+
+    def close(self) -> None:
+        self.collector.close()
+
+
+class Routers:
+    """This instance's share of the sources, as the routers' consumer group assigns it."""
+
+    def __init__(self, cfg: Config, settings: Settings, store: Store, instance: str):
+        assert cfg.group is not None and cfg.kafka is not None
+        self.cfg, self.settings, self.store, self.instance = cfg, settings, store, instance
+        self.output = Output(cfg, instance)
+        self.lease = group_name(cfg.group.name, LEASE)
+        self.assignment: set[str] = set()
+        self.changed = False
+        self.events: EventRouter | None = None
+        self.change: ChangeRouter | None = None
+        self.change_thread: threading.Thread | None = None
+        self.membership: Any = None  # the routers' group member (run)
+
+    def _assigned(self, assignment: set[str]) -> None:
+        self.assignment, self.changed = assignment, True
+
+    def _rebuild(self) -> None:
+        """After a rebalance: the event partitions and the lease as they now are."""
+        self.changed = False
+        holds_lease = f"{self.lease}/0" in self.assignment
+        if not holds_lease and self.change is not None:
+            self._stop_change()
+        if holds_lease and self.change is None:
+            self.change = ChangeRouter(self.cfg, self.settings, self.output, Store(self.cfg.store.target))
+            self.change_thread = threading.Thread(target=self.change.run, name="group-change-router", daemon=True)
+            self.change_thread.start()
+            log.info("the change source is read here", extra={"event": "change_source_taken",
+                                                                "instance": self.instance})
+        partitions = {p for p in self.assignment if not p.startswith(self.lease + "/")}
+        if self.events is not None and self.events.partitions != partitions:
+            self.events.mark()
+            self.events.close()
+            self.events = None
+        if self.events is None and partitions:
+            counts = {t: len(self.membership.partitions_for_topic(t) or ()) for t in {p.rpartition("/")[0]
+                                                                                      for p in partitions}}
+            self.events = EventRouter(self.cfg, self.settings, self.output, self.store, partitions, counts)
+            log.info("event partitions read here", extra={"event": "event_partitions_taken",
+                                                          "instance": self.instance, "partitions": sorted(partitions)})
+
+    def _stop_change(self) -> None:
+        assert self.change is not None and self.change_thread is not None
+        self.change.stop()
+        self.change_thread.join()
+        self.change.store.close()
+        self.change, self.change_thread = None, None
+        log.info("the change source is let go", extra={"event": "change_source_released", "instance": self.instance})
+
+    def status(self) -> dict[str, Any]:
+        return {"partitions": sorted(self.assignment), "change_source": self.change is not None,
+                "written": self.output.written,
+                "change_transactions": self.change.handed if self.change is not None else 0}
+
+    def run(self, stop: threading.Event) -> None:
+        from kafka import ConsumerRebalanceListener, KafkaConsumer
+        from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+        routers = self
+        kafka = self.cfg.kafka
+        assert kafka is not None
+
+        class Listener(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked: Any) -> None:
+                routers._assigned(set())
+                routers._rebuild()
+
+            def on_partitions_assigned(self, assigned: Any) -> None:
+                membership.pause(*assigned)  # membership only: the collectors read, from the stored positions
+                routers._assigned({tp_key(tp) for tp in assigned})
+
+        topics = sorted({t.name for t in kafka.topics})
+        membership = self.membership = KafkaConsumer(bootstrap_servers=list(kafka.bootstrap_servers),
+                                   group_id=group_name(self.cfg.group.name, ROUTERS),
+                                   client_id=f"{kafka.client_id}-routers-{self.instance}", enable_auto_commit=False,
+                                   auto_offset_reset="latest", session_timeout_ms=SESSION_TIMEOUT_MS,
+                                   heartbeat_interval_ms=HEARTBEAT_MS,
+                                   partition_assignment_strategy=(RoundRobinPartitionAssignor,),
+                                   metadata_max_age_ms=METADATA_MS)
+        membership.subscribe([self.lease, *topics], listener=Listener())
+        next_mark = time.monotonic()
+        try:
+            while not stop.is_set():
+                membership.poll(timeout_ms=0 if self.events is not None else 100)
+                if self.changed:
+                    self._rebuild()
+                if self.events is not None:
+                    self.events.poll()
+                    if time.monotonic() >= next_mark:
+                        self.events.mark()
+                        next_mark = time.monotonic() + self.cfg.group.mark_seconds
+        finally:
+            if self.events is not None:
+                self.events.mark()
+                self.events.close()
+            if self.change is not None:
+                self._stop_change()
+            membership.close(autocommit=False)
+            self.output.close()
