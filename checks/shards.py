@@ -13,9 +13,10 @@ shard's input, state and findings are the same with one instance or several.
   blind everywhere, a TRUNCATE of the orders ends pending orders everywhere); the group-level facts to the
   leader, shard 0: the CDC delivery (F15 replays and F16 END counts, with `delivered_until`, the newest commit
   the router has seen delivered, which times an F15) and the quarantined rows. The first change of an
-  announced table the router sees starts every shard's watch (`Split.watch_start`, `Engine.start_watch`): F8
-  and F9 judge no event from before it, on every shard alike.
+  announced table the router sees starts every shard's watch (`Split.watch_start`, with a part for every shard:
+  `Engine.start_watch` before the part): F8 and F9 judge no event from before it, on every shard alike.
 - `Router.shard_of_event(event)`: the shard of the key an event announces (None: no entry announces it).
+- `merge_stats`: the shards' `Engine.stats()` as one engine's, for /metrics.
 
 The leader also owns the other group-level rules, F11 (the backlog summed over every shard) and F12 (the
 offsets), which the other shards never judge. Not shardable, refused by `check_shardable`: a callback log
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from oncewatch.checks.settings import Settings
@@ -123,7 +124,7 @@ def owned(handler: Callable[[RowChange], None], key: Callable[[RowChange], Any],
 
 
 class Split(NamedTuple):
-    parts: dict[int, Transaction]  # shard -> its part, in no particular order
+    parts: dict[int, Transaction]  # shard -> its part, in no particular order (every shard's, with a watch start)
     watch_start: float | None  # set once: the commit time that starts every shard's watch
 
 
@@ -163,7 +164,7 @@ class Router:
                 if not bucket or bucket[-1] is not row:
                     bucket.append(row)
         targets = set(rows)
-        if tx.schema_changes:
+        if tx.schema_changes or start is not None:
             targets.update(range(count))
         if not tx.complete:
             self._fragmented |= targets
@@ -187,3 +188,23 @@ class Router:
     def shard_of_event(self, event: EmittedEvent) -> int | None:
         a = self.by_event.get((event.topic, event.keys.get("event_type")))
         return None if a is None else shard_of(event.keys.get(a.event_key), self.count)
+
+
+def merge_stats(shards: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The shards' `Engine.stats()` as one engine's: counts, histograms and backlogs summed; what every shard
+    holds alike (the shape problems: a DDL goes to every shard) taken from the first that has it."""
+    merged: dict[str, Any] = {}
+    for stats in shards:
+        _add(merged, stats)
+    return merged
+
+
+def _add(into: dict[str, Any], stats: dict[str, Any]) -> None:
+    for key, value in stats.items():
+        if isinstance(value, dict):
+            _add(into.setdefault(key, {}), value)
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            if not into.get(key):
+                into[key] = value
+        else:
+            into[key] = into.get(key, 0) + value

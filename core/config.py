@@ -102,7 +102,7 @@ class GroupConfig:
 
     name: str  # the group: its topics are oncewatch.<name>.records (shards partitions) and oncewatch.<name>.lease
     shards: int = 12  # the internal topic's partitions: fixed for the group's life (each is a shard's state)
-    instance: str = ""  # this instance's name on /metrics and the pages ("": host-pid)
+    member: str = ""  # this instance's name in the group, on /metrics and the pages ("": host-pid)
     commit_seconds: float = 0.5  # between two commits of a shard's findings, state and offset
     mark_seconds: float = 0.25  # between two clock marks a router writes to every shard
 
@@ -361,7 +361,7 @@ def _group(s: Section, cdc: CdcConfig | None, postgres: PostgresTarget | None, d
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", name):
         raise ConfigError(f"{s.key('name')}: {name!r} names Kafka topics: letters, digits, '.', '_', '-'")
     cfg = GroupConfig(name=name, shards=s.int("shards", GroupConfig.shards, minimum=1),
-                      instance=s.str("instance", ""),
+                      member=s.str("member", ""),
                       commit_seconds=s.float("commit_seconds", GroupConfig.commit_seconds, minimum=0.05),
                       mark_seconds=s.float("mark_seconds", GroupConfig.mark_seconds, minimum=0.05))
     s.done()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from threading import Thread
 from typing import Any
@@ -28,6 +28,7 @@ from oncewatch.core.config import PostgresTarget
 from oncewatch.core.records import OffsetsSnapshot
 from oncewatch.dashboards import views
 from oncewatch.store import StoreError, retention
+from oncewatch.store.group import shard_checkpoints
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9464
@@ -314,11 +315,68 @@ def _health(health: dict[str, views.Component]) -> Iterator[Metric]:
             yield from metrics(health[name].value)
 
 
-class StoreCollector(Collector):
-    """Reads the store at scrape time. A store that cannot be read gives `oncewatch_store_up 0` alone."""
+def _members(members: dict[str, dict[str, Any]]) -> Iterator[Metric]:
+    """Instances of a group ([group]): each one's share of the work, as its health row says."""
+    seen = _gauge("group_member_updated_timestamp_seconds", "When the group member last wrote its health (unix time); "
+                  "one stopped or killed keeps its last time (its shards and sources are others' by then).",
+                  ("member",))
+    owned = _gauge("group_member_shards", "Shards the member judges now.", ("member",))
+    change = _gauge("group_member_change_source", "1 when the member reads the change source (the CDC topics).",
+                    ("member",))
+    partitions = _gauge("group_member_event_partitions", "Event partitions the member reads now.", ("member",))
+    applied = _counter("group_member_records_applied", "Rows and events this member's process applied (its share "
+                       "of the work).", ("member",))
+    written = _counter("group_member_messages_written", "Messages this member's process wrote to the internal "
+                       "topic.", ("member",))
+    fenced = _counter("group_member_fenced", "Commits this member's process lost to another that had taken the "
+                      "shard (it then drops the shard).", ("member",))
+    for name, v in sorted(members.items()):
+        seen.add_metric([name], v["at"])
+        owned.add_metric([name], len(v["shards"]))
+        change.add_metric([name], 1 if v["routers"]["change_source"] else 0)
+        partitions.add_metric([name], views.event_partitions(v))
+        applied.add_metric([name], v["applied"])
+        written.add_metric([name], v["routers"]["written"])
+        fenced.add_metric([name], v["fenced"])
+    yield from (seen, owned, change, partitions, applied, written, fenced)
 
-    def __init__(self, target: str | PostgresTarget):
-        self.target = target
+
+def _shards(shards: dict[int, dict[str, Any]]) -> Iterator[Metric]:
+    """A group's shards, whoever owns them now (their last commits)."""
+    committed = _gauge("group_shard_committed_timestamp_seconds", "When the shard's findings, state and offset were "
+                       "last committed (unix time): old means no member judges it.", ("shard",))
+    owner = _gauge("group_shard_owner", "1 for the member that last committed the shard.", ("shard", "member"))
+    records = _counter("group_shard_records_applied", "Rows and events the shard applied, by all its owners.",
+                       ("shard",))
+    repeated = _counter("group_shard_repeated", "Messages a router wrote again (after a restart or a move) that the "
+                        "shard did not apply twice.", ("shard",))
+    lag = _gauge("group_shard_lag_messages", "Internal-topic messages written for the shard and not yet committed.",
+                 ("shard",))
+    clock = _gauge("group_shard_clock_seconds", "How far each of the shard's clocks has been vouched (unix time): the "
+                   "change source's and the Kafka events'.", ("shard", "clock"))
+    for shard, c in shards.items():
+        label = str(shard)
+        committed.add_metric([label], c["committed_at"])
+        if c.get("owner"):
+            owner.add_metric([label, c["owner"]], 1)
+        records.add_metric([label], c["records"])
+        repeated.add_metric([label], c["repeated"])
+        lag.add_metric([label], max(0, c["end"] - c["offset"]))
+        clock.add_metric([label, "binlog"], c["binlog_time"])
+        clock.add_metric([label, "kafka"], c["kafka_time"])
+    yield from (committed, owner, records, repeated, lag, clock)
+
+
+class StoreCollector(Collector):
+    """Reads the store at scrape time. A store that cannot be read gives `oncewatch_store_up 0` alone.
+
+    A member of a group ([group]) serves its own row (`member`) and, while `wide()` (it owns the leader shard), the
+    store's: every member's and shard's, the findings and the group's engine stats, so that of the members scraped
+    exactly one pages for a finding."""
+
+    def __init__(self, target: str | PostgresTarget, member: str | None = None,
+                 wide: Callable[[], bool] = lambda: True):
+        self.target, self.member, self.wide = target, member, wide
 
     def collect(self) -> Iterator[Metric]:
         store_up = _gauge("store_up", "1 when the monitor's store could be read for this scrape.")
@@ -330,6 +388,7 @@ class StoreCollector(Collector):
                 quarantine = store.quarantine_counts()
                 binlog_quarantine = store.binlog_quarantine_counts()
                 pruned = retention.pruned_total(store)
+                shards = shard_checkpoints(store)
         except (StoreError, sqlite3.Error):  # missing, not yet initialised, or unreadable
             store_up.add_metric([], 0)
             yield store_up
@@ -339,6 +398,13 @@ class StoreCollector(Collector):
         build = _gauge("build_info", "Always 1; the version of the oncewatch that serves these metrics.", ("version",))
         build.add_metric([__version__], 1)
         yield build
+        members = {c.value["member"]: c.value for name, c in health.items() if name.startswith(views.GROUP_HEALTH)}
+        if not self.wide():
+            yield from _members({self.member: members[self.member]} if self.member in members else {})
+            return
+        if members or shards:
+            yield from _members(members)
+            yield from _shards(shards)
         yield from _health(health)
         yield _quarantine(quarantine, health[names.KAFKA_EVENTS].value if names.KAFKA_EVENTS in health else {})
         yield _binlog_quarantine(binlog_quarantine)
@@ -348,15 +414,16 @@ class StoreCollector(Collector):
         yield _pruned(pruned)
 
 
-def registry(target: str | PostgresTarget) -> CollectorRegistry:
+def registry(target: str | PostgresTarget, member: str | None = None,
+             wide: Callable[[], bool] = lambda: True) -> CollectorRegistry:
     """A registry holding only the store collector (no process/platform metrics of the server)."""
     reg = CollectorRegistry()
-    reg.register(StoreCollector(target))
+    reg.register(StoreCollector(target, member, wide))
     return reg
 
 
-def serve(target: str | PostgresTarget, host: str = DEFAULT_HOST,
-          port: int = DEFAULT_PORT) -> tuple[WSGIServer, Thread]:
+def serve(target: str | PostgresTarget, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, member: str | None = None,
+          wide: Callable[[], bool] = lambda: True) -> tuple[WSGIServer, Thread]:
     """Serve /metrics for the store in a daemon thread. Port 0 picks a free port: read it from
     `server.server_port`. Stop with `server.shutdown(); server.server_close()`."""
-    return start_http_server(port, addr=host, registry=registry(target))
+    return start_http_server(port, addr=host, registry=registry(target, member, wide))

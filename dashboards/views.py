@@ -199,3 +199,35 @@ def diff(row: RowChange) -> dict[str, Any]:
     return dict(row.row)
 
 
+GROUP_HEALTH = "group/"  # the health rows of a group's members: group/<member>
+LEASE_PARTITION = ".lease/0"  # of a member's routers' partitions, the lease (the change source's), not an event one
+
+
+def event_partitions(member: dict[str, Any]) -> int:
+    """How many event partitions a member's health row says it reads (its lease partition is none of them)."""
+    return len([p for p in member["routers"]["partitions"] if not p.endswith(LEASE_PARTITION)])
+
+
+def group_members(comps: dict[str, Component]) -> list[dict[str, Any]]:
+    """A group's members ([group]), one row each: live, or gone since its last health (its work is others' by then)."""
+    rows = []
+    for name, c in sorted(comps.items()):
+        if not name.startswith(GROUP_HEALTH):
+            continue
+        v = c.value
+        rows.append({"member": v["member"], "state": "gone" if c.stale else "live", "seen_seconds_ago": c.age_seconds,
+                     "shards": ", ".join(sorted(v["shards"], key=int)) or "–",
+                     "change source": "reads it" if v["routers"]["change_source"] else "",
+                     "event partitions": event_partitions(v),
+                     "records applied": v["applied"]})
+    return rows
+
+
+def group_shards(shards: dict[int, dict[str, Any]], now: float) -> list[dict[str, Any]]:
+    """A group's shards, one row each, from their last commits: owner, how long ago, the work, how far behind."""
+    return [{"shard": shard, "owner": c.get("owner") or "–", "committed_seconds_ago": max(0.0, now - c["committed_at"]),
+             "records applied": c["records"], "lag (messages)": max(0, c["end"] - c["offset"]),
+             "change clock behind (s)": max(0.0, now - c["binlog_time"]) if c["binlog_time"] else None,
+             "Kafka clock behind (s)": max(0.0, now - c["kafka_time"]) if c["kafka_time"] else None}
+            for shard, c in sorted(shards.items())]
+

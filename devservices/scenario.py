@@ -194,3 +194,35 @@ def seed(path: str | PostgresTarget, now: float | None = None) -> Store:
                       + [("cdc_position_gap", {"unit": "bytes"}, t0 + 30 * i, 90.0 * i) for i in ramp])
     write_health(store, now)
     return store
+
+
+def seed_group(store: Store, now: float | None = None) -> None:
+    """A group of two instances on the store ([group], oncewatch.monitor.group): "east" judges shards 0 and 1 and
+    reads the change source and event partitions 0-1; "west" judged shard 2 until it was killed 120 s ago (its
+    health row stays, its shard was last committed then, 40 messages behind). Shards applied 500, 400, 300."""
+    from devservices.samples import shop_settings
+    from oncewatch.checks.shards import Shard
+    from oncewatch.monitor.group.judging import ShardJudge
+    from oncewatch.store.group import claim, save_shard
+
+    now = time.time() if now is None else now
+    settings = shop_settings()
+    for shard, owner, records in ((0, "east", 500), (1, "east", 400), (2, "west", 300)):
+        judge = ShardJudge(settings, Shard(shard, 3))
+        judge.records, judge.offset, judge.end = records, records + 10, records + 10 + 40 * (owner == "west")
+        judge.marks = {"cdc": [now - 1.0, 1]}
+        epoch = claim(store, shard, owner)
+        with store.batch() as tx:
+            save_shard(tx, shard, epoch, judge.checkpoint(), judge.engine.state_delta(), [], [])
+
+    store.set_health("group/east", {"at": now - 0.5, "member": "east", "fenced": 0, "applied": 900,
+                                    "shards": {"0": {}, "1": {}},
+                                    "routers": {"partitions": ["shop.events/0", "shop.events/1", "oncewatch.g.lease/0"],
+                                                "change_source": True, "written": 1300, "change_transactions": 700}})
+    store.set_health("group/west", {"at": now - 120, "member": "west", "fenced": 1, "applied": 300,
+                                    "shards": {"2": {}},
+                                    "routers": {"partitions": ["shop.events/2"], "change_source": False,
+                                                "written": 200, "change_transactions": 0}})
+    with store.batch() as tx:  # west's last commit and health, before it was killed
+        tx.conn.execute("UPDATE checkpoints SET updated_at = ? WHERE name = 'group/shard/2'", (now - 120,))
+        tx.conn.execute("UPDATE health SET updated_at = ? WHERE component = 'group/west'", (now - 120,))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from oncewatch.core.exact_json import from_json
 from oncewatch.core.records import Finding, QuarantinedRows
 from oncewatch.store import engine_state
 from oncewatch.store.batch import Batch
@@ -43,14 +44,18 @@ def load_shard(store: Store, shard: int) -> tuple[dict[str, Any] | None, dict[st
     return store.checkpoint(SHARD.format(shard)), engine_state.load(store, shard=shard)
 
 
-def shard_checkpoints(store: Store, count: int) -> dict[int, dict[str, Any]]:
-    """Every shard's last checkpoint (those committed at least once), with its owner's name."""
+def shard_checkpoints(store: Store) -> dict[int, dict[str, Any]]:
+    """Every shard's last checkpoint (those committed at least once), with when (`committed_at`) and its owner's
+    name (`owner`)."""
+    rows = store.conn.execute("SELECT name, value, updated_at FROM checkpoints WHERE name LIKE 'group/%'").fetchall()
+    values = {name: (from_json(value), at) for name, value, at in rows}
     found = {}
-    for shard in range(count):
-        checkpoint = store.checkpoint(SHARD.format(shard))
-        if checkpoint is not None:
-            found[shard] = {**checkpoint, "owner": store.checkpoint(f"{OWNER.format(shard)}/instance")}
-    return found
+    for name, (checkpoint, at) in values.items():
+        if name.startswith(SHARD.format("")):
+            shard = int(name.rpartition("/")[2])
+            owner = values.get(f"{OWNER.format(shard)}/instance")
+            found[shard] = {**checkpoint, "committed_at": at, "owner": owner[0] if owner else None}
+    return dict(sorted(found.items()))
 
 
 def save_shard(tx: Batch, shard: int, epoch: int, checkpoint: dict[str, Any], delta: dict[str, Any],

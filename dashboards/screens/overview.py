@@ -15,6 +15,7 @@ from oncewatch.core import names
 from oncewatch.core.records import OffsetsSnapshot
 from oncewatch.dashboards import ui, views
 from oncewatch.store import queries
+from oncewatch.store.group import shard_checkpoints
 
 # The seed's three signals get their threshold line; the backlog's (F11's 5000) would flatten the few changes
 # that wait at any time into the axis (its drill-down, once it is an F11, draws it).
@@ -74,6 +75,20 @@ def timeline(marks: list[dict], window_seconds: float) -> None:
     st.plotly_chart(fig, key="chart-timeline", config={"displayModeBar": False})
 
 
+def group(members: list[dict], shards: list[dict]) -> None:
+    """Several instances judging as one ([group]): every member's share and every shard's last commit."""
+    st.subheader("Group")
+    gone = [m["member"] for m in members if m["state"] == "gone"]
+    unjudged = [s["shard"] for s in shards if s["committed_seconds_ago"] > views.STALE_SECONDS]
+    if unjudged:
+        st.error(f"Shard(s) {', '.join(map(str, unjudged))} not committed for over {views.STALE_SECONDS:.0f} s: "
+                 "no member judges them (OncewatchGroupShardNotJudged).")
+    st.caption(f"{len(members) - len(gone)} member(s) live" + (f"; gone: {', '.join(gone)}" if gone else ""))
+    cols = st.columns(2)
+    cols[0].dataframe(pd.DataFrame(members), hide_index=True, key="group-members")
+    cols[1].dataframe(pd.DataFrame(shards), hide_index=True, key="group-shards")
+
+
 @ui.live
 def live(window_seconds: float) -> None:
     now = time.time()
@@ -84,7 +99,11 @@ def live(window_seconds: float) -> None:
         p99 = queries.latest(store, "delay_p99")
         points = {name: queries.series(store, name, now - window_seconds) for name in ui.CHARTS}
         marks = queries.finding_marks(store, now - window_seconds)
+        shards = shard_checkpoints(store)
     ui.monitor_banner(comps)
+    members = views.group_members(comps)
+    if members or shards:
+        group(members, views.group_shards(shards, now))
 
     monitor = comps.get(names.MONITOR)
     # Three collector tiles to a row (their labels carry the figure's words), four short ones below.

@@ -93,7 +93,7 @@ def clocks(config: Path) -> dict[int, tuple[float, float]]:
     """Per shard committed at least once, its (binlog clock, Kafka clock)."""
     store = store_of(config)
     try:
-        return {shard: (c["binlog_time"], c["kafka_time"]) for shard, c in shard_checkpoints(store, SHARDS).items()}
+        return {shard: (c["binlog_time"], c["kafka_time"]) for shard, c in shard_checkpoints(store).items()}
     finally:
         store.close()
 
@@ -115,8 +115,8 @@ def change_source_holder(config: Path, instances: dict[str, Instance]) -> str:
         rows = store.health()
     finally:
         store.close()
-    holders = [by_pid[r["instance"]] for key, r in rows.items() if key.startswith("group/") and
-               r["routers"]["change_source"] and r["instance"] in by_pid]
+    holders = [by_pid[r["member"]] for key, r in rows.items() if key.startswith("group/") and
+               r["routers"]["change_source"] and r["member"] in by_pid]
     assert len(holders) == 1, rows
     return holders[0]
 

@@ -30,7 +30,9 @@ def test_every_alert_has_a_firing_case_and_a_case_where_it_has_ended() -> None:
 
 def exported_metric_names(tmp_path: Path) -> set[str]:
     """Names of every sample the collector exports for the scenario store (with _total, _bucket...)."""
-    scenario.seed(str(tmp_path / "s.db")).close()
+    store = scenario.seed(str(tmp_path / "s.db"))
+    scenario.seed_group(store)  # a group's members and shards ([group])
+    store.close()
     exported = generate_latest(metrics.registry(str(tmp_path / "s.db"))).decode()
     return set(re.findall(r"^(oncewatch_\w+?)(?:\{| )", exported, re.M))
 
@@ -98,11 +100,11 @@ def test_runbook_urls_point_at_runbook_sections() -> None:
     anchors = {github_slug(h) for h in runbook_headings()}
     groups = re.split(r"^  - name: ", RULES.read_text(), flags=re.M)[1:]
     by_group = {g.split("\n", 1)[0]: set(re.findall(r"^\s*- alert: (\w+)", g, re.M)) for g in groups}
-    assert set(by_group) == {"oncewatch-monitor", "oncewatch-findings", "oncewatch-drift"}
+    assert set(by_group) == {"oncewatch-monitor", "oncewatch-findings", "oncewatch-drift", "oncewatch-group"}
     for name, chunk in alert_chunks().items():
         anchor = annotations(chunk)["runbook_url"].removeprefix(f"{RUNBOOK_BASE}#")
         assert anchor in anchors, f"{name}: #{anchor} is no `###` heading under README's `## Runbook`"
-        if name in by_group["oncewatch-monitor"]:
+        if name in by_group["oncewatch-monitor"] | by_group["oncewatch-group"]:
             assert anchor == github_slug(name), name
         else:  # a rule's alert points at its rule's section
             rule = re.search(r'rule="(F\d+)"|rule: (F\d+)', chunk)
@@ -116,8 +118,9 @@ def test_every_rule_and_every_monitor_alert_has_a_runbook_section() -> None:
     assert list(names) == [f"F{i}" for i in range(1, 17)]
     headings = runbook_headings()
     assert [h for h in headings if re.match(r"F\d+ ", h)] == [f"{rule} {name}" for rule, name in names.items()]
-    monitor = re.search(r"- name: oncewatch-monitor\n(.*?)(?=^  - name: )", RULES.read_text(), re.M | re.S)
-    assert set(re.findall(r"- alert: (\w+)", monitor[1])) <= set(headings)
+    for group in ("oncewatch-monitor", "oncewatch-group"):
+        alerts = re.search(rf"- name: {group}\n(.*?)(?=^  - name: |\Z)", RULES.read_text(), re.M | re.S)
+        assert set(re.findall(r"- alert: (\w+)", alerts[1])) <= set(headings), group
     assert len(headings) == len(set(headings))  # one anchor each
 
 

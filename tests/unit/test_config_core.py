@@ -127,4 +127,4 @@ def test_a_group_needs_a_cdc_source_and_a_shared_store_and_names_the_key(changes
 
 def test_a_group_of_instances_is_configured_by_its_name():
     cfg = parse({**GROUP_BASE, "group": {"name": "shop", "shards": 6}})
-    assert (cfg.group.name, cfg.group.shards, cfg.group.instance) == ("shop", 6, "")
+    assert (cfg.group.name, cfg.group.shards, cfg.group.member) == ("shop", 6, "")

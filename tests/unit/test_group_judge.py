@@ -35,8 +35,11 @@ def test_every_message_comes_off_the_wire_as_it_went_on():
 
 
 def pending_o1() -> tuple[ShardJudge, Part]:
-    """The judge of order O1's shard, and the part of O1's first transaction (pending) it is sent."""
-    (shard, part), = Router(SETTINGS, 3).split(Shop().tx(100, order("O1", "pending"))).parts.items()
+    """The judge of order O1's shard, and the part of O1's first transaction (pending) it is sent (after the router's
+    first, which went to every shard with the watch's start)."""
+    router, shop = Router(SETTINGS, 3), Shop()
+    router.split(shop.tx(99, order("O0", "pending")))
+    (shard, part), = router.split(shop.tx(100, order("O1", "pending"))).parts.items()
     return ShardJudge(SETTINGS, Shard(shard, 3)), Part(1, part, None, "cdc/0")
 
 

@@ -196,3 +196,27 @@ def test_a_cdc_change_source_s_counts(scenario_store) -> None:
     assert value(fams, "oncewatch_cdc_incomplete_transactions_total", "oncewatch_cdc_incomplete_transactions") == 2
     assert value(fams, "oncewatch_cdc_open_transactions") == 5
     assert value(fams, "oncewatch_binlog_gtid_sequence", domain="0") == 4711  # the rest of the source's row as before
+
+
+def test_a_group_member_serves_its_own_row_and_the_stores_only_while_it_leads(tmp_path: Path) -> None:
+    """Of a group's members scraped, the one owning the leader shard alone serves the findings and the shards, so
+    an alert fires once; every member serves its own row."""
+    path = str(tmp_path / "group.db")
+    store = scenario.seed(path)
+    scenario.seed_group(store)
+    store.close()
+
+    def families(**kw) -> dict[str, list]:
+        text = generate_latest(metrics.registry(path, **kw)).decode()
+        return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+    follower = families(member="west", wide=lambda: False)
+    assert {"oncewatch_store_up", "oncewatch_build_info"} < set(follower)
+    assert "oncewatch_findings_by_status" not in follower and "oncewatch_group_shard_owner" not in follower
+    assert {s.labels["member"] for s in follower["oncewatch_group_member_shards"]} == {"west"}
+    leader = families(member="east", wide=lambda: True)
+    assert {s.labels["member"] for s in leader["oncewatch_group_member_shards"]} == {"east", "west"}
+    assert {(s.labels["shard"], s.labels["member"]) for s in leader["oncewatch_group_shard_owner"]} == {
+        ("0", "east"), ("1", "east"), ("2", "west")}
+    assert [s.value for s in leader["oncewatch_group_shard_lag_messages"]] == [0, 0, 40]
+    assert "oncewatch_findings_by_status" in leader

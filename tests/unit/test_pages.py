@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
+from devservices import scenario
 from oncewatch.core.records import Evidence, Finding
 from oncewatch.dashboards import auth, login_limits, reports, views
 from oncewatch.store import Store, reviews
@@ -86,6 +86,20 @@ def test_overview_tiles_and_charts(env: Path) -> None:
     assert lines["Changes waiting for their event"] == []  # a line at 5000 would flatten the few waiting
     axes = {json.loads(c.proto.spec)["layout"]["xaxis"]["title"]["text"] for c in at.get("plotly_chart")}
     assert axes == {"time (UTC)"}
+
+
+def test_overview_shows_every_member_of_a_group_and_a_shard_nobody_judges(env: Path,
+                                                                          scenario_store: StoreTarget) -> None:
+    store = Store(scenario_store)
+    scenario.seed_group(store)
+    store.close()
+    at = run("overview")
+    members, shards = (t.value for t in at.dataframe[:2])
+    assert list(members["member"]) == ["east", "west"] and list(members["state"]) == ["live", "gone"]
+    assert list(members["change source"]) == ["reads it", ""] and list(members["event partitions"]) == [2, 1]
+    assert list(shards["owner"]) == ["east", "east", "west"] and list(shards["lag (messages)"]) == [0, 0, 40]
+    assert "1 member(s) live; gone: west" in [c.value for c in at.caption]
+    assert any(e.value.startswith("Shard(s) 2 not committed for over 30 s") for e in at.error)
 
 
 @SQLITE_ONLY

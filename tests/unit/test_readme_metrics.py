@@ -20,7 +20,9 @@ SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), 
 def served(tmp_path_factory) -> dict[str, tuple[str, frozenset[str]]]:
     """family -> (type, labels) as /metrics serves them for the known scenario store."""
     path = str(tmp_path_factory.mktemp("readme") / "scenario.db")
-    scenario.seed(path).close()
+    store = scenario.seed(path)
+    scenario.seed_group(store)  # a group's instances and shards ([group])
+    store.close()
     text = generate_latest(metrics.registry(path)).decode()
     return {f.name: (f.type, frozenset(k for s in f.samples for k in s.labels if k != "le"))
             for f in text_string_to_metric_families(text)}

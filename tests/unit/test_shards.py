@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from devservices.samples import Shop, order, payment, shipment
 from oncewatch.checks.engine import Engine, StateMismatchError
 from oncewatch.checks.findings import to_dict
-from oncewatch.checks.shards import Router, Shard, ShardingError, shard_of
+from oncewatch.checks.shards import Router, Shard, ShardingError, merge_stats, shard_of
 from oncewatch.core.domain import Callbacks
 from oncewatch.core.exact_json import from_json, to_json
-from oncewatch.core.records import CdcDelivery, Replay, SchemaChange
+from oncewatch.core.records import CdcDelivery, Replay, SchemaChange, Transaction
 from tests.unit.test_engine_properties import FAULTS, SETTINGS, Plan, build, clocks, runs, straight
 
 
@@ -47,11 +47,7 @@ def run(binlog, partitions, end, order_of_streams, count: int | None, ticks=froz
         elif count is None:
             engines[0].on_events([item])
         elif stream == 0:
-            split = router.split(item)
-            for engine in engines if split.watch_start is not None else ():
-                engine.start_watch(split.watch_start)
-            for s, part in split.parts.items():
-                engines[s].on_transaction(part)
+            for s, part in routed(router, engines, item):
                 sent[s] += len(part.rows)
         elif (s := router.shard_of_event(item)) is not None:
             engines[s].on_events([item])
@@ -66,6 +62,16 @@ def run(binlog, partitions, end, order_of_streams, count: int | None, ticks=froz
         engine.tick(now=end, binlog_time=end, kafka_time=end)
     collect()
     return {fid: to_dict(f) for fid, f in found.items()}, sent
+
+
+def routed(router: Router, shards: list[Engine], tx: Transaction) -> list[tuple[int, Transaction]]:
+    """`tx` split by the router, each part fed to its shard as a judge does (the watch start first); the parts."""
+    split = router.split(tx)
+    for s, part in split.parts.items():
+        if split.watch_start is not None:
+            shards[s].start_watch(split.watch_start)
+        shards[s].on_transaction(part)
+    return list(split.parts.items())
 
 
 def restored(engine: Engine) -> Engine:
@@ -118,6 +124,7 @@ def test_a_row_goes_to_the_shard_of_each_of_its_keys():
     shop, count = Shop(), 4
     i = next(i for i in range(100) if len({shard_of(k, count) for k in (f"O{i}", f"T{i}", f"S{i}")}) == 3)
     router = Router(SETTINGS, count)
+    assert len(router.split(shop.tx(0, order("O-first", "pending"))).parts) == count  # the watch starts everywhere
     pay, ship = router.split(shop.tx(1, payment(f"T{i}", f"O{i}", "success"))), router.split(
         shop.tx(2, shipment(f"S{i}", f"T{i}")))
     assert sorted(pay.parts) == [shard_of(f"O{i}", count)]
@@ -186,11 +193,7 @@ def test_f11_is_the_leaders_judging_the_backlog_of_every_shard():
     router, shards = Router(config, count), [Engine(config, Shard(i, count)) for i in range(count)]
     for tx in binlog:
         one.on_transaction(tx)
-        split = router.split(tx)
-        for s, part in split.parts.items():
-            if split.watch_start is not None:
-                shards[s].start_watch(split.watch_start)
-            shards[s].on_transaction(part)
+        routed(router, shards, tx)
     one.tick(now=at, binlog_time=at, kafka_time=at)
     for engine in shards[1:]:
         engine.tick(now=at, binlog_time=at, kafka_time=at)
@@ -208,3 +211,21 @@ def test_f11_is_the_leaders_judging_the_backlog_of_every_shard():
 def test_a_shard_refuses_another_shards_state():
     with pytest.raises(StateMismatchError, match="shard 1 of 3"):
         Engine(SETTINGS, Shard(2, 3)).restore(Engine(SETTINGS, Shard(1, 3)).state())
+
+
+def test_the_shards_stats_add_up_to_one_engines():
+    plans = [Plan(frozenset([f]), pay_after=950 if f in ("late", "very_early") else 3) for f in FAULTS]
+    binlog, partitions, end = build(plans)
+    one, router = Engine(SETTINGS), Router(SETTINGS, 3)
+    shards = [Engine(SETTINGS, Shard(i, 3)) for i in range(3)]
+    for tx in binlog:
+        one.on_transaction(tx)
+        routed(router, shards, tx)
+    for event in (e for p in partitions for e in p):
+        one.on_events([event])
+        shards[router.shard_of_event(event)].on_events([event])
+    for engine in (one, *shards):
+        engine.tick(now=end, binlog_time=end, kafka_time=end)
+    merged = merge_stats(engine.stats() for engine in shards)
+    assert merged["found_total"] == one.stats()["found_total"] and sum(merged["found_total"].values()) > 10
+    assert merged["delay"] == one.stats()["delay"] and merged["backlog_by_table"] == one.stats()["backlog_by_table"]

@@ -22,12 +22,13 @@ from typing import Any
 
 from oncewatch.checks.engine import Engine
 from oncewatch.checks.settings import Settings
-from oncewatch.checks.shards import LEADER, Shard
+from oncewatch.checks.shards import LEADER, Shard, merge_stats
 from oncewatch.core.config import Config
 from oncewatch.core.records import OffsetsSnapshot, QuarantinedRows
 from oncewatch.monitor.group.wire import (CDC_SOURCE, HEARTBEAT_MS, JUDGES, RECORDS, SESSION_TIMEOUT_MS, Mark, Message,
                                           Part, decode, group_name)
-from oncewatch.store import Store
+from oncewatch.core.names import ENGINE_STATS
+from oncewatch.store import Store, reviews
 from oncewatch.store.group import FencedError, claim, load_shard, save_shard, shard_checkpoints
 
 log = logging.getLogger("oncewatch.monitor.group.judging")
@@ -45,6 +46,7 @@ class ShardJudge:
         self.applied: dict[str, int] = {}  # source -> the highest seq applied
         self.marks: dict[str, list[float]] = {}  # source -> [at, partitions of its topic]
         self.offset = 0  # the next internal-topic offset to read
+        self.end = 0  # the internal partition's end as last fetched: end - offset is this shard's lag
         self.records = 0  # rows and events applied: this shard's work
         self.repeated = 0  # messages a router wrote again (after a restart or a move), not applied twice
         self.quarantined: list[QuarantinedRows] = []  # the leader's: to commit with the next checkpoint
@@ -91,13 +93,14 @@ class ShardJudge:
         self.engine.tick(now, self.binlog_time(), self.kafka_time(), backlog_elsewhere)
 
     def checkpoint(self) -> dict[str, Any]:
-        return {"offset": self.offset, "applied": self.applied, "marks": self.marks, "records": self.records,
-                "repeated": self.repeated, "backlog": self.engine.stats()["backlog_by_table"],
+        return {"offset": self.offset, "end": self.end, "applied": self.applied, "marks": self.marks,
+                "records": self.records, "repeated": self.repeated, "stats": self.engine.stats(),
                 "binlog_time": self.binlog_time(), "kafka_time": self.kafka_time()}
 
     def restore(self, checkpoint: dict[str, Any] | None, state: dict[str, Any] | None) -> None:
         if checkpoint is not None:
             self.offset, self.applied, self.marks = checkpoint["offset"], checkpoint["applied"], checkpoint["marks"]
+            self.end = checkpoint["end"]
             self.records, self.repeated = checkpoint["records"], checkpoint["repeated"]
         if state is not None:
             self.engine.restore(state)
@@ -106,13 +109,14 @@ class ShardJudge:
 class Judges:
     """This instance's shards: claimed, fed from the internal topic, committed every `commit_seconds`."""
 
-    def __init__(self, cfg: Config, settings: Settings, store: Store, instance: str):
+    def __init__(self, cfg: Config, settings: Settings, store: Store, member: str):
         assert cfg.group is not None
-        self.cfg, self.settings, self.store, self.instance = cfg, settings, store, instance
+        self.cfg, self.settings, self.store, self.member = cfg, settings, store, member
         self.group = cfg.group
         self.owned: dict[int, tuple[ShardJudge, int]] = {}  # shard -> (its judge, the epoch claimed)
         self.offsets: list[OffsetsSnapshot] = []  # the offsets collector's, for the leader shard
         self.fenced = 0
+        self.applied = 0  # rows and events this instance applied (its share of the work)
         self.lock = threading.Lock()
 
     # ------------------------------------------------------------ the group's callbacks (inside poll)
@@ -123,14 +127,14 @@ class Judges:
         for shard in shards:
             if shard in self.owned:
                 continue
-            epoch = claim(self.store, shard, self.instance)
+            epoch = claim(self.store, shard, self.member)
             judge = ShardJudge(self.settings, Shard(shard, self.group.shards))
             judge.restore(*load_shard(self.store, shard))
             with self.lock:
                 self.owned[shard] = (judge, epoch)
             starts[shard] = judge.offset
             log.info("shard taken", extra={"event": "shard_assigned", "shard": shard, "epoch": epoch,
-                                           "offset": judge.offset, "instance": self.instance})
+                                           "offset": judge.offset, "member": self.member})
         return starts
 
     def revoked(self, shards: list[int]) -> None:
@@ -139,7 +143,7 @@ class Judges:
                 self.commit(shard)
                 with self.lock:
                     self.owned.pop(shard, None)
-                log.info("shard let go", extra={"event": "shard_revoked", "shard": shard, "instance": self.instance})
+                log.info("shard let go", extra={"event": "shard_revoked", "shard": shard, "member": self.member})
 
     def leads(self) -> bool:
         return LEADER in self.owned
@@ -153,39 +157,42 @@ class Judges:
     def apply(self, shard: int, offset: int, value: bytes) -> None:
         held = self.owned.get(shard)
         if held is not None:
-            held[0].apply(decode(value), offset)
+            judge = held[0]
+            before = judge.records
+            judge.apply(decode(value), offset)
+            self.applied += judge.records - before
 
     def tick_and_commit(self, now: float) -> None:
         for shard in sorted(self.owned):
             judge, _ = self.owned[shard]
-            elsewhere = None
+            elsewhere = backlog = None
             if shard == LEADER:
                 with self.lock:
                     snapshots, self.offsets = self.offsets, []
                 for snapshot in snapshots:
                     judge.engine.on_offsets(snapshot)
-                elsewhere = self._backlog_elsewhere()
-            judge.tick(now, elsewhere)
-            self.commit(shard)
+                elsewhere = self._elsewhere()
+                backlog = merge_stats({"b": s["backlog_by_table"]} for s in elsewhere.values()).get("b", {})
+            judge.tick(now, backlog)
+            self.commit(shard, elsewhere)
 
-    def _backlog_elsewhere(self) -> dict[str, int]:
-        total: dict[str, int] = {}
-        for shard, checkpoint in shard_checkpoints(self.store, self.group.shards).items():
-            if shard != LEADER and shard not in self.owned:
-                for table, n in checkpoint["backlog"].items():
-                    total[table] = total.get(table, 0) + n
-        for shard, (judge, _) in self.owned.items():
-            if shard != LEADER:
-                for table, n in judge.engine.stats()["backlog_by_table"].items():
-                    total[table] = total.get(table, 0) + n
-        return total
+    def _elsewhere(self) -> dict[int, dict[str, Any]]:
+        """The other shards' engine stats: as committed, or as they are here for those this instance owns."""
+        stats = {shard: c["stats"] for shard, c in shard_checkpoints(self.store).items()}
+        stats.update((shard, judge.engine.stats()) for shard, (judge, _) in self.owned.items())
+        stats.pop(LEADER, None)
+        return stats
 
-    def commit(self, shard: int) -> None:
+    def commit(self, shard: int, elsewhere: dict[int, dict[str, Any]] | None = None) -> None:
+        """`elsewhere` (the leader's): the other shards' stats, merged with its own as the group's engine stats."""
         judge, epoch = self.owned[shard]
         try:
             with self.store.batch() as tx:
                 save_shard(tx, shard, epoch, judge.checkpoint(), judge.engine.state_delta(),
                            judge.engine.drain(), judge.quarantined)
+                if elsewhere is not None:
+                    tx.set_state(ENGINE_STATS, merge_stats([judge.engine.stats(), *elsewhere.values()]))
+                    reviews.expire(tx, time.time())
             judge.quarantined = []
         except FencedError as exc:
             self.fenced += 1
@@ -218,7 +225,7 @@ class Judges:
         assert kafka is not None
         consumer = KafkaConsumer(bootstrap_servers=list(kafka.bootstrap_servers),
                                  group_id=group_name(self.group.name, JUDGES),
-                                 client_id=f"{kafka.client_id}-judge-{self.instance}", enable_auto_commit=False,
+                                 client_id=f"{kafka.client_id}-judge-{self.member}", enable_auto_commit=False,
                                  auto_offset_reset="earliest", max_poll_records=2000,
                                  session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=HEARTBEAT_MS)
         consumer.subscribe([topic], listener=Listener())
@@ -228,6 +235,9 @@ class Judges:
                 for tp, records in consumer.poll(timeout_ms=100).items():
                     for r in records:
                         self.apply(tp.partition, r.offset, r.value)
+                    held = self.owned.get(tp.partition)
+                    if held is not None:
+                        held[0].end = consumer.highwater(tp) or held[0].end
                 if time.monotonic() >= next_commit:
                     self.tick_and_commit(time.time())
                     next_commit = time.monotonic() + self.group.commit_seconds

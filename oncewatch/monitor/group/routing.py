@@ -42,14 +42,14 @@ METADATA_MS = 5_000  # a topic made or grown is in the routers' assignment this 
 class Output:
     """The internal topic, written in order per shard (one request in flight: a retry cannot reorder)."""
 
-    def __init__(self, cfg: Config, instance: str):
+    def __init__(self, cfg: Config, member: str):
         from kafka import KafkaProducer
 
         assert cfg.kafka is not None and cfg.group is not None
         self.topic, self.shards = group_name(cfg.group.name, RECORDS), cfg.group.shards
         self.producer = KafkaProducer(bootstrap_servers=list(cfg.kafka.bootstrap_servers), acks="all", linger_ms=5,
                                       max_in_flight_requests_per_connection=1, retries=2_147_483_647,
-                                      client_id=f"{cfg.kafka.client_id}-router-{instance}",
+                                      client_id=f"{cfg.kafka.client_id}-router-{member}",
                                       max_request_size=8 * 1024 * 1024)
         self.written = 0
 
@@ -166,10 +166,10 @@ class EventRouter:
 class Routers:
     """This instance's share of the sources, as the routers' consumer group assigns it."""
 
-    def __init__(self, cfg: Config, settings: Settings, store: Store, instance: str):
+    def __init__(self, cfg: Config, settings: Settings, store: Store, member: str):
         assert cfg.group is not None and cfg.kafka is not None
-        self.cfg, self.settings, self.store, self.instance = cfg, settings, store, instance
-        self.output = Output(cfg, instance)
+        self.cfg, self.settings, self.store, self.member = cfg, settings, store, member
+        self.output = Output(cfg, member)
         self.lease = group_name(cfg.group.name, LEASE)
         self.assignment: set[str] = set()
         self.changed = False
@@ -192,7 +192,7 @@ class Routers:
             self.change_thread = threading.Thread(target=self.change.run, name="group-change-router", daemon=True)
             self.change_thread.start()
             log.info("the change source is read here", extra={"event": "change_source_taken",
-                                                                "instance": self.instance})
+                                                                "member": self.member})
         partitions = {p for p in self.assignment if not p.startswith(self.lease + "/")}
         if self.events is not None and self.events.partitions != partitions:
             self.events.mark()
@@ -203,7 +203,7 @@ class Routers:
                                                                                       for p in partitions}}
             self.events = EventRouter(self.cfg, self.settings, self.output, self.store, partitions, counts)
             log.info("event partitions read here", extra={"event": "event_partitions_taken",
-                                                          "instance": self.instance, "partitions": sorted(partitions)})
+                                                          "member": self.member, "partitions": sorted(partitions)})
 
     def _stop_change(self) -> None:
         assert self.change is not None and self.change_thread is not None
@@ -211,7 +211,7 @@ class Routers:
         self.change_thread.join()
         self.change.store.close()
         self.change, self.change_thread = None, None
-        log.info("the change source is let go", extra={"event": "change_source_released", "instance": self.instance})
+        log.info("the change source is let go", extra={"event": "change_source_released", "member": self.member})
 
     def status(self) -> dict[str, Any]:
         return {"partitions": sorted(self.assignment), "change_source": self.change is not None,
@@ -238,7 +238,7 @@ class Routers:
         topics = sorted({t.name for t in kafka.topics})
         membership = self.membership = KafkaConsumer(bootstrap_servers=list(kafka.bootstrap_servers),
                                    group_id=group_name(self.cfg.group.name, ROUTERS),
-                                   client_id=f"{kafka.client_id}-routers-{self.instance}", enable_auto_commit=False,
+                                   client_id=f"{kafka.client_id}-routers-{self.member}", enable_auto_commit=False,
                                    auto_offset_reset="latest", session_timeout_ms=SESSION_TIMEOUT_MS,
                                    heartbeat_interval_ms=HEARTBEAT_MS,
                                    partition_assignment_strategy=(RoundRobinPartitionAssignor,),

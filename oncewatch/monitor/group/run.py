@@ -29,9 +29,9 @@ class GroupMemberFailed(RuntimeError):
     """A part of this instance stopped on an error: the instance stops, the group goes on without it."""
 
 
-def instance_name(cfg: Config) -> str:
+def member_name(cfg: Config) -> str:
     assert cfg.group is not None
-    return cfg.group.instance or f"{socket.gethostname()}-{os.getpid()}"
+    return cfg.group.member or f"{socket.gethostname()}-{os.getpid()}"
 
 
 def ensure_topics(cfg: Config) -> None:
@@ -62,14 +62,14 @@ class GroupMember:
     def __init__(self, cfg: Config):
         assert cfg.group is not None
         self.cfg = cfg
-        self.instance = instance_name(cfg)
+        self.member = member_name(cfg)
         self.stop_event = threading.Event()
         self.failure: BaseException | None = None
         settings = Settings.from_config(cfg)
         ensure_topics(cfg)
         self.store = Store(cfg.store.target)
-        self.judges = Judges(cfg, settings, Store(cfg.store.target), self.instance)
-        self.routers = Routers(cfg, settings, Store(cfg.store.target), self.instance)
+        self.judges = Judges(cfg, settings, Store(cfg.store.target), self.member)
+        self.routers = Routers(cfg, settings, Store(cfg.store.target), self.member)
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -80,12 +80,31 @@ class GroupMember:
                 run(self.stop_event)
             except BaseException as exc:  # noqa: BLE001 - any failure stops the instance, said below
                 log.exception("a part of this group instance failed; the instance stops", extra={
-                    "event": "group_part_failed", "part": name, "instance": self.instance})
+                    "event": "group_part_failed", "part": name, "member": self.member})
                 self.failure = self.failure or exc
                 self.stop_event.set()
         thread = threading.Thread(target=guarded, name=f"group-{name}", daemon=True)
         thread.start()
         return thread
+
+    def _serve_metrics(self) -> Callable[[], None]:
+        """/metrics on `metrics.port`: this member's own row, and the store's while it owns the leader shard."""
+        m = self.cfg.metrics
+        if m.port == 0:
+            return lambda: None
+        from oncewatch.dashboards.metrics import serve
+
+        try:
+            server, _ = serve(self.cfg.store.target, m.host, m.port, member=self.member, wide=self.judges.leads)
+        except OSError as exc:
+            raise ConfigError(f"metrics.port: cannot listen on {m.host}:{m.port} ({exc.strerror}); each member of a "
+                              f"group on one machine needs a port of its own (or 0: none)") from exc
+        log.info("serving /metrics", extra={"event": "metrics_listening", "host": m.host, "port": server.server_port})
+
+        def close() -> None:
+            server.shutdown()
+            server.server_close()
+        return close
 
     def _offsets(self, stop: threading.Event) -> None:
         """The consumer groups' offsets (F11 on their lag, F12), read by the owner of the leader shard alone."""
@@ -103,15 +122,17 @@ class GroupMember:
             collector.close()
 
     def run(self) -> None:
-        log.info("group instance starting", extra={"event": "group_started", "instance": self.instance,
+        log.info("group instance starting", extra={"event": "group_started", "member": self.member,
                                                    "group": self.cfg.group.name, "shards": self.cfg.group.shards})
+        metrics = self._serve_metrics()
         parts = [self._part("judges", self.judges.run), self._part("routers", self.routers.run),
                  self._part("offsets", self._offsets)]
         while not self.stop_event.wait(HEALTH_SECONDS):
-            self.store.set_health(f"group/{self.instance}", {
-                "at": time.time(), "instance": self.instance, "shards": self.judges.status(),
-                "routers": self.routers.status(), "fenced": self.judges.fenced})
+            self.store.set_health(f"group/{self.member}", {
+                "at": time.time(), "member": self.member, "shards": self.judges.status(),
+                "routers": self.routers.status(), "fenced": self.judges.fenced, "applied": self.judges.applied})
         for thread in parts:
             thread.join()
+        metrics()
         if self.failure is not None:
             raise GroupMemberFailed(f"{type(self.failure).__name__}: {self.failure}") from self.failure
