@@ -1,0 +1,140 @@
+"""Records/s of a group of oncewatch instances ([group]) for N = 1, 2, 3, the work each member did, and a group of
+3 with its change source's reader SIGKILLed and a fourth added mid-run finding what 1 finds (issue 18).
+
+A recorded workload, the shop with every fault mode, ORDERS orders (some 5 watched rows each, and their events),
+is written into the schema the dev connector captures while no member runs, after every group has taken its first
+checkpoint at the topics' ends; the connector is let finish capturing it. Then each group reads it from a cold
+start: its members started together, timed until every shard has committed with both its clocks past the end of
+the workload. Records are what the shards applied (rows and events); a member's share is what its process applied.
+The killed run's findings are compared with the 1-member group's (evidence and all; F11/F12 by id, rule and
+status) once every verdict is due. Usage:
+
+    .venv/bin/python bench/group_throughput.py [--orders 45000] [--shards 12] [--members 1,2,3] [--no-kill]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kafka import KafkaConsumer, TopicPartition  # noqa: E402
+
+from devservices import postgres, stack  # noqa: E402
+from devservices.group_runs import (Member, change_source_holder, compared, difference, group_config,  # noqa: E402
+                                    members_of, started, wait_judged_past)
+from devservices.kafka_connect import CDC_SCHEMA, TRANSACTION_TOPIC  # noqa: E402
+from devservices.shop_monitor import SHORT_RULES, findings, new_topic, shop_settings  # noqa: E402
+from oncewatch import shop  # noqa: E402
+
+# The scoring runs' thresholds (tests/integration/test_scoring.py): F10 above the shop's clean sends on a busy
+# machine, F11 at 1,000 records.
+RULES = {**SHORT_RULES, "event_delay_seconds": 1.5, "offset_drift_threshold": 1000}
+VERDICTS_DUE = max(RULES["stuck_pending_seconds"], RULES["missing_event_grace_seconds"]) + 2
+
+
+def transaction_topic_end() -> int:
+    consumer = KafkaConsumer(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}")
+    try:
+        tp = TopicPartition(TRANSACTION_TOPIC, 0)
+        return consumer.end_offsets([tp])[tp]
+    finally:
+        consumer.close()
+
+
+def captured(quiet: float = 5.0, timeout: float = 900.0) -> None:
+    """The connector has put all of the workload on its topics: the transaction topic has not grown for `quiet` s."""
+    deadline, end, since = time.monotonic() + timeout, transaction_topic_end(), time.monotonic()
+    while time.monotonic() - since < quiet:
+        if time.monotonic() > deadline:
+            raise SystemExit("the connector did not finish capturing the workload")
+        time.sleep(1.0)
+        now = transaction_topic_end()
+        if now != end:
+            end, since = now, time.monotonic()
+
+
+def first_start(config: Path, folder: Path) -> None:
+    """The group's first checkpoint, at the topics' ends (before the workload), by one member stopped after it."""
+    member = Member(config, "first")
+    deadline = time.monotonic() + 120
+    while not started(config):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the group did not start: {member.tail()}")
+        time.sleep(0.5)
+    time.sleep(2.0)  # its event partitions' first positions too
+    assert member.stop() == 0, member.tail()
+
+
+def read(config: Path, count: int, shards: int, end: float, kill: bool = False) -> dict:
+    """`count` members started together; (seconds until judged past `end`, records applied, each member's share)."""
+    members = {f"m{i}": Member(config, f"m{i}") for i in range(count)}
+    started_at = time.monotonic()
+    try:
+        if kill:
+            time.sleep(8.0)  # well into the catching up: the group formed, the change source being read
+            members[change_source_holder(config, members)].kill()
+            time.sleep(4.0)
+            members["added"] = Member(config, "added")
+        checkpoints = wait_judged_past(config, shards, end, timeout=1800)
+        seconds = time.monotonic() - started_at
+        shares = {name: row["applied"] for name, row in members_of(config).items()}
+        # not timed: every verdict due given, the offsets' readings (F11, F12) of the stalled group held
+        wait_judged_past(config, shards, time.time() + VERDICTS_DUE, timeout=600)
+        time.sleep(6.0)
+    finally:
+        for m in members.values():
+            if m.process.returncode is None:
+                m.stop()
+    records = sum(c["records"] for c in checkpoints.values())
+    return {"members": count, "seconds": round(seconds, 2), "records": records,
+            "records_per_s": round(records / seconds), "applied_by_member": shares,
+            "share_of_1_over_n": [round(n / records * count, 3) for n in shares.values()] if not kill else None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--orders", type=int, default=45_000)
+    parser.add_argument("--shards", type=int, default=12)
+    parser.add_argument("--members", default="1,2,3")
+    parser.add_argument("--no-kill", action="store_true")
+    args = parser.parse_args()
+    counts = [int(n) for n in args.members.split(",")]
+    runs = [(n, False) for n in counts] + ([] if args.no_kill else [(3, True)])
+    topic = new_topic()
+    shop.run(shop_settings(topic, schema=CDC_SCHEMA, orders=0, reset=True))
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stores:
+        configs = []
+        for i, (n, kill) in enumerate(runs):
+            folder = Path(tmp) / f"run{i}-{n}{'-kill' if kill else ''}"
+            config = group_config(folder, topic, stores.enter_context(postgres.new_schema()), args.shards, RULES)
+            first_start(config, folder)
+            configs.append(config)
+        written = time.time()
+        truth = shop.run(shop_settings(topic, schema=CDC_SCHEMA, seed=31, orders=args.orders, rate=5000,
+                                       faults="all"))
+        end = time.time()
+        captured()
+        print(json.dumps({"orders": args.orders, "write_seconds": round(end - written, 1), "shards": args.shards,
+                          "incidents": len(truth.incidents)}), flush=True)
+        results, found = [], {}
+        for (n, kill), config in zip(runs, configs):
+            result = read(config, n, args.shards, end, kill)
+            results.append(result)
+            print(json.dumps({**result, "kill": kill}), flush=True)
+            found[(n, kill)] = compared(findings(config))
+        if not args.no_kill and 1 in counts:
+            one, killed = found[(1, False)], found[(3, True)]
+            print(json.dumps({"killed_run_findings_identical": one == killed, "findings": len(one),
+                              **({} if one == killed else {"difference": difference(one, killed)})},
+                             default=str), flush=True)
+
+
+if __name__ == "__main__":
+    main()

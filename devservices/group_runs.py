@@ -1,0 +1,144 @@
+"""A group of `oncewatch run` instances ([group]) on the dev services, for the tests and the benchmarks.
+
+`group_config` writes a group's config (the shop's, in CDC mode, its store in PostgreSQL); `Member` runs one
+instance as a user does (`oncewatch run --config`), SIGKILLs or stops it; the rest read the group's store: its
+first start, its shards' clocks, which member reads the change source, and findings as two groups compare them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+import uuid
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from devservices.shop_monitor import ROOT, shop_config
+from oncewatch.core.config import PostgresTarget, load
+from oncewatch.core.records import Finding
+from oncewatch.store import Store, StoreError
+from oncewatch.store.group import shard_checkpoints, source_position
+
+READINGS = ("F11", "F12")  # their evidence is the latest reading: when it was taken differs from run to run
+
+
+class JudgedTooLate(AssertionError):
+    """The shards' clocks did not pass the time asked within the time allowed."""
+
+
+def group_config(folder: Path, topic: str, store: PostgresTarget, shards: int, rules: dict[str, Any]) -> Path:
+    """The shop's config in CDC mode, read live (`cdc.capture_seconds` at its default), as a group of `shards`."""
+    folder.mkdir()
+    path = shop_config(folder, topic=topic, rules=rules, cdc=True, postgres=store)
+    data = tomllib.loads(path.read_text())
+    data["cdc"]["capture_seconds"] = 5.0
+    data["group"] = {"name": f"owtest-{uuid.uuid4().hex[:8]}", "shards": shards, "commit_seconds": 0.3,
+                     "mark_seconds": 0.2}
+    path.write_text(tomli_w.dumps(data))
+    return path
+
+
+class Member:
+    """One `oncewatch run` of a group, its output in `<config's folder>/<name>.log`."""
+
+    def __init__(self, config: Path, name: str):
+        self.log = config.parent / f"{name}.log"
+        with open(self.log, "wb") as out:
+            self.process = subprocess.Popen([sys.executable, "-m", "oncewatch.cli", "run", "--config", str(config)],
+                                            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+
+    @property
+    def name(self) -> str:
+        """Its name in the group (the default: host-pid)."""
+        return f"{socket.gethostname()}-{self.process.pid}"
+
+    def kill(self) -> None:
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return -9
+
+    def tail(self) -> str:
+        return self.log.read_text()[-4000:]
+
+
+def store_of(config: Path) -> Store:
+    return Store(load(config).store.target, readonly=True)
+
+
+def started(config: Path) -> bool:
+    """The group's change source has stored its first position (a first start reads from the topics' ends)."""
+    try:
+        store = store_of(config)
+    except StoreError:  # not made yet
+        return False
+    try:
+        return source_position(store, "cdc") is not None
+    finally:
+        store.close()
+
+
+def shards_of(config: Path) -> dict[int, dict[str, Any]]:
+    store = store_of(config)
+    try:
+        return shard_checkpoints(store)
+    finally:
+        store.close()
+
+
+def wait_judged_past(config: Path, shards: int, until: float, timeout: float = 180) -> dict[int, dict[str, Any]]:
+    """Every shard has committed with both its clocks past `until` (every verdict due by then is given); their
+    checkpoints."""
+    deadline = time.monotonic() + timeout
+    while len(now := shards_of(config)) < shards or min(min(c["binlog_time"], c["kafka_time"])
+                                                         for c in now.values()) < until:
+        if time.monotonic() > deadline:
+            raise JudgedTooLate(f"the shards' clocks did not pass {until:.3f} in {timeout:.0f} s: "
+                                f"{ {s: (c['binlog_time'], c['kafka_time']) for s, c in now.items()} }")
+        time.sleep(0.5)
+    return now
+
+
+def members_of(config: Path) -> dict[str, dict[str, Any]]:
+    """Every member's last health row, by name."""
+    store = store_of(config)
+    try:
+        return {r["member"]: r for key, r in store.health().items() if key.startswith("group/")}
+    finally:
+        store.close()
+
+
+def change_source_holder(config: Path, members: dict[str, Member]) -> str:
+    """Of `members` (by label), the label of the one that reads the change source now (its health row says)."""
+    by_name = {m.name: label for label, m in members.items()}
+    holders = [by_name[name] for name, r in members_of(config).items() if r["routers"]["change_source"]
+               and name in by_name]
+    assert len(holders) == 1, holders
+    return holders[0]
+
+
+def compared(found: list[Finding]) -> dict[str, tuple]:
+    """Findings as two runs must agree on them: all of each, but the readings' evidence and times."""
+    return {f.id: (f.rule, f.status) if f.rule in READINGS else
+            (f.rule, f.status, f.severity, f.first_seen, f.resolved_at, f.keys, f.summary, f.evidence) for f in found}
+
+
+def difference(one: dict[str, tuple], other: dict[str, tuple]) -> dict[str, list]:
+    """What tells two `compared` apart, a few of each, for an assertion's message."""
+    return {"only in the second": [other[i] for i in sorted(other.keys() - one.keys())][:5],
+            "only in the first": [one[i] for i in sorted(one.keys() - other.keys())][:5],
+            "differ": [(one[i], other[i]) for i in sorted(one.keys() & other.keys()) if one[i] != other[i]][:5]}
