@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -29,9 +30,10 @@ from kafka import KafkaConsumer, TopicPartition  # noqa: E402
 from devservices import postgres, stack  # noqa: E402
 from devservices.group_runs import (Member, change_source_holder, compared, difference, group_config,  # noqa: E402
                                     members_of, started, wait_judged_past)
-from devservices.kafka_connect import CDC_SCHEMA, TRANSACTION_TOPIC  # noqa: E402
+from devservices.kafka_connect import CDC_SCHEMA, TRANSACTION_TOPIC, table_topic  # noqa: E402
 from devservices.shop_monitor import SHORT_RULES, findings, new_topic, shop_settings  # noqa: E402
 from oncewatch import shop  # noqa: E402
+from oncewatch.core.config import load  # noqa: E402
 
 # The scoring runs' thresholds (tests/integration/test_scoring.py): F10 above the shop's clean sends on a busy
 # machine, F11 at 1,000 records.
@@ -39,13 +41,18 @@ RULES = {**SHORT_RULES, "event_delay_seconds": 1.5, "offset_drift_threshold": 10
 VERDICTS_DUE = max(RULES["stuck_pending_seconds"], RULES["missing_event_grace_seconds"]) + 2
 
 
-def transaction_topic_end() -> int:
+def ends(topics: list[str]) -> int:
+    """The sum of the end offsets of `topics` (one partition each, as the connector makes them)."""
     consumer = KafkaConsumer(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}")
     try:
-        tp = TopicPartition(TRANSACTION_TOPIC, 0)
-        return consumer.end_offsets([tp])[tp]
+        tps = [TopicPartition(t, 0) for t in topics]
+        return sum(consumer.end_offsets(tps).values())
     finally:
         consumer.close()
+
+
+def transaction_topic_end() -> int:
+    return ends([TRANSACTION_TOPIC])
 
 
 def captured(quiet: float = 5.0, timeout: float = 900.0) -> None:
@@ -72,6 +79,12 @@ def first_start(config: Path, folder: Path) -> None:
     assert member.stop() == 0, member.tail()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def read(config: Path, count: int, shards: int, end: float, kill: bool = False) -> dict:
     """`count` members started together; (seconds until judged past `end`, records applied, each member's share)."""
     members = {f"m{i}": Member(config, f"m{i}") for i in range(count)}
@@ -84,7 +97,9 @@ def read(config: Path, count: int, shards: int, end: float, kill: bool = False) 
             members["added"] = Member(config, "added")
         checkpoints = wait_judged_past(config, shards, end, timeout=1800)
         seconds = time.monotonic() - started_at
-        shares = {name: row["applied"] for name, row in members_of(config).items()}
+        cpu = sum(cpu_seconds(m.process.pid) for m in members.values() if m.process.poll() is None)
+        names = {m.name for m in members.values()}
+        shares = {name: row["applied"] for name, row in members_of(config).items() if name in names}
         # not timed: every verdict due given, the offsets' readings (F11, F12) of the stalled group held
         wait_judged_past(config, shards, time.time() + VERDICTS_DUE, timeout=600)
         time.sleep(6.0)
@@ -94,7 +109,8 @@ def read(config: Path, count: int, shards: int, end: float, kill: bool = False) 
                 m.stop()
     records = sum(c["records"] for c in checkpoints.values())
     return {"members": count, "seconds": round(seconds, 2), "records": records,
-            "records_per_s": round(records / seconds), "applied_by_member": shares,
+            "records_per_s": round(records / seconds), "member_cpu_us_per_record": round(cpu / records * 1e6, 1),
+            "applied_by_member": shares,
             "share_of_1_over_n": [round(n / records * count, 3) for n in shares.values()] if not kill else None}
 
 
@@ -113,15 +129,18 @@ def main() -> None:
         configs = []
         for i, (n, kill) in enumerate(runs):
             folder = Path(tmp) / f"run{i}-{n}{'-kill' if kill else ''}"
-            config = group_config(folder, topic, stores.enter_context(postgres.new_schema()), args.shards, RULES)
+            config = group_config(folder, topic, stores.enter_context(postgres.new_schema()), args.shards, RULES,
+                                  commit_seconds=1.0)
             first_start(config, folder)
             configs.append(config)
-        written = time.time()
+        watched = [table_topic(t.partition(".")[2]) for t in load(configs[0]).mysql.tables]
+        rows_before, written = ends(watched), time.time()
         truth = shop.run(shop_settings(topic, schema=CDC_SCHEMA, seed=31, orders=args.orders, rate=5000,
                                        faults="all"))
         end = time.time()
         captured()
-        print(json.dumps({"orders": args.orders, "write_seconds": round(end - written, 1), "shards": args.shards,
+        print(json.dumps({"orders": args.orders, "watched_rows": ends(watched) - rows_before,
+                          "write_seconds": round(end - written, 1), "shards": args.shards,
                           "incidents": len(truth.incidents)}), flush=True)
         results, found = [], {}
         for (n, kill), config in zip(runs, configs):

@@ -43,29 +43,29 @@ class Batch:
         # past the largest, are known before the rows are written, and the rows go many to a statement.
         (last,), = self.conn.execute("SELECT COALESCE(MAX(seq), 0) FROM row_changes")
         seqs = list(range(last + 1, last + 1 + len(rows)))
-        self._insert(f"INSERT INTO row_changes ({ROW_CHANGE_INSERT}) VALUES ", "(?,?,?,?,?,?,?,?,?,?,?,?,?,?)", 16,
+        self.insert_rows(f"INSERT INTO row_changes ({ROW_CHANGE_INSERT}) VALUES ", "(?,?,?,?,?,?,?,?,?,?,?,?,?,?)", 16,
                      [(seq, r.txid, r.row_index, r.schema, r.table, r.op, flat_json(r.pk),
                        None if r.before is None else flat_json(r.before),
                        None if r.after is None else flat_json(r.after),
                        r.binlog_file, r.end_pos, r.commit_time, r.commit_clock, int(r.snapshot))
                       for seq, r in zip(seqs, rows)])
-        self._insert("INSERT INTO entity_index (entity, kind, ref) VALUES ", "(?,'row_change',?)", 50,
+        self.insert_rows("INSERT INTO entity_index (entity, kind, ref) VALUES ", "(?,'row_change',?)", 50,
                      [(entity, str(seqs[i])) for i, entity in entities], IGNORE_REPEATS)
         return seqs
 
     def add_events(self, events: Iterable[EmittedEvent], entities: Iterable[tuple[int, str]] = ()) -> None:
         """Store events; `entities` pairs an event's index in `events` with an entity key."""
         events = list(events)
-        self._insert(f"INSERT INTO events ({EVENT_COLUMNS}) VALUES ", "(?,?,?,?,?,?,?,?)", 16,
+        self.insert_rows(f"INSERT INTO events ({EVENT_COLUMNS}) VALUES ", "(?,?,?,?,?,?,?,?)", 16,
                      [(e.topic, e.partition, e.offset, e.timestamp_ms, e.timestamp_type, e.key, e.format,
                        event_body(e)) for e in events])
         entities = list(entities)
         if entities:
             refs = [e.coordinates for e in events]  # once per event: most have several entities
-            self._insert("INSERT INTO entity_index (entity, kind, ref) VALUES ", "(?,'event',?)", 50,
+            self.insert_rows("INSERT INTO entity_index (entity, kind, ref) VALUES ", "(?,'event',?)", 50,
                          [(entity, refs[i]) for i, entity in entities], IGNORE_REPEATS)
 
-    def _insert(self, head: str, row: str, per_statement: int, rows: list[tuple[Any, ...]], tail: str = "") -> None:
+    def insert_rows(self, head: str, row: str, per_statement: int, rows: list[tuple[Any, ...]], tail: str = "") -> None:
         """`executemany(head + row + tail, rows)`, but `per_statement` rows to a statement: SQLite's cost
         per statement run is a third of inserting an entity row. Two statements, both cached."""
         full = len(rows) - len(rows) % per_statement

@@ -21,6 +21,7 @@ from oncewatch.store.batch import Batch
 from oncewatch.store.store import Store
 
 HEAD = "engine_head"
+ENTRIES_PER_STATEMENT = 50
 
 
 def _names(shard: int | None) -> tuple[str, str]:
@@ -35,11 +36,15 @@ def save(tx: Batch, delta: dict[str, Any], shard: int | None = None) -> None:
         space = prefix + name
         if change["full"]:
             tx.conn.execute("DELETE FROM engine_entries WHERE space = ?", (space,))
-        tx.conn.executemany("INSERT INTO engine_entries (space, key, at, value) VALUES (?, ?, ?, ?) "
-                            "ON CONFLICT(space, key) DO UPDATE SET at = excluded.at, value = excluded.value",
-                            ((space, to_json(k), t, to_json(v)) for k, t, v in change["put"]))
-        tx.conn.executemany("DELETE FROM engine_entries WHERE space = ? AND key = ?",
-                            ((space, to_json(k)) for k in change["gone"]))
+        # many rows to a statement: PostgreSQL runs an executemany one statement a row
+        tx.insert_rows("INSERT INTO engine_entries (space, key, at, value) VALUES ", "(?, ?, ?, ?)",
+                       ENTRIES_PER_STATEMENT, [(space, to_json(k), t, to_json(v)) for k, t, v in change["put"]],
+                       " ON CONFLICT(space, key) DO UPDATE SET at = excluded.at, value = excluded.value")
+        gone = [to_json(k) for k in change["gone"]]
+        for i in range(0, len(gone), ENTRIES_PER_STATEMENT):
+            chunk = gone[i:i + ENTRIES_PER_STATEMENT]
+            tx.conn.execute(f"DELETE FROM engine_entries WHERE space = ? AND key IN ({','.join('?' * len(chunk))})",
+                            (space, *chunk))
     tx.set_state(head, {k: v for k, v in delta.items() if k != "changes"})
 
 

@@ -16,7 +16,7 @@ from oncewatch.checks.shards import Router, Shard
 from oncewatch.core.exact_json import from_json, to_json
 from oncewatch.core.records import CdcDelivery, Replay
 from oncewatch.monitor.group.judging import FLOOR, ShardJudge
-from oncewatch.monitor.group.wire import Event, Mark, Part, WireError, decode, encode
+from oncewatch.monitor.group.wire import Event, Mark, Part, WireError, batch, decode, encode
 from tests.unit.test_engine_properties import SETTINGS
 
 TOPIC = "shop.events"  # examples/shop.toml's announced topic
@@ -27,11 +27,12 @@ def test_every_message_comes_off_the_wire_as_it_went_on():
     tx = dataclasses.replace(shop.tx(5, payment("T1", "O1", "success"), order("O1", "paid", was="pending")),
                              cdc=CdcDelivery({"t/0": 3}, "0-1-1", 2, 2, "t/0@1", (Replay("t/0", 1, 2, 2, "a", "b"),),
                                              4.0))
-    for message in (Part(7, tx, 1.5, "cdc/0"), Event(f"{TOPIC}/0", 3, shop.event("order.paid", 5.2, order_no="O1")),
-                    Mark("cdc", 0, 10.5, 1)):
-        assert decode(encode(message)) == message
-    with pytest.raises(WireError, match="same oncewatch version"):
-        decode(b'{"kind": "part"}')
+    messages = [Part(7, tx, 1.5, "cdc/0"), Event(f"{TOPIC}/0", 3, shop.event("order.paid", 5.2, order_no="O1")),
+                Mark("cdc", 0, 10.5, 1)]
+    assert decode(batch([encode(m) for m in messages])) == messages
+    for record in (b'[{"kind": "part"}]', b'{"kind": "mark"}', b"[{", b'[{"kind": "other"}]'):
+        with pytest.raises(WireError, match="same oncewatch version"):
+            decode(record)
 
 
 def pending_o1() -> tuple[ShardJudge, Part]:

@@ -46,6 +46,7 @@ class ShardJudge:
         self.applied: dict[str, int] = {}  # source -> the highest seq applied
         self.marks: dict[str, list[float]] = {}  # source -> [at, partitions of its topic]
         self.offset = 0  # the next internal-topic offset to read
+        self.committed = -1  # the offset of the last commit (-1: none in this process)
         self.end = 0  # the internal partition's end as last fetched: end - offset is this shard's lag
         self.records = 0  # rows and events applied: this shard's work
         self.repeated = 0  # messages a router wrote again (after a restart or a move), not applied twice
@@ -159,7 +160,8 @@ class Judges:
         if held is not None:
             judge = held[0]
             before = judge.records
-            judge.apply(decode(value), offset)
+            for message in decode(value):
+                judge.apply(message, offset)
             self.applied += judge.records - before
 
     def tick_and_commit(self, now: float) -> None:
@@ -186,14 +188,17 @@ class Judges:
     def commit(self, shard: int, elsewhere: dict[int, dict[str, Any]] | None = None) -> None:
         """`elsewhere` (the leader's): the other shards' stats, merged with its own as the group's engine stats."""
         judge, epoch = self.owned[shard]
+        drained = judge.engine.drain()
+        if not drained and judge.offset == judge.committed and elsewhere is None:
+            return  # nothing read or found since the last commit: its state's changes wait for the next
         try:
             with self.store.batch() as tx:
-                save_shard(tx, shard, epoch, judge.checkpoint(), judge.engine.state_delta(),
-                           judge.engine.drain(), judge.quarantined)
+                save_shard(tx, shard, epoch, judge.checkpoint(), judge.engine.state_delta(), drained,
+                           judge.quarantined)
                 if elsewhere is not None:
                     tx.set_state(ENGINE_STATS, merge_stats([judge.engine.stats(), *elsewhere.values()]))
                     reviews.expire(tx, time.time())
-            judge.quarantined = []
+            judge.quarantined, judge.committed = [], judge.offset
         except FencedError as exc:
             self.fenced += 1
             log.error("a shard was taken by another instance; dropped here", extra={

@@ -29,7 +29,7 @@ from oncewatch.core.config import Config
 from oncewatch.core.gtids import parse
 from oncewatch.core.records import Transaction
 from oncewatch.monitor.group.wire import (CDC_SOURCE, HEARTBEAT_MS, LEASE, RECORDS, ROUTERS, SESSION_TIMEOUT_MS, Event,
-                                          Mark, Message, Part, encode, group_name)
+                                          Mark, Message, Part, batch, encode, group_name)
 from oncewatch.store import Store
 from oncewatch.store.group import save_source_position, source_position
 
@@ -37,10 +37,14 @@ log = logging.getLogger("oncewatch.monitor.group.routing")
 
 
 METADATA_MS = 5_000  # a topic made or grown is in the routers' assignment this soon
+# A shard's batch is written once it holds this much (a broker takes records up to 1 MB by default).
+BATCH_BYTES = 256 * 1024
 
 
 class Output:
-    """The internal topic, written in order per shard (one request in flight: a retry cannot reorder)."""
+    """The internal topic, written in order per shard (one request in flight: a retry cannot reorder). What a router
+    sends a shard waits in that shard's batch until the batch is full or the router marks its clocks (after the
+    data: in the same batch, in order). Shared by the routers' threads."""
 
     def __init__(self, cfg: Config, member: str):
         from kafka import KafkaProducer
@@ -51,18 +55,36 @@ class Output:
                                       max_in_flight_requests_per_connection=1, retries=2_147_483_647,
                                       client_id=f"{cfg.kafka.client_id}-router-{member}",
                                       max_request_size=8 * 1024 * 1024)
+        self.batches: list[list[bytes]] = [[] for _ in range(self.shards)]
+        self.sizes = [0] * self.shards
+        self.lock = threading.Lock()
         self.written = 0
 
     def send(self, shard: int, message: Message) -> None:
-        self.producer.send(self.topic, value=encode(message), partition=shard)
-        self.written += 1
+        encoded = encode(message)
+        with self.lock:
+            self.batches[shard].append(encoded)
+            self.sizes[shard] += len(encoded)
+            self.written += 1
+            if self.sizes[shard] >= BATCH_BYTES:
+                self._send(shard)
+
+    def _send(self, shard: int) -> None:
+        if self.batches[shard]:
+            self.producer.send(self.topic, value=batch(self.batches[shard]), partition=shard)
+            self.batches[shard], self.sizes[shard] = [], 0
 
     def mark(self, source: str, at: float, partitions: int = 1) -> None:
-        value = encode(Mark(source, 0, at, partitions))
-        for shard in range(self.shards):
-            self.producer.send(self.topic, value=value, partition=shard)
+        """To every shard, after what this source sent it: written out (`flush`) by the caller."""
+        encoded = encode(Mark(source, 0, at, partitions))
+        with self.lock:
+            for shard in range(self.shards):
+                self.batches[shard].append(encoded)
 
     def flush(self) -> None:
+        with self.lock:
+            for shard in range(self.shards):
+                self._send(shard)
         self.producer.flush()
 
     def close(self) -> None:
