@@ -278,8 +278,11 @@ class CanalAssembler:
                                       last_at=now)
         return held
 
-    def ready(self, now: float) -> Iterator[Transaction]:
-        """The partitions' transactions no message has joined for `grace_seconds`."""
+    def ready(self, now: float, behind: bool = False) -> Iterator[Transaction]:
+        """The partitions' transactions no message has joined for `grace_seconds`; none while `behind` (a topic not
+        read to its end: their next message may be further on; a partition's next batch ends one anyway)."""
+        if behind:
+            return
         for key in [k for k, h in self.held.items() if now - h.last_at >= self.grace]:
             yield self._hand_on(key)
 

@@ -314,6 +314,7 @@ class Assembler:
         self.begun: str | None = None  # the newest BEGIN's transaction while its END has not come
         self.without_end: deque[str] = deque(maxlen=1000)  # recent ones handed on that had no END
         self.incomplete = self.late = 0
+        self.level_at = float("-inf")  # the last time some topic was not read to its end (ready's `behind`)
         self.replays = ReplayRuns()
         # per partition, offsets of records held in `open`, and of the BEGINs of transactions not handed on yet
         self.pending: dict[str, OrderedDict[int, None]] = {}
@@ -422,13 +423,18 @@ class Assembler:
         """An empty transaction carrying the replays read since the last one handed on, if there are any."""
         return self._transaction("", []) if self.replays.grown else None
 
-    def ready(self, now: float) -> Iterator[Transaction]:
-        """Transactions over whose records are all in, oldest first; one waiting past the grace goes as it is."""
+    def ready(self, now: float, behind: bool = False) -> Iterator[Transaction]:
+        """Transactions over whose records are all in, oldest first; one waiting past the grace goes as it is.
+        `behind`: some topic is not read to its end yet, so a record not read may simply be further on: the grace
+        runs only from when every topic is read to its end (a monitor catching up reads the small transaction
+        topic far ahead of the tables' topics, and its transactions would all go incomplete)."""
+        if behind:
+            self.level_at = now
         while self.ends:
             txid = self.ends[0]
             tx = self.open[txid]
             if tx.expected is not None and len(tx.records) < tx.expected:
-                if now - tx.ended_at < self.grace:
+                if behind or now - max(tx.ended_at, self.level_at) < self.grace:
                     return
                 self.incomplete += 1
                 log.error("a CDC transaction's END counts records that did not come; handed on without them",
@@ -606,13 +612,14 @@ class CdcCollector:
                         out = feed(topic, partition, rec, now, key)
                         if out:
                             handed += out
-                handed += a.ready(now)
-                notice = None if handed else a.replay_notice()
-                handed += [notice] if notice is not None else []
                 # a partition's high watermark is known once a fetch of it has come back: before that (just
                 # started, or just assigned) nothing says it is read to its end
-                self.caught_up = not a.waiting and all(
-                    (end := consumer.highwater(tp)) is not None and consumer.position(tp) >= end for tp in assigned)
+                read_to_end = all((end := consumer.highwater(tp)) is not None and consumer.position(tp) >= end
+                                  for tp in assigned)
+                handed += a.ready(now, behind=not read_to_end)
+                notice = None if handed else a.replay_notice()
+                handed += [notice] if notice is not None else []
+                self.caught_up = not a.waiting and read_to_end
                 for tx in handed:
                     yield self._handed_on(tx, now)
                 if idle and not handed:

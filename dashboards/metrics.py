@@ -330,6 +330,10 @@ def _members(members: dict[str, dict[str, Any]]) -> Iterator[Metric]:
                        "topic.", ("member",))
     fenced = _counter("group_member_fenced", "Commits this member's process lost to another that had taken the "
                       "shard (it then drops the shard).", ("member",))
+    outages = _counter("group_member_store_outages", "Times this member's process lost the store and started again "
+                       "from the store's commits once it answered.", ("member",))
+    away = _counter("group_member_store_outage_seconds", "Seconds this member's process was without its store, in "
+                    "all (the gap; what came meanwhile is read after it).", ("member",))
     for name, v in sorted(members.items()):
         seen.add_metric([name], v["at"])
         owned.add_metric([name], len(v["shards"]))
@@ -338,7 +342,9 @@ def _members(members: dict[str, dict[str, Any]]) -> Iterator[Metric]:
         applied.add_metric([name], v["applied"])
         written.add_metric([name], v["routers"]["written"])
         fenced.add_metric([name], v["fenced"])
-    yield from (seen, owned, change, partitions, applied, written, fenced)
+        outages.add_metric([name], v["store_outages"])
+        away.add_metric([name], v["store_outage_seconds"])
+    yield from (seen, owned, change, partitions, applied, written, fenced, outages, away)
 
 
 def _shards(shards: dict[int, dict[str, Any]]) -> Iterator[Metric]:

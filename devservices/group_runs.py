@@ -124,13 +124,19 @@ def members_of(config: Path) -> dict[str, dict[str, Any]]:
         store.close()
 
 
-def change_source_holder(config: Path, members: dict[str, Member]) -> str:
-    """Of `members` (by label), the label of the one that reads the change source now (its health row says)."""
+def change_source_holder(config: Path, members: dict[str, Member], timeout: float = 30.0) -> str:
+    """Of `members` (by label), the label of the one that reads the change source now (its health row says; while
+    the group rebalances, none does for a moment)."""
     by_name = {m.name: label for label, m in members.items()}
-    holders = [by_name[name] for name, r in members_of(config).items() if r["routers"]["change_source"]
-               and name in by_name]
-    assert len(holders) == 1, holders
-    return holders[0]
+    deadline = time.monotonic() + timeout
+    while True:
+        holders = [by_name[name] for name, r in members_of(config).items() if r["routers"]["change_source"]
+                   and name in by_name and time.time() - r["at"] < 5]
+        if len(holders) == 1:
+            return holders[0]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not one member reads the change source: {holders}")
+        time.sleep(0.2)
 
 
 def compared(found: list[Finding]) -> dict[str, tuple]:

@@ -69,17 +69,17 @@ def cmd_tail_binlog(args: argparse.Namespace) -> int:
 def _run_group(cfg: Config, args: argparse.Namespace) -> int:
     """`run` with [group]: one instance of the group, until SIGTERM/SIGINT (--until-idle is one instance's)."""
     from oncewatch.monitor import tune_gc
-    from oncewatch.monitor.group.run import GroupMember, GroupMemberFailed
+    from oncewatch.monitor.group.run import GroupMemberFailed, GroupSupervisor
 
     if args.until_idle is not None:
         print("oncewatch: --until-idle: the instances of a group share the work, none of them knows when all of it "
               "is done; leave it out with [group]", file=sys.stderr)
         return EXIT_CONFIG
-    member = GroupMember(cfg)
-    _on_signals(member.stop)
+    supervisor = GroupSupervisor(cfg)
+    _on_signals(supervisor.stop)
     tune_gc()
     try:
-        member.run()
+        supervisor.run()
     except GroupMemberFailed as exc:  # the traceback is in the log already
         print(f"oncewatch: {exc}", file=sys.stderr)
         return EXIT_SOURCE

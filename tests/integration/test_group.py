@@ -1,9 +1,9 @@
 """Several instances judge as one (issue 18): a CDC workload with every fault mode, read by one instance of a
 group and by three of another, the one reading the change source SIGKILLed mid-run and a fourth added mid-run, on
-the real MariaDB, Debezium, Kafka and PostgreSQL. Both groups' findings are the same (ids, rules, status,
-severity, times, keys, summaries and evidence; the readings F11 and F12, whose evidence is the latest reading, by
-id, rule and status), and every injected fault is found and nothing else. bench/group_throughput.py does the same
-at 200,000 rows and more, and measures it.
+the real MariaDB, Debezium, Kafka and PostgreSQL. Both groups' findings are the same (ids, rules, status, severity,
+times, keys, summaries and evidence; the readings F11 and F12, whose evidence is the latest reading, by id, rule
+and status), and every injected fault is found and nothing else. bench/group_throughput.py does the same at
+200,000 rows and more, and measures it.
 """
 
 from __future__ import annotations

@@ -198,3 +198,17 @@ def test_markers_written_again_by_a_restarted_connector_give_each_transaction_on
                record("0-1-1", 2, offset=1), end("0-1-2", orders=1), record("0-1-2", 1, offset=2))
     assert [(t.cdc.txid, len(t.rows), t.cdc.expected) for t in out] == [("0-1-1", 2, 2), ("0-1-2", 1, 1)]
     assert not a.open and not a.ends
+
+
+def test_while_a_topic_is_read_behind_its_end_no_transaction_is_judged_incomplete():
+    """A monitor catching up reads the small transaction topic far ahead of the tables' topics: the grace runs from
+    when every topic is read to its end, not from the END."""
+    a = Assembler(CFG, grace_seconds=5)
+    a.on_transaction(begin("0-1-1"), 0.0)
+    a.on_transaction(end("0-1-1", orders=1), 0.0)
+    assert list(a.ready(100.0, behind=True)) == [] and a.incomplete == 0
+    assert list(a.ready(104.0)) == []  # read to the end at 100: its grace runs from there
+    assert len(feed(a, record("0-1-1", 1), now=104.5)) == 1 and a.incomplete == 0
+    a.on_transaction(begin("0-1-2"), 110.0)
+    a.on_transaction(end("0-1-2", orders=1), 110.0)
+    assert len(list(a.ready(115.1))) == 1 and a.incomplete == 1  # read to the end, and its record never came

@@ -28,7 +28,7 @@ from oncewatch.core.records import OffsetsSnapshot, QuarantinedRows
 from oncewatch.monitor.group.wire import (CDC_SOURCE, HEARTBEAT_MS, JUDGES, RECORDS, SESSION_TIMEOUT_MS, Mark, Message,
                                           Part, decode, group_name)
 from oncewatch.core.names import ENGINE_STATS
-from oncewatch.store import Store, reviews
+from oncewatch.store import Store, StoreUnavailableError, reviews
 from oncewatch.store.group import FencedError, claim, load_shard, save_shard, shard_checkpoints
 
 log = logging.getLogger("oncewatch.monitor.group.judging")
@@ -118,6 +118,7 @@ class Judges:
         self.offsets: list[OffsetsSnapshot] = []  # the offsets collector's, for the leader shard
         self.fenced = 0
         self.applied = 0  # rows and events this instance applied (its share of the work)
+        self.store_lost: StoreUnavailableError | None = None  # met inside a rebalance (revoked)
         self.lock = threading.Lock()
 
     # ------------------------------------------------------------ the group's callbacks (inside poll)
@@ -139,9 +140,15 @@ class Judges:
         return starts
 
     def revoked(self, shards: list[int]) -> None:
+        """Commit each shard and let it go. Inside Kafka's rebalance: a store that went away is kept in
+        `store_lost` (the shard goes anyway; its next owner reads on from its last commit) and raised by `run`, not
+        here, where kafka-python would turn it into an error of its own."""
         for shard in shards:
             if shard in self.owned:
-                self.commit(shard)
+                try:
+                    self.commit(shard)
+                except StoreUnavailableError as exc:
+                    self.store_lost = self.store_lost or exc
                 with self.lock:
                     self.owned.pop(shard, None)
                 log.info("shard let go", extra={"event": "shard_revoked", "shard": shard, "member": self.member})
@@ -233,6 +240,7 @@ class Judges:
                                  client_id=f"{kafka.client_id}-judge-{self.member}", enable_auto_commit=False,
                                  auto_offset_reset="earliest", max_poll_records=2000,
                                  session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=HEARTBEAT_MS)
+        consumer.topics()  # its partitions known before the first join (routing.Routers.run says why)
         consumer.subscribe([topic], listener=Listener())
         next_commit = time.monotonic() + self.group.commit_seconds
         try:
@@ -243,9 +251,13 @@ class Judges:
                     held = self.owned.get(tp.partition)
                     if held is not None:
                         held[0].end = consumer.highwater(tp) or held[0].end
+                if self.store_lost is not None:
+                    raise self.store_lost
                 if time.monotonic() >= next_commit:
                     self.tick_and_commit(time.time())
                     next_commit = time.monotonic() + self.group.commit_seconds
             self.tick_and_commit(time.time())
         finally:
             consumer.close(autocommit=False)
+        if self.store_lost is not None:  # met while leaving the group
+            raise self.store_lost

@@ -30,21 +30,25 @@ from oncewatch.core.gtids import parse
 from oncewatch.core.records import Transaction
 from oncewatch.monitor.group.wire import (CDC_SOURCE, HEARTBEAT_MS, LEASE, RECORDS, ROUTERS, SESSION_TIMEOUT_MS, Event,
                                           Mark, Message, Part, batch, encode, group_name)
-from oncewatch.store import Store
+from oncewatch.store import Store, StoreUnavailableError
 from oncewatch.store.group import save_source_position, source_position
 
 log = logging.getLogger("oncewatch.monitor.group.routing")
 
 
 METADATA_MS = 5_000  # a topic made or grown is in the routers' assignment this soon
-# A shard's batch is written once it holds this much (a broker takes records up to 1 MB by default).
-BATCH_BYTES = 256 * 1024
+
+
+class RouterWriteError(RuntimeError):
+    """Kafka refused a batch for the group's topic: what the router read since its last stored position is read
+    again by the next owner of its sources."""
 
 
 class Output:
-    """The internal topic, written in order per shard (one request in flight: a retry cannot reorder). What a router
-    sends a shard waits in that shard's batch until the batch is full or the router marks its clocks (after the
-    data: in the same batch, in order). Shared by the routers' threads."""
+    """The internal topic, written in order per shard (one request in flight: a retry cannot reorder), one message a
+    record. Batching them per shard (the wire carries batches) halved a router's cost in bench/group_throughput.py
+    but left a member's producer stalled in one run of three of tests/integration/test_group.py: per message until
+    that is understood. Shared by the routers' threads."""
 
     def __init__(self, cfg: Config, member: str):
         from kafka import KafkaProducer
@@ -55,37 +59,38 @@ class Output:
                                       max_in_flight_requests_per_connection=1, retries=2_147_483_647,
                                       client_id=f"{cfg.kafka.client_id}-router-{member}",
                                       max_request_size=8 * 1024 * 1024)
-        self.batches: list[list[bytes]] = [[] for _ in range(self.shards)]
-        self.sizes = [0] * self.shards
         self.lock = threading.Lock()
+        self.flushing = threading.Lock()
+        self.sent: list[Any] = []  # the sends since the last flush, checked by it
         self.written = 0
+
+    def _send(self, shard: int, encoded: bytes) -> None:
+        self.sent.append(self.producer.send(self.topic, value=batch([encoded]), partition=shard))
 
     def send(self, shard: int, message: Message) -> None:
         encoded = encode(message)
         with self.lock:
-            self.batches[shard].append(encoded)
-            self.sizes[shard] += len(encoded)
+            self._send(shard, encoded)
             self.written += 1
-            if self.sizes[shard] >= BATCH_BYTES:
-                self._send(shard)
-
-    def _send(self, shard: int) -> None:
-        if self.batches[shard]:
-            self.producer.send(self.topic, value=batch(self.batches[shard]), partition=shard)
-            self.batches[shard], self.sizes[shard] = [], 0
 
     def mark(self, source: str, at: float, partitions: int = 1) -> None:
-        """To every shard, after what this source sent it: written out (`flush`) by the caller."""
+        """To every shard, after what this source sent it."""
         encoded = encode(Mark(source, 0, at, partitions))
         with self.lock:
             for shard in range(self.shards):
-                self.batches[shard].append(encoded)
+                self._send(shard, encoded)
 
     def flush(self) -> None:
-        with self.lock:
-            for shard in range(self.shards):
-                self._send(shard)
-        self.producer.flush()
+        """Everything sent so far written and acknowledged; RouterWriteError if Kafka refused any of it."""
+        with self.flushing:  # one flush at a time: the routers' two threads both flush
+            with self.lock:
+                sent, self.sent = self.sent, []
+            self.producer.flush()
+            for future in sent:
+                if future.failed():
+                    raise RouterWriteError(f"the group's topic {self.topic} refused a message ({future.exception}); "
+                                           f"nothing after it is stored as handed on, this instance stops and what "
+                                           f"it read is read again") from future.exception
 
     def close(self) -> None:
         self.producer.close()
@@ -110,11 +115,19 @@ class ChangeRouter:
         self.router = Router(settings, cfg.group.shards)
         self.newest = 0.0
         self.handed = 0
+        self.error: BaseException | None = None
 
     def stop(self) -> None:
         self.collector.stop()
 
     def run(self) -> None:
+        """In a thread of its own; what ends it on an error is kept in `error`, which Routers.run raises."""
+        try:
+            self._run()
+        except BaseException as exc:  # noqa: BLE001 - handed to the routers' thread, which stops the instance
+            self.error = exc
+
+    def _run(self) -> None:
         every, last_mark, last = self.cfg.group.mark_seconds, time.monotonic(), None
         for tx in self.collector.transactions(idle=True):
             if tx is not None:
@@ -199,6 +212,7 @@ class Routers:
         self.change: ChangeRouter | None = None
         self.change_thread: threading.Thread | None = None
         self.membership: Any = None  # the routers' group member (run)
+        self.store_lost: StoreUnavailableError | None = None  # met inside a rebalance (_rebuild)
 
     def _assigned(self, assignment: set[str]) -> None:
         self.assignment, self.changed = assignment, True
@@ -217,7 +231,10 @@ class Routers:
                                                                 "member": self.member})
         partitions = {p for p in self.assignment if not p.startswith(self.lease + "/")}
         if self.events is not None and self.events.partitions != partitions:
-            self.events.mark()
+            try:
+                self.events.mark()
+            except StoreUnavailableError as exc:  # inside Kafka's rebalance: raised by run, after it
+                self.store_lost = self.store_lost or exc
             self.events.close()
             self.events = None
         if self.events is None and partitions:
@@ -265,11 +282,18 @@ class Routers:
                                    heartbeat_interval_ms=HEARTBEAT_MS,
                                    partition_assignment_strategy=(RoundRobinPartitionAssignor,),
                                    metadata_max_age_ms=METADATA_MS)
+        # the topics' partitions known before the first join: a member that joins without them is assigned none,
+        # and kafka-python 3.0 was seen not to join again once they were known
+        membership.topics()
         membership.subscribe([self.lease, *topics], listener=Listener())
         next_mark = time.monotonic()
         try:
             while not stop.is_set():
                 membership.poll(timeout_ms=0 if self.events is not None else 100)
+                if self.change is not None and self.change.error is not None:
+                    raise self.change.error  # the change source's reader failed: the instance stops, loudly
+                if self.store_lost is not None:
+                    raise self.store_lost
                 if self.changed:
                     self._rebuild()
                 if self.events is not None:
@@ -278,10 +302,15 @@ class Routers:
                         self.events.mark()
                         next_mark = time.monotonic() + self.cfg.group.mark_seconds
         finally:
-            if self.events is not None:
-                self.events.mark()
-                self.events.close()
-            if self.change is not None:
-                self._stop_change()
-            membership.close(autocommit=False)
-            self.output.close()
+            # every part let go even when the last mark cannot be stored: a member left in the routers' group,
+            # never polled, would hold its rebalance up for max.poll.interval.ms
+            try:
+                if self.events is not None:
+                    self.events.mark()
+            finally:
+                if self.events is not None:
+                    self.events.close()
+                if self.change is not None:
+                    self._stop_change()
+                membership.close(autocommit=False)
+                self.output.close()

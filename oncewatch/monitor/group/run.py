@@ -1,7 +1,8 @@
 """`oncewatch run` with `[group]`: this instance's routers and judges, and its health row, until stopped.
 
 Each part runs in a thread of its own; one that fails stops the instance (loudly, with the error), so that the
-group's protocol gives its sources and shards to the others instead of leaving them with a half-dead member.
+group's protocol gives its sources and shards to the others instead of leaving them with a half-dead member. A
+store that goes away stops it too, and a new one starts once the store answers (GroupSupervisor).
 """
 
 from __future__ import annotations
@@ -12,17 +13,21 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from oncewatch.checks.settings import Settings
 from oncewatch.core.config import Config, ConfigError
 from oncewatch.monitor.group.judging import Judges
 from oncewatch.monitor.group.routing import Routers
 from oncewatch.monitor.group.wire import LEASE, RECORDS, group_name
-from oncewatch.store import Store
+from oncewatch.monitor.health import StoreOutages
+from oncewatch.store import Store, StoreUnavailableError
 
 log = logging.getLogger("oncewatch.monitor.group")
 
 HEALTH_SECONDS = 1.0
+TOPICS_READY_SECONDS = 30.0  # for the group's topics, just made, to have their leaders
+RETRY_SECONDS = (0.5, 1.0, 2.0, 5.0)  # between tries while the store is away, the last one repeated
 
 
 class GroupMemberFailed(RuntimeError):
@@ -49,6 +54,11 @@ def ensure_topics(cfg: Config) -> None:
                 admin.create_topics([NewTopic(topic, partitions, 1)])
             except TopicAlreadyExistsError:
                 pass
+        # a topic just made has no leader for a moment: a group that joins then is assigned none of it
+        deadline = time.monotonic() + TOPICS_READY_SECONDS
+        while not all(t["partitions"] and all(p["leader_id"] >= 0 for p in t["partitions"])
+                      for t in admin.describe_topics([records, lease])) and time.monotonic() < deadline:
+            time.sleep(0.2)
         for t in admin.describe_topics([records]):
             if len(t["partitions"]) != cfg.group.shards:
                 raise ConfigError(f"group.shards: the group's topic {records} has {len(t['partitions'])} partitions, "
@@ -59,52 +69,45 @@ def ensure_topics(cfg: Config) -> None:
 
 
 class GroupMember:
-    def __init__(self, cfg: Config):
+    """This instance's routers, judges and offsets poller, one thread each, and its health row every second."""
+
+    def __init__(self, cfg: Config, member: str, outages: StoreOutages):
         assert cfg.group is not None
-        self.cfg = cfg
-        self.member = member_name(cfg)
+        self.cfg, self.member, self.outages = cfg, member, outages
         self.stop_event = threading.Event()
         self.failure: BaseException | None = None
         settings = Settings.from_config(cfg)
         ensure_topics(cfg)
-        self.store = Store(cfg.store.target)
-        self.judges = Judges(cfg, settings, Store(cfg.store.target), self.member)
-        self.routers = Routers(cfg, settings, Store(cfg.store.target), self.member)
+        self.stores = [Store(cfg.store.target) for _ in range(3)]
+        self.store = self.stores[0]
+        self.judges = Judges(cfg, settings, self.stores[1], self.member)
+        self.routers = Routers(cfg, settings, self.stores[2], self.member)
 
     def stop(self) -> None:
+        self.stop_event.set()
+
+    def _failed(self, part: str, exc: BaseException) -> None:
+        if isinstance(exc, StoreUnavailableError):
+            log.error("the store cannot be reached; this group instance stops and starts again from the store's "
+                      "commits once it answers", extra={"event": "store_unavailable", "part": part,
+                                                        "member": self.member, "error": str(exc)})
+        else:
+            log.error("a part of this group instance failed; the instance stops", exc_info=exc, extra={
+                "event": "group_part_failed", "part": part, "member": self.member})
+        # a store gone away is why the others fail too (a rebalance that cannot commit): start again, not stop
+        if self.failure is None or isinstance(exc, StoreUnavailableError):
+            self.failure = exc
         self.stop_event.set()
 
     def _part(self, name: str, run: Callable[[threading.Event], None]) -> threading.Thread:
         def guarded() -> None:
             try:
                 run(self.stop_event)
-            except BaseException as exc:  # noqa: BLE001 - any failure stops the instance, said below
-                log.exception("a part of this group instance failed; the instance stops", extra={
-                    "event": "group_part_failed", "part": name, "member": self.member})
-                self.failure = self.failure or exc
-                self.stop_event.set()
+            except BaseException as exc:  # noqa: BLE001 - any failure stops the instance, said in _failed
+                self._failed(name, exc)
         thread = threading.Thread(target=guarded, name=f"group-{name}", daemon=True)
         thread.start()
         return thread
-
-    def _serve_metrics(self) -> Callable[[], None]:
-        """/metrics on `metrics.port`: this member's own row, and the store's while it owns the leader shard."""
-        m = self.cfg.metrics
-        if m.port == 0:
-            return lambda: None
-        from oncewatch.dashboards.metrics import serve
-
-        try:
-            server, _ = serve(self.cfg.store.target, m.host, m.port, member=self.member, wide=self.judges.leads)
-        except OSError as exc:
-            raise ConfigError(f"metrics.port: cannot listen on {m.host}:{m.port} ({exc.strerror}); each member of a "
-                              f"group on one machine needs a port of its own (or 0: none)") from exc
-        log.info("serving /metrics", extra={"event": "metrics_listening", "host": m.host, "port": server.server_port})
-
-        def close() -> None:
-            server.shutdown()
-            server.server_close()
-        return close
 
     def _offsets(self, stop: threading.Event) -> None:
         """The consumer groups' offsets (F11 on their lag, F12), read by the owner of the leader shard alone."""
@@ -121,18 +124,97 @@ class GroupMember:
         finally:
             collector.close()
 
+    def _health(self) -> dict[str, Any]:
+        return {"at": time.time(), "member": self.member, "shards": self.judges.status(),
+                "routers": self.routers.status(), "fenced": self.judges.fenced, "applied": self.judges.applied,
+                "store_outages": self.outages.count, "store_outage_seconds": self.outages.seconds}
+
     def run(self) -> None:
+        """Until `stop()` or a part fails: StoreUnavailableError when the store went away, else GroupMemberFailed."""
         log.info("group instance starting", extra={"event": "group_started", "member": self.member,
                                                    "group": self.cfg.group.name, "shards": self.cfg.group.shards})
-        metrics = self._serve_metrics()
         parts = [self._part("judges", self.judges.run), self._part("routers", self.routers.run),
                  self._part("offsets", self._offsets)]
-        while not self.stop_event.wait(HEALTH_SECONDS):
-            self.store.set_health(f"group/{self.member}", {
-                "at": time.time(), "member": self.member, "shards": self.judges.status(),
-                "routers": self.routers.status(), "fenced": self.judges.fenced, "applied": self.judges.applied})
-        for thread in parts:
-            thread.join()
-        metrics()
+        try:
+            while not self.stop_event.wait(HEALTH_SECONDS):
+                try:
+                    self.store.set_health(f"group/{self.member}", self._health())
+                except StoreUnavailableError as exc:
+                    self._failed("health", exc)
+        finally:
+            self.stop_event.set()
+            for thread in parts:
+                thread.join()
+            for store in self.stores:
+                store.close()
+        if isinstance(self.failure, StoreUnavailableError):
+            raise self.failure
         if self.failure is not None:
             raise GroupMemberFailed(f"{type(self.failure).__name__}: {self.failure}") from self.failure
+
+
+class GroupSupervisor:
+    """Group instances one after the other until stopped. A store that goes away (PostgreSQL restarted, failed
+    over) stops the instance, which leaves the Kafka groups (its shards and sources wait, or go to members that
+    reach the store), and a new one starts from the store's commits once it answers: nothing is lost, what it had
+    not committed is read again. /metrics stays up meanwhile (`oncewatch_store_up 0`), and the outages and their
+    length are counted in the member's row."""
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.name = member_name(cfg)
+        self.outages = StoreOutages()
+        self.member: GroupMember | None = None
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.member is not None:
+            self.member.stop()
+
+    def leads(self) -> bool:
+        return self.member is not None and self.member.judges.leads()
+
+    def run(self) -> None:
+        close_metrics = self._serve_metrics()
+        tries = 0
+        try:
+            while not self._stop.is_set():
+                try:
+                    self.member = GroupMember(self.cfg, self.name, self.outages)
+                    gap = self.outages.end(time.time())
+                    if gap is not None:
+                        log.warning("the store answers again; this group instance starts from its commits", extra={
+                            "event": "store_back", "outage_seconds": round(gap, 3), "outages": self.outages.count})
+                    tries = 0
+                    if self._stop.is_set():
+                        return
+                    self.member.run()
+                    return
+                except StoreUnavailableError as exc:
+                    self.member = None
+                    self.outages.begin(time.time())
+                    self._stop.wait(RETRY_SECONDS[min(tries, len(RETRY_SECONDS) - 1)])
+                    tries += 1
+                    log.debug("store still away", extra={"event": "store_retry", "error": str(exc)})
+        finally:
+            close_metrics()
+
+    def _serve_metrics(self) -> Callable[[], None]:
+        """/metrics on `metrics.port`: this member's own row, and the store's while it owns the leader shard."""
+        m = self.cfg.metrics
+        if m.port == 0:
+            return lambda: None
+        from oncewatch.dashboards.metrics import serve
+
+        try:
+            server, _ = serve(self.cfg.store.target, m.host, m.port, member=self.name, wide=self.leads)
+        except OSError as exc:
+            raise ConfigError(f"metrics.port: cannot listen on {m.host}:{m.port} ({exc.strerror}); each member of a "
+                              f"group on one machine needs a port of its own (or 0: none)") from exc
+        log.info("serving /metrics", extra={"event": "metrics_listening", "host": m.host, "port": server.server_port})
+
+        def close() -> None:
+            server.shutdown()
+            server.server_close()
+        return close
