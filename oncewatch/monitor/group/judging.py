@@ -181,7 +181,7 @@ class Judges:
                 for snapshot in snapshots:
                     judge.engine.on_offsets(snapshot)
                 elsewhere = self._elsewhere()
-                backlog = merge_stats({"b": s["backlog_by_table"]} for s in elsewhere.values()).get("b", {})
+                backlog = merge_stats(elsewhere.values()).get("backlog_by_table", {})
             judge.tick(now, backlog)
             self.commit(shard, elsewhere)
 
