@@ -330,6 +330,8 @@ def _members(members: dict[str, dict[str, Any]]) -> Iterator[Metric]:
                        "topic.", ("member",))
     fenced = _counter("group_member_fenced", "Commits this member's process lost to another that had taken the "
                       "shard (it then drops the shard).", ("member",))
+    rejoins = _counter("group_member_rejoins", "Times one of this member's consumers was found left outside its "
+                       "Kafka group (no assignment 20 s after a rebalance began) and was made again.", ("member",))
     outages = _counter("group_member_store_outages", "Times this member's process lost the store and started again "
                        "from the store's commits once it answered.", ("member",))
     away = _counter("group_member_store_outage_seconds", "Seconds this member's process was without its store, in "
@@ -342,9 +344,10 @@ def _members(members: dict[str, dict[str, Any]]) -> Iterator[Metric]:
         applied.add_metric([name], v["applied"])
         written.add_metric([name], v["routers"]["written"])
         fenced.add_metric([name], v["fenced"])
+        rejoins.add_metric([name], v["rejoins"])
         outages.add_metric([name], v["store_outages"])
         away.add_metric([name], v["store_outage_seconds"])
-    yield from (seen, owned, change, partitions, applied, written, fenced, outages, away)
+    yield from (seen, owned, change, partitions, applied, written, fenced, rejoins, outages, away)
 
 
 def _shards(shards: dict[int, dict[str, Any]]) -> Iterator[Metric]:

@@ -215,12 +215,12 @@ def seed_group(store: Store, now: float | None = None) -> None:
         with store.batch() as tx:
             save_shard(tx, shard, epoch, judge.checkpoint(), judge.engine.state_delta(), [], [])
 
-    store.set_health("group/east", {"at": now - 0.5, "member": "east", "fenced": 0, "applied": 900,
+    store.set_health("group/east", {"at": now - 0.5, "member": "east", "fenced": 0, "applied": 900, "rejoins": 0,
                                     "store_outages": 1, "store_outage_seconds": 4.5,
                                     "shards": {"0": {}, "1": {}},
                                     "routers": {"partitions": ["shop.events/0", "shop.events/1", "oncewatch.g.lease/0"],
                                                 "change_source": True, "written": 1300, "change_transactions": 700}})
-    store.set_health("group/west", {"at": now - 120, "member": "west", "fenced": 1, "applied": 300,
+    store.set_health("group/west", {"at": now - 120, "member": "west", "fenced": 1, "applied": 300, "rejoins": 2,
                                     "store_outages": 0, "store_outage_seconds": 0.0,
                                     "shards": {"2": {}},
                                     "routers": {"partitions": ["shop.events/2"], "change_source": False,

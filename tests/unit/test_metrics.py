@@ -214,6 +214,8 @@ def test_a_group_member_serves_its_own_row_and_the_stores_only_while_it_leads(tm
     assert {"oncewatch_store_up", "oncewatch_build_info"} < set(follower)
     assert "oncewatch_findings_by_status" not in follower and "oncewatch_group_shard_owner" not in follower
     assert {s.labels["member"] for s in follower["oncewatch_group_member_shards"]} == {"west"}
+    assert [(s.labels["member"], s.value) for s in follower["oncewatch_group_member_rejoins"]
+            if s.name.endswith("_total")] == [("west", 2)]
     leader = families(member="east", wide=lambda: True)
     assert {s.labels["member"] for s in leader["oncewatch_group_member_shards"]} == {"east", "west"}
     assert {(s.labels["shard"], s.labels["member"]) for s in leader["oncewatch_group_shard_owner"]} == {

@@ -25,8 +25,8 @@ from oncewatch.checks.settings import Settings
 from oncewatch.checks.shards import LEADER, Shard, merge_stats
 from oncewatch.core.config import Config
 from oncewatch.core.records import OffsetsSnapshot, QuarantinedRows
-from oncewatch.monitor.group.wire import (CDC_SOURCE, HEARTBEAT_MS, JUDGES, RECORDS, SESSION_TIMEOUT_MS, Mark, Message,
-                                          Part, decode, group_name)
+from oncewatch.monitor.group.membership import Rebalance, join
+from oncewatch.monitor.group.wire import CDC_SOURCE, JUDGES, RECORDS, Mark, Message, Part, decode, group_name
 from oncewatch.core.names import ENGINE_STATS
 from oncewatch.store import Store, StoreUnavailableError, reviews
 from oncewatch.store.group import FencedError, claim, load_shard, save_shard, shard_checkpoints
@@ -119,6 +119,7 @@ class Judges:
         self.fenced = 0
         self.applied = 0  # rows and events this instance applied (its share of the work)
         self.store_lost: StoreUnavailableError | None = None  # met inside a rebalance (revoked)
+        self.rebalance = Rebalance(JUDGES, member)
         self.lock = threading.Lock()
 
     # ------------------------------------------------------------ the group's callbacks (inside poll)
@@ -220,32 +221,37 @@ class Judges:
                     for shard, (judge, _) in sorted(self.owned.items())}
 
     def run(self, stop: threading.Event) -> None:
-        from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+        """Until `stop`: a consumer of the judges' group, made again when it is left outside the group
+        (membership)."""
+        while not self._read(stop):
+            self.rebalance.remade()
+
+    def _read(self, stop: threading.Event) -> bool:
+        """Poll, apply and commit with one consumer until `stop` (True) or until it is left outside the group
+        (False: its shards are let go first)."""
+        from kafka import ConsumerRebalanceListener, TopicPartition
 
         topic = group_name(self.group.name, RECORDS)
         judges = self
 
         class Listener(ConsumerRebalanceListener):
             def on_partitions_revoked(self, revoked: Any) -> None:
+                judges.rebalance.revoked()
                 judges.revoked(sorted(tp.partition for tp in revoked))
 
             def on_partitions_assigned(self, assigned: Any) -> None:
+                judges.rebalance.assigned()
                 for shard, offset in judges.assigned(sorted(tp.partition for tp in assigned)).items():
                     consumer.seek(TopicPartition(topic, shard), offset)
 
         kafka = self.cfg.kafka
         assert kafka is not None
-        consumer = KafkaConsumer(bootstrap_servers=list(kafka.bootstrap_servers),
-                                 group_id=group_name(self.group.name, JUDGES),
-                                 client_id=f"{kafka.client_id}-judge-{self.member}", enable_auto_commit=False,
-                                 auto_offset_reset="earliest", max_poll_records=2000,
-                                 session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=HEARTBEAT_MS)
-        consumer.topics()  # its partitions known before the first join (routing.Routers.run says why)
-        consumer.subscribe([topic], listener=Listener())
+        consumer = join(kafka, group_name(self.group.name, JUDGES), f"{kafka.client_id}-judge-{self.member}",
+                        [topic], Listener(), auto_offset_reset="earliest", max_poll_records=2000)
         next_commit = time.monotonic() + self.group.commit_seconds
         try:
             while not stop.is_set():
-                for tp, records in consumer.poll(timeout_ms=100).items():
+                for tp, records in consumer.poll(timeout_ms=self.rebalance.poll_ms(100)).items():
                     for r in records:
                         self.apply(tp.partition, r.offset, r.value)
                     held = self.owned.get(tp.partition)
@@ -256,8 +262,12 @@ class Judges:
                 if time.monotonic() >= next_commit:
                     self.tick_and_commit(time.time())
                     next_commit = time.monotonic() + self.group.commit_seconds
+                if self.rebalance.outside():
+                    self.revoked(sorted(self.owned))
+                    return False
             self.tick_and_commit(time.time())
         finally:
             consumer.close(autocommit=False)
         if self.store_lost is not None:  # met while leaving the group
             raise self.store_lost
+        return True

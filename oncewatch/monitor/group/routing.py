@@ -28,8 +28,9 @@ from oncewatch.collectors.kafka_events import KafkaEventCollector, tp_key
 from oncewatch.core.config import Config
 from oncewatch.core.gtids import parse
 from oncewatch.core.records import Transaction
-from oncewatch.monitor.group.wire import (CDC_SOURCE, HEARTBEAT_MS, LEASE, RECORDS, ROUTERS, SESSION_TIMEOUT_MS, Event,
-                                          Mark, Message, Part, batch, encode, group_name)
+from oncewatch.monitor.group.membership import Rebalance, join
+from oncewatch.monitor.group.wire import (CDC_SOURCE, LEASE, RECORDS, ROUTERS, Event, Mark, Message, Part, batch,
+                                          encode, group_name)
 from oncewatch.store import Store, StoreUnavailableError
 from oncewatch.store.group import save_source_position, source_position
 
@@ -213,6 +214,7 @@ class Routers:
         self.change_thread: threading.Thread | None = None
         self.membership: Any = None  # the routers' group member (run)
         self.store_lost: StoreUnavailableError | None = None  # met inside a rebalance (_rebuild)
+        self.rebalance = Rebalance(ROUTERS, member)
 
     def _assigned(self, assignment: set[str]) -> None:
         self.assignment, self.changed = assignment, True
@@ -258,7 +260,30 @@ class Routers:
                 "change_transactions": self.change.handed if self.change is not None else 0}
 
     def run(self, stop: threading.Event) -> None:
-        from kafka import ConsumerRebalanceListener, KafkaConsumer
+        """Until `stop` or a failure: a member of the routers' group, made again when it is left outside the group
+        (membership); every part let go at the end."""
+        try:
+            while not self._route(stop):
+                self.rebalance.remade()
+        finally:
+            self.output.close()
+
+    def _let_go(self) -> None:
+        """The sources read here marked and let go, every part even when the last mark cannot be stored."""
+        try:
+            if self.events is not None:
+                self.events.mark()
+        finally:
+            if self.events is not None:
+                self.events.close()
+                self.events = None
+            if self.change is not None:
+                self._stop_change()
+
+    def _route(self, stop: threading.Event) -> bool:
+        """Read what this member is assigned until `stop` (True) or until its membership consumer is left outside
+        the group (False: its sources are let go first)."""
+        from kafka import ConsumerRebalanceListener
         from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
         routers = self
@@ -267,29 +292,25 @@ class Routers:
 
         class Listener(ConsumerRebalanceListener):
             def on_partitions_revoked(self, revoked: Any) -> None:
+                routers.rebalance.revoked()
                 routers._assigned(set())
                 routers._rebuild()
 
             def on_partitions_assigned(self, assigned: Any) -> None:
+                routers.rebalance.assigned()
                 membership.pause(*assigned)  # membership only: the collectors read, from the stored positions
                 routers._assigned({tp_key(tp) for tp in assigned})
 
         topics = sorted({t.name for t in kafka.topics})
-        membership = self.membership = KafkaConsumer(bootstrap_servers=list(kafka.bootstrap_servers),
-                                   group_id=group_name(self.cfg.group.name, ROUTERS),
-                                   client_id=f"{kafka.client_id}-routers-{self.member}", enable_auto_commit=False,
-                                   auto_offset_reset="latest", session_timeout_ms=SESSION_TIMEOUT_MS,
-                                   heartbeat_interval_ms=HEARTBEAT_MS,
-                                   partition_assignment_strategy=(RoundRobinPartitionAssignor,),
-                                   metadata_max_age_ms=METADATA_MS)
-        # the topics' partitions known before the first join: a member that joins without them is assigned none,
-        # and kafka-python 3.0 was seen not to join again once they were known
-        membership.topics()
-        membership.subscribe([self.lease, *topics], listener=Listener())
+        membership = self.membership = join(kafka, group_name(self.cfg.group.name, ROUTERS),
+                                            f"{kafka.client_id}-routers-{self.member}", [self.lease, *topics],
+                                            Listener(), auto_offset_reset="latest",
+                                            partition_assignment_strategy=(RoundRobinPartitionAssignor,),
+                                            metadata_max_age_ms=METADATA_MS)
         next_mark = time.monotonic()
         try:
             while not stop.is_set():
-                membership.poll(timeout_ms=0 if self.events is not None else 100)
+                membership.poll(timeout_ms=self.rebalance.poll_ms(0 if self.events is not None else 100))
                 if self.change is not None and self.change.error is not None:
                     raise self.change.error  # the change source's reader failed: the instance stops, loudly
                 if self.store_lost is not None:
@@ -301,16 +322,14 @@ class Routers:
                     if time.monotonic() >= next_mark:
                         self.events.mark()
                         next_mark = time.monotonic() + self.cfg.group.mark_seconds
+                if self.rebalance.outside():
+                    return False
+            return True
         finally:
-            # every part let go even when the last mark cannot be stored: a member left in the routers' group,
-            # never polled, would hold its rebalance up for max.poll.interval.ms
+            # let go before leaving: a member left in the routers' group, never polled, would hold its rebalance
+            # up for max.poll.interval.ms
             try:
-                if self.events is not None:
-                    self.events.mark()
+                self._let_go()
             finally:
-                if self.events is not None:
-                    self.events.close()
-                if self.change is not None:
-                    self._stop_change()
+                self.assignment = set()
                 membership.close(autocommit=False)
-                self.output.close()

@@ -127,6 +127,7 @@ class GroupMember:
     def _health(self) -> dict[str, Any]:
         return {"at": time.time(), "member": self.member, "shards": self.judges.status(),
                 "routers": self.routers.status(), "fenced": self.judges.fenced, "applied": self.judges.applied,
+                "rejoins": self.judges.rebalance.rejoins + self.routers.rebalance.rejoins,
                 "store_outages": self.outages.count, "store_outage_seconds": self.outages.seconds}
 
     def run(self) -> None:

@@ -139,11 +139,6 @@ def _message(body: Any) -> Message:
                     "same oncewatch version")
 
 
-# The group's own names on Kafka, and how soon it notices an instance gone.
-SESSION_TIMEOUT_MS = 10_000  # an instance that dies loses its shards and its sources this long after
-HEARTBEAT_MS = 1_000
-
-
 def group_name(group: str, what: str) -> str:
     """One of the group's names on Kafka: its topics RECORDS (a partition per shard) and LEASE (one partition: whoever
     the routers' group gives it reads the change source), its consumer groups JUDGES and ROUTERS."""
