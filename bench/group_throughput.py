@@ -42,10 +42,11 @@ VERDICTS_DUE = max(RULES["stuck_pending_seconds"], RULES["missing_event_grace_se
 
 
 def ends(topics: list[str]) -> int:
-    """The sum of the end offsets of `topics` (one partition each, as the connector makes them)."""
+    """The sum of the end offsets of `topics` (one partition each, as the connector makes them; one it has not
+    made yet, on a new stack before it captured a row of its table, holds none)."""
     consumer = KafkaConsumer(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}")
     try:
-        tps = [TopicPartition(t, 0) for t in topics]
+        tps = [TopicPartition(t, 0) for t in set(topics) & consumer.topics()]
         return sum(consumer.end_offsets(tps).values())
     finally:
         consumer.close()
