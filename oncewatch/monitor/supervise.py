@@ -16,6 +16,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from oncewatch.core.config import Config
 from oncewatch.monitor.health import StoreOutages
@@ -25,6 +27,46 @@ from oncewatch.store import StoreUnavailableError
 log = logging.getLogger("oncewatch.monitor")
 
 RETRY_SECONDS = (0.5, 1.0, 2.0, 5.0)  # between tries while the store is away, the last one repeated
+
+Made = TypeVar("Made")
+
+
+def through_outages(stop: threading.Event, outages: StoreOutages, build: Callable[[], Made],
+                    run: Callable[[Made], None], close: Callable[[Made], None], resumes: str) -> None:
+    """`build` and `run` one after the other until `stop` is set or a run ends: a StoreUnavailableError from
+    either is an outage, counted in `outages`, waited out (RETRY_SECONDS) and followed by a new `build` from the
+    store's commits. `resumes` says in the log what starts again."""
+    tries = 0
+    while not stop.is_set():
+        try:
+            made = build()
+        except StoreUnavailableError as exc:
+            _away(stop, outages, exc, tries, resumes)
+            tries += 1
+            continue
+        gap = outages.end(time.time())
+        if gap is not None:
+            log.warning(f"the store answers again; {resumes} from its commits", extra={
+                "event": "store_back", "outage_seconds": round(gap, 3), "outages": outages.count})
+        tries = 0
+        try:
+            if stop.is_set():  # stopped while it was being built
+                return
+            run(made)
+            return
+        except StoreUnavailableError as exc:
+            _away(stop, outages, exc, tries, resumes)
+            tries += 1
+        finally:
+            close(made)
+
+
+def _away(stop: threading.Event, outages: StoreOutages, exc: StoreUnavailableError, tries: int,
+          resumes: str) -> None:
+    if outages.begin(time.time()):
+        log.error(f"the store cannot be reached; {resumes} from its commits once it answers",
+                  extra={"event": "store_unavailable", "error": str(exc), "outages": outages.count})
+    stop.wait(RETRY_SECONDS[min(tries, len(RETRY_SECONDS) - 1)])
 
 
 class Supervisor:
@@ -43,36 +85,13 @@ class Supervisor:
 
     def run(self, until_idle: float | None = None) -> None:
         serve, close_metrics = served_once()
-        tries = 0
+
+        def build() -> Monitor:
+            self.monitor = Monitor(self.cfg, outages=self.outages)
+            return self.monitor
+
         try:
-            while not self._stop.is_set():
-                try:
-                    self.monitor = Monitor(self.cfg, outages=self.outages)
-                except StoreUnavailableError as exc:
-                    self._away(exc, tries)
-                    tries += 1
-                    continue
-                gap = self.outages.end(time.time())
-                if gap is not None:
-                    log.warning("the store answers again; the monitor resumes from its checkpoint", extra={
-                        "event": "store_back", "outage_seconds": round(gap, 3), "outages": self.outages.count})
-                tries = 0
-                try:
-                    if self._stop.is_set():  # stopped while it was being built
-                        return
-                    self.monitor.run(until_idle, metrics=serve)
-                    return
-                except StoreUnavailableError as exc:
-                    self._away(exc, tries)
-                    tries += 1
-                finally:
-                    self.monitor.close()
+            through_outages(self._stop, self.outages, build, lambda m: m.run(until_idle, metrics=serve),
+                            Monitor.close, "the monitor starts again")
         finally:
             close_metrics()
-
-    def _away(self, exc: StoreUnavailableError, tries: int) -> None:
-        if self.outages.begin(time.time()):
-            log.error("the store cannot be reached; the monitor stops and starts again from its checkpoint once "
-                      "it answers", extra={"event": "store_unavailable", "error": str(exc),
-                                           "outages": self.outages.count})
-        self._stop.wait(RETRY_SECONDS[min(tries, len(RETRY_SECONDS) - 1)])

@@ -21,13 +21,13 @@ from oncewatch.monitor.group.judging import Judges
 from oncewatch.monitor.group.routing import Routers
 from oncewatch.monitor.group.wire import LEASE, RECORDS, group_name
 from oncewatch.monitor.health import StoreOutages
+from oncewatch.monitor.supervise import through_outages
 from oncewatch.store import Store, StoreUnavailableError
 
 log = logging.getLogger("oncewatch.monitor.group")
 
 HEALTH_SECONDS = 1.0
 TOPICS_READY_SECONDS = 30.0  # for the group's topics, just made, to have their leaders
-RETRY_SECONDS = (0.5, 1.0, 2.0, 5.0)  # between tries while the store is away, the last one repeated
 
 
 class GroupMemberFailed(RuntimeError):
@@ -87,10 +87,9 @@ class GroupMember:
         self.stop_event.set()
 
     def _failed(self, part: str, exc: BaseException) -> None:
-        if isinstance(exc, StoreUnavailableError):
-            log.error("the store cannot be reached; this group instance stops and starts again from the store's "
-                      "commits once it answers", extra={"event": "store_unavailable", "part": part,
-                                                        "member": self.member, "error": str(exc)})
+        if isinstance(exc, StoreUnavailableError):  # the outage itself is logged once, by through_outages
+            log.warning("a part of this group instance lost the store; the instance stops", extra={
+                "event": "group_part_store_lost", "part": part, "member": self.member, "error": str(exc)})
         else:
             log.error("a part of this group instance failed; the instance stops", exc_info=exc, extra={
                 "event": "group_part_failed", "part": part, "member": self.member})
@@ -178,26 +177,16 @@ class GroupSupervisor:
 
     def run(self) -> None:
         close_metrics = self._serve_metrics()
-        tries = 0
+
+        def build() -> GroupMember:
+            self.member = GroupMember(self.cfg, self.name, self.outages)
+            return self.member
+
+        def gone(_: GroupMember) -> None:  # its run closed its parts; it leads no more
+            self.member = None
+
         try:
-            while not self._stop.is_set():
-                try:
-                    self.member = GroupMember(self.cfg, self.name, self.outages)
-                    gap = self.outages.end(time.time())
-                    if gap is not None:
-                        log.warning("the store answers again; this group instance starts from its commits", extra={
-                            "event": "store_back", "outage_seconds": round(gap, 3), "outages": self.outages.count})
-                    tries = 0
-                    if self._stop.is_set():
-                        return
-                    self.member.run()
-                    return
-                except StoreUnavailableError as exc:
-                    self.member = None
-                    self.outages.begin(time.time())
-                    self._stop.wait(RETRY_SECONDS[min(tries, len(RETRY_SECONDS) - 1)])
-                    tries += 1
-                    log.debug("store still away", extra={"event": "store_retry", "error": str(exc)})
+            through_outages(self._stop, self.outages, build, GroupMember.run, gone, "this group instance starts again")
         finally:
             close_metrics()
 

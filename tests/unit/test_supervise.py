@@ -1,0 +1,66 @@
+"""Starting again through store outages (oncewatch.monitor.supervise.through_outages), the loop both `oncewatch run`
+and a group instance stand on: the PostgreSQL restarts themselves are in tests/integration/test_under_fire.py and
+tests/integration/test_group.py."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from oncewatch.monitor import supervise
+from oncewatch.monitor.health import StoreOutages
+from oncewatch.monitor.supervise import through_outages
+from oncewatch.store import StoreUnavailableError
+
+
+@pytest.fixture(autouse=True)
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(supervise, "RETRY_SECONDS", (0.001,))
+
+
+def test_builds_and_runs_that_lose_the_store_start_again_and_one_outage_counts_once(caplog) -> None:
+    outages, events, built = StoreOutages(), [], []
+    failures = iter(["build", "build", "run", None])  # two failed builds, a run that loses the store, a clean run
+
+    def build() -> int:
+        step = next(failures)
+        if step == "build":
+            events.append("build failed")
+            raise StoreUnavailableError("connection refused")
+        built.append(step)
+        return len(built)
+
+    def run(made: int) -> None:
+        events.append(f"run {made}")
+        if built[-1] == "run":
+            raise StoreUnavailableError("server closed the connection")
+
+    through_outages(threading.Event(), outages, build, run, lambda made: events.append(f"close {made}"), "it starts")
+    assert events == ["build failed", "build failed", "run 1", "close 1", "run 2", "close 2"]
+    assert outages.count == 2 and outages.down_since is None and outages.seconds > 0
+    logged = [r.event for r in caplog.records]
+    assert logged == ["store_unavailable", "store_back", "store_unavailable", "store_back"]
+
+
+def test_a_stop_while_building_runs_nothing_and_closes_what_was_built() -> None:
+    stop, events = threading.Event(), []
+
+    def build() -> str:
+        stop.set()
+        return "monitor"
+
+    through_outages(stop, StoreOutages(), build, lambda m: events.append("run"), lambda m: events.append("close"),
+                    "it starts")
+    assert events == ["close"]
+
+
+def test_any_other_error_ends_the_loop_with_what_was_built_closed() -> None:
+    closed = []
+
+    def run(made: str) -> None:
+        raise RuntimeError("a bug")
+
+    with pytest.raises(RuntimeError, match="a bug"):
+        through_outages(threading.Event(), StoreOutages(), lambda: "monitor", run, closed.append, "it starts")
+    assert closed == ["monitor"]
