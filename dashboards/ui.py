@@ -102,11 +102,17 @@ def text(value: Any) -> str:
     return value if isinstance(value, str) else "NULL" if value is None else str(value)
 
 
-def monitor_banner(components: dict[str, views.Component]) -> None:
+def monitor_banner(components: dict[str, views.Component], group: views.GroupVerdict | None = None) -> None:
     """The monitor's verdict on itself and its reasons, at the top of every page; loudly stale when the
-    monitor has stopped writing (every figure below is then old)."""
+    monitor has stopped writing (every figure below is then old). A group's ([group]: no monitor row, `group`
+    from views.group_health) is its verdict on itself."""
     monitor = components.get(names.MONITOR)
-    if monitor is None:
+    if monitor is None and group is not None:
+        VERDICT_BOXES.get(group.verdict, st.info)(
+            f"**Group {group.verdict}**: " + ("; ".join(group.reasons) if group.reasons else
+                                             f"{group.live} member(s) live, every one of the {group.shards} shards "
+                                             "committed, the change source read"))
+    elif monitor is None:
         st.warning("The monitor has not written its health yet: figures appear once `oncewatch run` is running.")
     elif monitor.value.get("verdict") == names.STOPPED:
         st.error(f"**Monitor stopped** at {when(monitor.value['updated_at'])}: nothing is read until `oncewatch run` "
@@ -129,7 +135,9 @@ def banner(count: Callable[[Store], int] | None = None, shown: int = 0, what: st
     A page whose list a person works on (selects a row, acknowledges it) does not reorder it under their
     hand: `count` says how many the filters match now, and the banner says when more came than `shown`."""
     with store() as opened:
-        monitor_banner(views.components(opened, time.time()))
+        now = time.time()
+        comps = views.components(opened, now)
+        monitor_banner(comps, views.group_health(opened, comps, now))
         now = count(opened) if count else 0
     if count and now > shown:
         more = now - shown

@@ -18,6 +18,7 @@ from oncewatch.core.config import Config, PostgresTarget, load
 from oncewatch.core.records import Finding, OffsetsSnapshot, QuarantinedRecord, RowChange
 from oncewatch.dashboards import incidents
 from oncewatch.store import Store, open_reader, queries
+from oncewatch.store.group import shard_checkpoints
 
 ENV_STORE = "ONCEWATCH_STORE"
 ENV_CONFIG = "ONCEWATCH_CONFIG"
@@ -200,6 +201,7 @@ def diff(row: RowChange) -> dict[str, Any]:
 
 
 GROUP_HEALTH = "group/"  # the health rows of a group's members: group/<member>
+SHARD_LIST = "shard list"
 LEASE_PARTITION = ".lease/0"  # of a member's routers' partitions, the lease (the change source's), not an event one
 
 
@@ -209,14 +211,16 @@ def event_partitions(member: dict[str, Any]) -> int:
 
 
 def group_members(comps: dict[str, Component]) -> list[dict[str, Any]]:
-    """A group's members ([group]), one row each: live, or gone since its last health (its work is others' by then)."""
+    """A group's members ([group]), one row each: live, or gone since its last health (its work is others' by then);
+    SHARD_LIST holds its shards as a list, for `group_verdict` (not a column to show)."""
     rows = []
     for name, c in sorted(comps.items()):
         if not name.startswith(GROUP_HEALTH):
             continue
         v = c.value
+        owned = sorted(v["shards"], key=int)
         rows.append({"member": v["member"], "state": "gone" if c.stale else "live", "seen_seconds_ago": c.age_seconds,
-                     "shards": ", ".join(sorted(v["shards"], key=int)) or "–",
+                     "shards": ", ".join(owned) or "–", SHARD_LIST: owned,
                      "change source": "reads it" if v["routers"]["change_source"] else "",
                      "event partitions": event_partitions(v),
                      "records applied": v["applied"]})
@@ -231,3 +235,47 @@ def group_shards(shards: dict[int, dict[str, Any]], now: float) -> list[dict[str
              "Kafka clock behind (s)": max(0.0, now - c["kafka_time"]) if c["kafka_time"] else None}
             for shard, c in sorted(shards.items())]
 
+
+SHARD_BEHIND_MESSAGES = 10_000  # as OncewatchGroupShardBehind
+
+
+@dataclass(frozen=True)
+class GroupVerdict:
+    """A group's word on itself, where a lone monitor has its own (oncewatch.monitor.verdict): failing when some
+    of the work is not done (no member live, the change source unread, a shard nobody commits), degraded when it
+    is done late or unevenly, else healthy."""
+
+    verdict: str
+    reasons: tuple[str, ...]
+    live: int
+    shards: int
+
+
+def group_verdict(members: list[dict[str, Any]], shards: list[dict[str, Any]]) -> GroupVerdict:
+    """From `group_members` and `group_shards` rows."""
+    live = [m for m in members if m["state"] == "live"]
+    failing, degraded = [], []
+    if not live:
+        failing.append("no member is running")
+    elif not any(m["change source"] for m in live):
+        failing.append("no live member reads the change source")
+    unjudged = [str(s["shard"]) for s in shards if s["committed_seconds_ago"] > STALE_SECONDS]
+    if unjudged:
+        failing.append(f"shard(s) {', '.join(unjudged)} not committed for over {STALE_SECONDS:.0f} s: no member "
+                       "judges them")
+    behind = [str(s["shard"]) for s in shards if s["lag (messages)"] > SHARD_BEHIND_MESSAGES]
+    if behind:
+        degraded.append(f"shard(s) {', '.join(behind)} more than {SHARD_BEHIND_MESSAGES:,} messages behind")
+    owned = {m["member"]: len(m[SHARD_LIST]) for m in live}
+    idle = [name for name, n in owned.items() if n == 0] if max(owned.values(), default=0) >= 2 else []
+    if idle:
+        degraded.append(f"{', '.join(idle)} judge(s) no shard while another judges two or more")
+    verdict = names.FAILING if failing else names.DEGRADED if degraded else names.HEALTHY
+    return GroupVerdict(verdict, tuple(failing + degraded), len(live), len(shards))
+
+
+def group_health(store: Store, comps: dict[str, Component], now: float) -> GroupVerdict | None:
+    """The group's verdict when `store` is a group's ([group]), else None."""
+    shards = shard_checkpoints(store)
+    members = group_members(comps)
+    return group_verdict(members, group_shards(shards, now)) if members or shards else None

@@ -85,7 +85,7 @@ def group(members: list[dict], shards: list[dict]) -> None:
                  "no member judges them (OncewatchGroupShardNotJudged).")
     st.caption(f"{len(members) - len(gone)} member(s) live" + (f"; gone: {', '.join(gone)}" if gone else ""))
     cols = st.columns(2)
-    cols[0].dataframe(pd.DataFrame(members), hide_index=True, key="group-members")
+    cols[0].dataframe(pd.DataFrame(members).drop(columns=views.SHARD_LIST), hide_index=True, key="group-members")
     cols[1].dataframe(pd.DataFrame(shards), hide_index=True, key="group-shards")
 
 
@@ -100,10 +100,11 @@ def live(window_seconds: float) -> None:
         points = {name: queries.series(store, name, now - window_seconds) for name in ui.CHARTS}
         marks = queries.finding_marks(store, now - window_seconds)
         shards = shard_checkpoints(store)
-    ui.monitor_banner(comps)
-    members = views.group_members(comps)
-    if members or shards:
-        group(members, views.group_shards(shards, now))
+    members, shard_rows = views.group_members(comps), views.group_shards(shards, now)
+    verdict = views.group_verdict(members, shard_rows) if members or shards else None
+    ui.monitor_banner(comps, verdict)
+    if verdict is not None:
+        group(members, shard_rows)
 
     monitor = comps.get(names.MONITOR)
     # Three collector tiles to a row (their labels carry the figure's words), four short ones below.
@@ -113,8 +114,11 @@ def live(window_seconds: float) -> None:
         col.metric(label, value, help=help_, border=True)
 
     cols = st.columns(4)
-    cols[0].metric("Monitor — stale" if monitor and monitor.stale else "Monitor", verdict_of(monitor),
-                   help=verdict_help(monitor), border=True)
+    if monitor is None and verdict is not None:
+        cols[0].metric("Group", verdict.verdict, help="; ".join(verdict.reasons) or "nothing wrong", border=True)
+    else:
+        cols[0].metric("Monitor — stale" if monitor and monitor.stale else "Monitor", verdict_of(monitor),
+                       help=verdict_help(monitor), border=True)
     cols[1].metric("Open critical findings", f"{views.open_critical(counts):,}", border=True)
     cols[2].metric("Backlog", f"{views.backlog_total(stats):,}", help="Committed changes still within their grace, "
                    "waiting for their Kafka event, all tables (those past it are F7 findings)", border=True)

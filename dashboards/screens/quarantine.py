@@ -20,7 +20,9 @@ SHOWN = 1000
 @ui.live
 def records() -> None:
     with ui.store() as store:
-        ui.monitor_banner(views.components(store, time.time()))
+        now = time.time()
+        comps = views.components(store, now)
+        ui.monitor_banner(comps, views.group_health(store, comps, now))
         counts = store.quarantine_counts()
         records = store.quarantined(limit=SHOWN)
         binlog = store.binlog_quarantined()

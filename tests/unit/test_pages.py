@@ -11,6 +11,7 @@ from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
 from devservices import scenario
+from oncewatch.core import names
 from oncewatch.core.records import Evidence, Finding
 from oncewatch.dashboards import auth, login_limits, reports, views
 from oncewatch.store import Store, reviews
@@ -100,6 +101,23 @@ def test_overview_shows_every_member_of_a_group_and_a_shard_nobody_judges(env: P
     assert list(shards["owner"]) == ["east", "east", "west"] and list(shards["lag (messages)"]) == [0, 0, 40]
     assert "1 member(s) live; gone: west" in [c.value for c in at.caption]
     assert any(e.value.startswith("Shard(s) 2 not committed for over 30 s") for e in at.error)
+
+
+@SQLITE_ONLY
+def test_a_group_without_a_monitor_row_gives_its_own_verdict_on_every_page(env: Path,
+                                                                         scenario_store: StoreTarget) -> None:
+    """A group's store has no monitor row: the banner and the verdict tile are the group's, not "not written its
+    health yet"."""
+    store = Store(scenario_store)
+    scenario.seed_group(store)
+    store.conn.execute("DELETE FROM health WHERE component = ?", (names.MONITOR,))
+    store.close()
+    for page in ("overview", "findings", "drift"):
+        at = run(page)
+        assert [e.value for e in at.error][:1] == [
+            "**Group failing**: shard(s) 2 not committed for over 30 s: no member judges them"], page
+        assert not [w.value for w in at.warning if "not written its health" in w.value], page
+    assert metrics(run("overview"))["Group"] == "failing"
 
 
 @SQLITE_ONLY
