@@ -24,6 +24,9 @@ from oncewatch.core.tables import Watched
 TRADE_NO_FIELDS = frozenset({"trade_no"})
 ORDER_FIELDS = frozenset({"order", "order_key"})
 
+# What an incident is named by, of the keys its findings share: the first kind there is, then the least value.
+NAMED_BY = ("order", "trade_no", "group", "finding")
+
 # Worst first: an incident is as bad as its worst part, and open while any part is.
 SEVERITY_ORDER = ("critical", "warning", "info")
 STATUS_ORDER = (names.OPEN, names.ACKNOWLEDGED, names.CLOSED, names.RESOLVED)
@@ -192,7 +195,6 @@ def group(findings: Sequence[Finding], rows: Rows, fields: Fields = Fields()) ->
     incidents = []
     for parts in members.values():
         nodes = {n for f in parts for n in named[f.id]}
-        kind, value = min((n.split(":", 1) for n in nodes), key=lambda kv: (("order", "trade_no", "group", "finding").index(kv[0]),
-                                                                           kv[1]))
+        kind, value = min((n.split(":", 1) for n in nodes), key=lambda kv: (NAMED_BY.index(kv[0]), kv[1]))
         incidents.append(Incident(kind, value, tuple(sorted(parts, key=lambda f: (f.first_seen, f.id)))))
     return sorted(incidents, key=lambda i: (_rank(STATUS_ORDER)(i.status), -i.last_seen, i.value))
