@@ -619,9 +619,14 @@ class CdcCollector:
                 handed += a.ready(now, behind=not read_to_end)
                 notice = None if handed else a.replay_notice()
                 handed += [notice] if notice is not None else []
-                self.caught_up = not a.waiting and read_to_end
+                # caught up once every transaction of this poll is handed on, not while the first is: a caller that
+                # marks its clock at caught_up (a group's change router) would vouch for the rest not yet handed
+                caught_up = not a.waiting and read_to_end
+                if handed:
+                    self.caught_up = False
                 for tx in handed:
                     yield self._handed_on(tx, now)
+                self.caught_up = caught_up
                 if idle and not handed:
                     yield None
         finally:
