@@ -1,6 +1,8 @@
 """Several instances judge as one (issue 18): a CDC workload with every fault mode, read by one instance of a
-group and by three of another, the one reading the change source SIGKILLed mid-run and a fourth added mid-run, on
-the real MariaDB, Debezium, Kafka and PostgreSQL. Both groups' findings are the same (ids, rules, status, severity,
+group and by three of another, the one reading the change source SIGKILLed mid-run and a fourth added mid-run, and
+then the store's PostgreSQL server restarted under both groups, on the real MariaDB, Debezium, Kafka and
+PostgreSQL. Every instance outlives the restart (it starts again from the store's commits, the outage counted on
+its health row) and both groups' findings are the same (ids, rules, status, severity,
 times, keys, summaries and evidence; the readings F11 and F12, whose evidence is the latest reading, by id, rule
 and status), and every injected fault is found and nothing else. bench/group_throughput.py does the same at
 200,000 rows and more, and measures it.
@@ -12,8 +14,8 @@ import threading
 import time
 
 from devservices import postgres
-from devservices.group_runs import (Member, change_source_holder, compared, difference, group_config, started,
-                                    wait_judged_past)
+from devservices.group_runs import (Member, change_source_holder, compared, difference, group_config, members_of,
+                                    started, wait_judged_past)
 from devservices.kafka_connect import CDC_SCHEMA
 from devservices.shop_monitor import findings, new_topic, shop_settings
 from oncewatch import shop
@@ -45,6 +47,10 @@ def test_three_instances_one_killed_one_added_find_what_one_instance_finds(cdc_c
             members[change_source_holder(three, {k: m for k, m in members.items() if k != "one"})].kill()
             time.sleep(1.5)
             members["three-3"] = Member(three, "three-3")  # mid-run: the group rebalances to take it in
+            time.sleep(1.0)
+            postgres.stop_server()  # under both groups, the fourth member just taken in
+            time.sleep(3.0)
+            postgres.start()
             run.join()
             truth, = shop_done
             assert not truth.incidents, truth.incidents
@@ -54,10 +60,15 @@ def test_three_instances_one_killed_one_added_find_what_one_instance_finds(cdc_c
                 wait_judged_past(config, SHARDS, until)
             time.sleep(6.0)  # the offsets' readings (F11, F12) of the stalled group held and committed
             found = {"one": findings(one), "three": findings(three)}
+            outages = {**{n: r["store_outages"] for n, r in members_of(one).items()},
+                       **{n: r["store_outages"] for n, r in members_of(three).items()}}
         finally:
+            postgres.up()  # whatever happened above, the server runs for the tests after this one
             codes = {name: m.stop() for name, m in members.items() if m.process.returncode is None}
         for name, code in codes.items():
             assert code == 0, (name, members[name].tail())
+        alive = {m.name for m in members.values() if m.process.returncode == 0}
+        assert len(alive) == 4 and all(outages[name] >= 1 for name in alive), outages
         one_found, three_found = compared(found["one"]), compared(found["three"])
         assert three_found == one_found, difference(one_found, three_found)
         result = score(truth, found["three"])
