@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
+from itertools import chain
 from threading import Thread
 from typing import Any
 from wsgiref.simple_server import WSGIServer
@@ -381,11 +382,11 @@ class StoreCollector(Collector):
 
     A member of a group ([group]) serves its own row (`member`) and, while `wide()` (it owns the leader shard), the
     store's: every member's and shard's, the findings and the group's engine stats, so that of the members scraped
-    exactly one pages for a finding."""
+    exactly one pages for a finding; those carry `instance="group/<group>"` (_as_instance)."""
 
     def __init__(self, target: str | PostgresTarget, member: str | None = None,
-                 wide: Callable[[], bool] = lambda: True):
-        self.target, self.member, self.wide = target, member, wide
+                 wide: Callable[[], bool] = lambda: True, group: str | None = None):
+        self.target, self.member, self.wide, self.group = target, member, wide, group
 
     def collect(self) -> Iterator[Metric]:
         store_up = _gauge("store_up", "1 when the monitor's store could be read for this scrape.")
@@ -411,28 +412,34 @@ class StoreCollector(Collector):
         if not self.wide():
             yield from _members({self.member: members[self.member]} if self.member in members else {})
             return
-        if members or shards:
-            yield from _members(members)
-            yield from _shards(shards)
-        yield from _health(health)
-        yield _quarantine(quarantine, health[names.KAFKA_EVENTS].value if names.KAFKA_EVENTS in health else {})
-        yield _binlog_quarantine(binlog_quarantine)
-        yield from _engine(stats, counts)
-        yield from _pipeline(stats)
-        yield _lifecycle(counts)
-        yield _pruned(pruned)
+        wide = chain(_members(members), _shards(shards)) if members or shards else iter(())
+        wide = chain(wide, _health(health), [
+            _quarantine(quarantine, health[names.KAFKA_EVENTS].value if names.KAFKA_EVENTS in health else {}),
+            _binlog_quarantine(binlog_quarantine)], _engine(stats, counts), _pipeline(stats), [_lifecycle(counts),
+                                                                                             _pruned(pruned)])
+        yield from wide if self.group is None else _as_instance(wide, f"group/{self.group}")
+
+
+def _as_instance(families: Iterable[Metric], instance: str) -> Iterator[Metric]:
+    """The store's series with an `instance` of their own: a group's, whichever member serves them (the one owning
+    shard 0, which changes as the group rebalances). Scraped with `honor_labels: true`, an alert on them stays one
+    alert across such a move instead of ending on the old member and firing again on the new."""
+    for family in families:
+        labelled = Metric(family.name, family.documentation, family.type, family.unit)
+        labelled.samples = [s._replace(labels={**s.labels, "instance": instance}) for s in family.samples]
+        yield labelled
 
 
 def registry(target: str | PostgresTarget, member: str | None = None,
-             wide: Callable[[], bool] = lambda: True) -> CollectorRegistry:
+             wide: Callable[[], bool] = lambda: True, group: str | None = None) -> CollectorRegistry:
     """A registry holding only the store collector (no process/platform metrics of the server)."""
     reg = CollectorRegistry()
-    reg.register(StoreCollector(target, member, wide))
+    reg.register(StoreCollector(target, member, wide, group))
     return reg
 
 
 def serve(target: str | PostgresTarget, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, member: str | None = None,
-          wide: Callable[[], bool] = lambda: True) -> tuple[WSGIServer, Thread]:
+          wide: Callable[[], bool] = lambda: True, group: str | None = None) -> tuple[WSGIServer, Thread]:
     """Serve /metrics for the store in a daemon thread. Port 0 picks a free port: read it from
     `server.server_port`. Stop with `server.shutdown(); server.server_close()`."""
-    return start_http_server(port, addr=host, registry=registry(target, member, wide))
+    return start_http_server(port, addr=host, registry=registry(target, member, wide, group))

@@ -47,7 +47,8 @@ def write_prometheus_config() -> Path:
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
         "rule_files": [str(PROMETHEUS_DIR / "alerts.yml")],
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"{HOST}:{ALERTMANAGER_PORT}"]}]}]},
-        "scrape_configs": [{"job_name": "oncewatch",
+        # honor_labels: a group's store series carry an instance of their own (README, Several instances as one)
+        "scrape_configs": [{"job_name": "oncewatch", "honor_labels": True,
                             "file_sd_configs": [{"files": [str(TARGETS / "*.json")], "refresh_interval": "1s"}]}],
     }
     path = Path(PROMETHEUS.marker)

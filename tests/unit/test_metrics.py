@@ -222,3 +222,10 @@ def test_a_group_member_serves_its_own_row_and_the_stores_only_while_it_leads(tm
         ("0", "east"), ("1", "east"), ("2", "west")}
     assert [s.value for s in leader["oncewatch_group_shard_lag_messages"]] == [0, 0, 40]
     assert "oncewatch_findings_by_status" in leader
+    # the store's series as the group's, whichever member serves them: one alert across a move of shard 0
+    grouped = families(member="east", wide=lambda: True, group="shop")
+    assert {s.labels["instance"] for s in grouped["oncewatch_findings_by_status"]} == {"group/shop"}
+    assert {s.labels.get("instance") for s in grouped["oncewatch_group_member_shards"]} == {"group/shop"}
+    assert "instance" not in grouped["oncewatch_store_up"][0].labels  # its own: the scraped target's
+    assert ([(s.name, s.labels["member"], s.value) for s in grouped["oncewatch_group_member_rejoins"]]
+            == [(s.name, s.labels["member"], s.value) for s in leader["oncewatch_group_member_rejoins"]])
