@@ -26,14 +26,18 @@ from .test_scoring import SCORING_RULES
 
 SHARDS = 6
 ORDERS = 400
+# The scoring runs' rules, but an order pending 10 s before F3: with five members starting, rebalancing and a
+# member SIGKILLed on two cores, the shop itself was once 6.2 s late paying an order (a true F3 in the binlog,
+# found alike by both groups, that its ground truth cannot explain); its faults' orders stay pending for good.
+RULES = {**SCORING_RULES, "stuck_pending_seconds": 10}
 
 
 def test_three_instances_one_killed_one_added_find_what_one_instance_finds(cdc_connector, tmp_path):
     topic = new_topic()
     shop.run(shop_settings(topic, schema=CDC_SCHEMA, orders=0, reset=True))
     with postgres.new_schema() as one_store, postgres.new_schema() as three_store:
-        one = group_config(tmp_path / "one", topic, one_store, SHARDS, SCORING_RULES)
-        three = group_config(tmp_path / "three", topic, three_store, SHARDS, SCORING_RULES)
+        one = group_config(tmp_path / "one", topic, one_store, SHARDS, RULES)
+        three = group_config(tmp_path / "three", topic, three_store, SHARDS, RULES)
         members = {"one": Member(one, "one"), **{f"three-{i}": Member(three, f"three-{i}") for i in range(3)}}
         try:
             for config in (one, three):
@@ -58,8 +62,7 @@ def test_three_instances_one_killed_one_added_find_what_one_instance_finds(cdc_c
             postgres.stop_server()
             time.sleep(3.0)
             postgres.start()
-            until = time.time() + max(SCORING_RULES["stuck_pending_seconds"],
-                                      SCORING_RULES["missing_event_grace_seconds"]) + 2
+            until = time.time() + max(RULES["stuck_pending_seconds"], RULES["missing_event_grace_seconds"]) + 2
             for config in (one, three):
                 wait_judged_past(config, SHARDS, until)
             time.sleep(6.0)  # the offsets' readings (F11, F12) of the stalled group held and committed
