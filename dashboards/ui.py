@@ -135,9 +135,9 @@ def banner(count: Callable[[Store], int] | None = None, shown: int = 0, what: st
     A page whose list a person works on (selects a row, acknowledges it) does not reorder it under their
     hand: `count` says how many the filters match now, and the banner says when more came than `shown`."""
     with store() as opened:
-        now = time.time()
-        comps = views.components(opened, now)
-        monitor_banner(comps, views.group_health(opened, comps, now))
+        at = time.time()
+        comps = views.components(opened, at)
+        monitor_banner(comps, views.group_health(opened, comps, at))
         now = count(opened) if count else 0
     if count and now > shown:
         more = now - shown
