@@ -7,7 +7,9 @@ three events that announce them (order.paid, shipment.created, points.granted), 
 after their rows. The monitor has taken its first checkpoint on the empty tables before, so it
 tails all of it from the binlog and the topic, as after a night's downtime. Timed from the
 process's start to the moment its store's checkpoints reach the end of both streams; its RSS is
-sampled every half second (peak, and the peak of each third of the run: flat means flat). The
+sampled every half second (peak, and the peak of each third of the run: flat means flat), and its
+CPU time (all threads) is read when it has caught up: records per CPU-second next to records/s tells
+a monitor held up by one core (the GIL) from one left waiting. The
 workload is clean, so the run must end with no finding. Target (issue 16): >= 30,000 records/s on
 this 2-core machine, RSS flat. Usage:
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -105,6 +108,12 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` so far (its threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def one_run(orders: int, batch: int, on_postgres: bool) -> dict[str, float]:
     if not on_postgres:
         return measured(orders, batch, None)
@@ -134,11 +143,11 @@ def measured(orders: int, batch: int, postgres_store: PostgresTarget | None) -> 
                                  "--until-idle", str(IDLE)], cwd=ROOT, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
         samples: list[float] = []
-        done_at = None
+        done_at = cpu = None
         while proc.poll() is None:
             samples.append(rss_mib(proc.pid))
             if done_at is None and caught_up(store_path, gtid, events):
-                done_at = time.perf_counter()
+                done_at, cpu = time.perf_counter(), cpu_seconds(proc.pid)
             time.sleep(0.5)
         if proc.returncode != 0:
             raise SystemExit(f"oncewatch run exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
@@ -152,7 +161,7 @@ def measured(orders: int, batch: int, postgres_store: PostgresTarget | None) -> 
     seconds = done_at - start
     thirds = [max(samples[k * len(samples) // 3:(k + 1) * len(samples) // 3] or [0.0]) for k in range(3)]
     records = orders * ROWS_PER_ORDER + events
-    return {"records": records, "seconds": seconds, "rate": records / seconds, "peak": max(samples),
+    return {"records": records, "seconds": seconds, "rate": records / seconds, "cpu": cpu, "peak": max(samples),
             **{f"third{k + 1}": v for k, v in enumerate(thirds)}}
 
 
@@ -171,12 +180,14 @@ def main() -> None:
         r = one_run(args.orders, args.batch, args.postgres)
         results.append(r)
         print(f"run {run + 1}: {r['records']:,} records caught up in {r['seconds']:.1f} s: {r['rate']:,.0f} records/s; "
+              f"the monitor's CPU {r['cpu']:.1f} s ({r['records'] / r['cpu']:,.0f} records per CPU-second); "
               f"RSS peak {r['peak']:.0f} MiB (peak per third: {r['third1']:.0f} / {r['third2']:.0f} / "
               f"{r['third3']:.0f} MiB)", flush=True)
     rate = statistics.median(r["rate"] for r in results)
+    per_cpu = statistics.median(r["records"] / r["cpu"] for r in results)
     peak = statistics.median(r["peak"] for r in results)
     print(f"median over {args.runs} runs: {rate:,.0f} records/s end to end (target >= 30,000), "
-          f"RSS peak {peak:.0f} MiB")
+          f"{per_cpu:,.0f} per CPU-second of the monitor, RSS peak {peak:.0f} MiB")
 
 
 if __name__ == "__main__":
