@@ -1,13 +1,18 @@
-"""The Kafka clock of the absence rules: up to when the Kafka side has been read (DESIGN §4).
+"""The clocks of the absence rules while the streams are busy: up to when each side has been read (DESIGN §4).
 
-F7 judges a change's event lost only once this clock passes the change's grace: an event is
-never "missing" while Kafka has not been read up to where it should have appeared.
+F7 judges a change's event lost only once the Kafka clock passes the change's grace: an event is
+never "missing" while Kafka has not been read up to where it should have appeared. F3 (an order
+stuck in pending) and F8/F9 (an event with no change of its own) are judged on the binlog clock
+likewise. Under steady traffic neither stream is read to its end at the instant it is asked, so
+each clock advances from what the reader has vouched for: an end learned at a known time, once
+applied, vouches for everything before that time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from oncewatch.core.gtids import GtidSet
 from oncewatch.core.records import PartitionStatus
 
 
@@ -31,3 +36,23 @@ def kafka_watermark(partitions: Iterable[PartitionStatus], applied: dict[str, in
         else:
             return previous
     return min(marks, default=previous)
+
+
+BinlogEnd = tuple[float, GtidSet]  # (the time just before the server was asked, its binlog's end then)
+
+
+def binlog_watermark(ends: list[BinlogEnd], applied: GtidSet) -> tuple[float | None, list[BinlogEnd]]:
+    """(the newest time up to which the binlog is applied, the ends not applied yet).
+
+    `ends` are the server's binlog ends (@@gtid_binlog_pos) as probed, each with the time taken just
+    before it was asked for, oldest first; `applied` the GTID set the engine has taken in. An end
+    applied in every domain vouches for every transaction committed before it was asked for (MariaDB
+    writes a transaction to its binlog before the commit returns), so the clock is that time; None
+    when no end is applied yet. Without this the busy binlog's clock is the newest header time, whole
+    seconds, which held F3 and F9 back by up to a second and more."""
+    covered = None
+    for i, (at, end) in enumerate(ends):
+        if any(applied.get(domain, (0, -1))[1] < seq for domain, (_, seq) in end.items()):
+            return covered, ends[i:]
+        covered = at
+    return covered, []

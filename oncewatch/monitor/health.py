@@ -21,6 +21,7 @@ import pymysql
 
 from oncewatch.collectors.binlog import TRANSPORT_ERRORS
 from oncewatch.core.domain import Rules
+from oncewatch.core.gtids import gtid_set
 from oncewatch.core.histogram import delay_p99
 from oncewatch.core.names import BINLOG, KAFKA_EVENTS, MONITOR
 from oncewatch.monitor.readers import BinlogSource, CdcSource, KafkaEventsSource, Reader, running_source
@@ -28,6 +29,9 @@ from oncewatch.monitor.verdict import judge
 from oncewatch.monitor.writer import Progress
 from oncewatch.store import Store
 
+# The server's binlog ends kept while the tail reads behind them: at one probe a CLOCK_SECONDS, the last 15 s
+# (a tail further behind moves its clock by the transactions' own times meanwhile).
+BINLOG_ENDS_KEPT = 60
 DELAY_WINDOW_SECONDS = 60.0  # the dashboard's p99 event delay is of the pairs matched this recently
 
 log = logging.getLogger("oncewatch.monitor.health")
@@ -88,10 +92,13 @@ class Health:
 
     # -------------------------------------------------------------- caught up
 
-    def refresh(self) -> None:
+    def refresh(self, *, kafka: bool = True) -> None:
+        """Whether each stream is read to its end; `kafka=False` asks only the binlog's server (one quick query:
+        asking the broker takes a round of admin requests, which the writer waits for)."""
         p = self.progress
         p.binlog_caught_up = self._binlog_caught_up()
-        p.kafka_caught_up = KAFKA_EVENTS not in self.readers or self._kafka_caught_up()
+        if kafka:
+            p.kafka_caught_up = KAFKA_EVENTS not in self.readers or self._kafka_caught_up()
 
     def _kafka_caught_up(self) -> bool:
         """Read to the end *and applied*: records the reader holds or has queued are not yet seen by
@@ -116,13 +123,20 @@ class Health:
         b = source.collector
         if not b.status.connected or b.status.last_position is None or self.progress.binlog is None:
             return False
+        asked_at = time.time()
         try:
             server = b.current_server_position()
         except TRANSPORT_ERRORS as exc:  # a server we cannot ask is not caught up with
             self._probe_failed(exc)
             return False
         self.probe_error = None
-        return server.gtid == self.progress.binlog.gtid
+        if server.gtid == self.progress.binlog.gtid:
+            return True
+        # not yet: once applied, this end vouches for the binlog up to `asked_at` (checks.clocks.binlog_watermark)
+        ends = self.progress.binlog_ends
+        ends.append((asked_at, gtid_set(server.gtid)))
+        del ends[:-BINLOG_ENDS_KEPT]
+        return False
 
     def _probe_failed(self, exc: BaseException) -> None:
         error = f"{type(exc).__name__}: {exc}"

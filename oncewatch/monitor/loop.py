@@ -44,6 +44,10 @@ BATCH_RECORDS = 5000
 LEAD_SECONDS = 10.0
 LEAD_WAITING = 10_000
 HEALTH_SECONDS = 1.0
+# Between looks at how far the binlog is read (its end asked of the server; Kafka's, a round of admin requests,
+# once a HEALTH_SECONDS), each followed by a tick of the engine's timer: the absence rules' binlog clock moves
+# this often while the binlog is busy.
+CLOCK_SECONDS = 0.25
 PRUNE_SECONDS = 60.0  # between looks for records past the retention; slices follow each other while some remain
 SERIES_SECONDS = 5.0
 JOIN_SECONDS = 10.0
@@ -228,15 +232,17 @@ class Monitor:
         kafka_partitions = self._kafka_partitions if KAFKA_EVENTS in self.readers else None
         for reader in self.readers.values():
             reader.start()
-        last_health = last_series = next_prune = 0.0
+        last_health = last_series = last_clock = next_prune = 0.0
         try:
             while not self._stop.is_set():
                 items = self._drain_queue()
                 failures = [i for i in items if isinstance(i, ReaderFailed)]
                 now = time.time()
-                if now - last_health >= HEALTH_SECONDS:
-                    self.health.refresh()
-                if items or now - last_health >= HEALTH_SECONDS:
+                clock_due = now - last_clock >= CLOCK_SECONDS
+                if clock_due:
+                    self.health.refresh(kafka=now - last_health >= HEALTH_SECONDS)
+                    last_clock = now
+                if items or clock_due:
                     self.writer.apply([i for i in items if not isinstance(i, ReaderFailed)], kafka_partitions)
                 for failure in failures:
                     if failure.fatal:

@@ -19,11 +19,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from oncewatch.checks.clocks import kafka_watermark
+from oncewatch.checks.clocks import BinlogEnd, binlog_watermark, kafka_watermark
 from oncewatch.checks.engine import Engine
 from oncewatch.collectors.binlog import bootstrap
 from oncewatch.collectors.kafka_events import EventBatch
 from oncewatch.core.config import Config
+from oncewatch.core.gtids import gtid_set
 from oncewatch.core.names import (BINLOG_CHECKPOINT, BOOTSTRAP, CDC_CHECKPOINT, CDC_GTID_CHECKPOINT, ENGINE_STATS,
                                   KAFKA_CHECKPOINT, partition_key)
 from oncewatch.core.records import BinlogPosition, CdcCopy, OffsetsSnapshot, PartitionStatus, RowChange, Transaction
@@ -50,6 +51,7 @@ class Progress:
     cdc_gtid: str = ""  # CDC check mode: the GTID set the CDC topics delivered (in source mode, `binlog`'s)
     kafka: dict[str, int] = field(default_factory=dict)  # likewise, partition key -> next offset
     offsets: OffsetsSnapshot | None = None  # the last offsets snapshot applied
+    binlog_ends: list[BinlogEnd] = field(default_factory=list)  # the server's binlog ends probed, not yet applied
     bootstrapped_rows: int = 0  # rows of the watched tables applied by the bootstrap under way
 
 
@@ -183,6 +185,9 @@ class Writer:
     def _tick(self, kafka_partitions: Callable[[], Sequence[PartitionStatus]] | None) -> None:
         now = time.time()
         p = self.progress
+        if p.binlog_ends and p.binlog is not None:
+            covered, p.binlog_ends = binlog_watermark(p.binlog_ends, gtid_set(p.binlog.gtid))
+            p.binlog_time = max(p.binlog_time, covered or 0.0)
         binlog_time = max(self.caught_up_clock(now), p.binlog_time) if p.binlog_caught_up else p.binlog_time
         if kafka_partitions is None or p.kafka_caught_up:
             kafka_time = now
