@@ -31,7 +31,7 @@ from oncewatch.store import Store
 
 # The server's binlog ends kept while the tail reads behind them: at one probe a CLOCK_SECONDS, the last 15 s
 # (a tail further behind moves its clock by the transactions' own times meanwhile).
-BINLOG_ENDS_KEPT = 60
+BINLOG_ENDS_KEPT = 150
 DELAY_WINDOW_SECONDS = 60.0  # the dashboard's p99 event delay is of the pairs matched this recently
 
 log = logging.getLogger("oncewatch.monitor.health")

@@ -37,7 +37,7 @@ from oncewatch.store import Store, open_monitor
 log = logging.getLogger("oncewatch.monitor")
 
 QUEUE_RECORDS = 8000  # rows and Kafka records read and not yet applied: about 15 MB at most
-BATCH_SECONDS = 0.25
+BATCH_SECONDS = 0.1  # what the first record of a batch may wait for the rest: part of every detection's latency
 BATCH_RECORDS = 5000
 # One stream read this far ahead of the other, with this many of its records waiting in the engine for
 # their counterpart, waits for the other (memory stays bounded while the monitor is behind).
@@ -45,9 +45,10 @@ LEAD_SECONDS = 10.0
 LEAD_WAITING = 10_000
 HEALTH_SECONDS = 1.0
 # Between looks at how far the binlog is read (its end asked of the server; Kafka's, a round of admin requests,
-# once a HEALTH_SECONDS), each followed by a tick of the engine's timer: the absence rules' binlog clock moves
-# this often while the binlog is busy.
-CLOCK_SECONDS = 0.25
+# once a HEALTH_SECONDS): the absence rules' binlog clock moves this often while the binlog is busy. An idle
+# monitor ticks its timer this often only while a verdict is due, else once a HEALTH_SECONDS (a store
+# transaction each).
+CLOCK_SECONDS = 0.1
 PRUNE_SECONDS = 60.0  # between looks for records past the retention; slices follow each other while some remain
 SERIES_SECONDS = 5.0
 JOIN_SECONDS = 10.0
@@ -242,7 +243,7 @@ class Monitor:
                 if clock_due:
                     self.health.refresh(kafka=now - last_health >= HEALTH_SECONDS)
                     last_clock = now
-                if items or clock_due:
+                if items or clock_due and (now - last_health >= HEALTH_SECONDS or self._verdict_due(now)):
                     self.writer.apply([i for i in items if not isinstance(i, ReaderFailed)], kafka_partitions)
                 for failure in failures:
                     if failure.fatal:
@@ -266,6 +267,11 @@ class Monitor:
                 reader.join(JOIN_SECONDS)
             self.health.write(with_series=False, stopped=True)
             close_metrics()
+
+    def _verdict_due(self, now: float) -> bool:
+        """A verdict of the engine's timer comes due by `now` (an order's stuck time, an event's grace)."""
+        due = self.engine.undecided()[1]
+        return due is not None and due <= now
 
     def _tail_after_bootstrap(self) -> None:
         """Once the bootstrap's last chunk is committed, the binlog tail takes its reader's place."""
