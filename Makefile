@@ -28,9 +28,10 @@ status:
 layers: venv
 	$(VENV)/bin/lint-imports --no-cache
 
-## make test: everything the tests need, then the whole suite.
+## make test: everything the tests need, then the whole suite (the unit tests beside the integration tests:
+## devservices/suite.py).
 test: layers services
-	$(PY) -m pytest
+	$(PY) -m devservices.suite
 
 ## unit tests only (no servers, no promtool)
 unit: layers

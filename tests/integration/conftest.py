@@ -31,10 +31,10 @@ SERVERLESS = ("test_dashboard_browser.py",)
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Marks every test here `integration`, and orders the session: the tests that need no server first
-    (the unit tests, then SERVERLESS), then the demo's, then the rest. The demo starts in the background
-    once collected (below) and needs a minute or two before its slowest rules show; it runs beside the
-    serverless tests, and is stopped before any test that restarts a server (a bootstrap cut short by a
-    MariaDB restart stops the demo's monitor, as it would a user's)."""
+    (the unit tests, and their store tests on PostgreSQL; then SERVERLESS), then the demo's, then the rest.
+    The demo starts in the background once collected (below) and needs a minute or two before its slowest
+    rules show; it runs beside the serverless tests, and is stopped before any test that restarts a server
+    (a bootstrap cut short by a MariaDB restart stops the demo's monitor, as it would a user's)."""
     here = Path(__file__).parent
 
     def rank(item: pytest.Item) -> int:

@@ -20,6 +20,7 @@ values = st.one_of(
 
 
 # Keys starting with "$" are reserved for the type tags (oncewatch.core.records.to_json).
+@settings(deadline=None)  # make test runs it beside the integration tests: a slow example is no failure
 @given(st.dictionaries(st.text(min_size=1).filter(lambda k: not k.startswith("$")), values))
 def test_row_values_round_trip_exactly(row):
     back = from_json(to_json(row))
@@ -32,7 +33,7 @@ flat_values = st.one_of(values, st.floats(), st.integers(min_value=-2 ** 80, max
                         st.datetimes(timezones=st.timezones()), st.lists(st.integers(), max_size=2))
 
 
-@settings(max_examples=400)
+@settings(max_examples=400, deadline=None)
 @given(st.one_of(st.dictionaries(st.text(min_size=1).filter(lambda k: not k.startswith("$")), flat_values),
                  st.lists(flat_values, max_size=4)))
 def test_flat_json_writes_what_to_json_writes(value):
