@@ -251,7 +251,10 @@ class KafkaEventCollector:
 
         Asks the broker (bounded by `timeout_ms`), so a record produced just before the call is
         counted. A topic that does not exist has nothing to read. A broker that cannot be asked
-        means False: absence rules must not be judged on a stream we cannot see.
+        means False: absence rules must not be judged on a stream we cannot see. So does a partition
+        that exists and is not assigned yet, even an empty one: it has no position to resume from,
+        and a monitor that ended (--until-idle) before it had one would start the next run at the
+        partition's end, past what came meanwhile.
         """
         admin = self._admin
         if admin is None:
@@ -265,8 +268,7 @@ class KafkaEventCollector:
             return False
         with self._lock:
             self._s.ends.update((tp, (e, asked_at)) for tp, e in ends.items() if tp in self._assigned)
-            return all(self._s.positions.get(tp, 0) >= end if tp in self._assigned else end == 0
-                       for tp, end in ends.items())
+            return all(tp in self._assigned and self._s.positions.get(tp, 0) >= end for tp, end in ends.items())
 
     def close(self) -> None:
         self._drop_consumer()

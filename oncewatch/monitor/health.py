@@ -109,8 +109,8 @@ class Health:
         k = source.collector
         if not (k.status.connected and k.caught_up()):
             return False
-        applied = self.progress.kafka
-        return all(applied.get(part.key, 0) >= part.end for part in k.status.partitions)
+        applied = self.progress.kafka  # a partition not in it has no position committed yet, even an empty one
+        return all(part.key in applied and applied[part.key] >= part.end for part in k.status.partitions)
 
     def _binlog_caught_up(self) -> bool:
         source = running_source(self.readers, BINLOG)
