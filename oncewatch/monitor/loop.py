@@ -259,7 +259,11 @@ class Monitor:
                     self.health.write(with_series=now - last_series >= SERIES_SECONDS)
                     last_series = now if now - last_series >= SERIES_SECONDS else last_series
                     last_health = now
-                    if until_idle is not None and self._idle_for(until_idle, now):
+                # Looked at on every tick of the clock, not once a HEALTH_SECONDS: an audit ends as soon as it is
+                # idle; the broker is asked once more first, so that idle is as of now, not of its last round.
+                if until_idle is not None and clock_due and self._idle_for(until_idle, now):
+                    self.health.refresh()
+                    if self._idle_for(until_idle, time.time()):
                         break
         finally:
             self.stop()
