@@ -27,7 +27,7 @@ from oncewatch.core.names import BINLOG, CDC, KAFKA_EVENTS, KAFKA_OFFSETS
 from oncewatch.core.records import BinlogPosition, PartitionStatus
 from oncewatch.monitor.entities import EntityIndex
 from oncewatch.monitor.health import Health, StoreOutages
-from oncewatch.monitor.inbox import Inbox, records
+from oncewatch.monitor.inbox import Inbox
 from oncewatch.monitor.preflight import preflight_kafka, preflight_mysql
 from oncewatch.monitor.readers import (BinlogSource, BootstrapSource, CdcSource, Item, KafkaEventsSource, OffsetsSource,
                                        Reader, ReaderFailed, Source, running_source)
@@ -204,19 +204,6 @@ class Monitor:
 
     # -------------------------------------------------------------- main loop
 
-    def _drain_queue(self) -> list[Item]:
-        """What is queued, up to BATCH_SECONDS of waiting or BATCH_RECORDS records: one store transaction."""
-        items: list[Item] = []
-        count = 0
-        deadline = time.monotonic() + BATCH_SECONDS
-        while count < BATCH_RECORDS:
-            item = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
-            if item is None:
-                break
-            items.append(item)
-            count += records(item)
-        return items
-
     def run(self, until_idle: float | None = None,
             metrics: Callable[[Config], Callable[[], None]] = serve_metrics) -> None:
         """Raises the collector's own error when a source refuses the monitor (exit 3 in the CLI), and
@@ -236,7 +223,7 @@ class Monitor:
         last_health = last_series = last_clock = next_prune = 0.0
         try:
             while not self._stop.is_set():
-                items = self._drain_queue()
+                items = self.queue.take(BATCH_SECONDS, BATCH_RECORDS)
                 failures = [i for i in items if isinstance(i, ReaderFailed)]
                 now = time.time()
                 clock_due = now - last_clock >= CLOCK_SECONDS
