@@ -4,8 +4,9 @@
   has shown no life for STALE_SECONDS, or a collector is disconnected. Rules fed by that stream
   cannot judge, so nothing the monitor says about it is to be trusted until this clears;
 - degraded: it sees everything but late or partly: the first bootstrap still reading the watched
-  tables (the binlog tail starts after it), a stream read more than `rules.caught_up_seconds` behind, an offsets poll that failed, a watched consumer group lagging
-  more than `rules.offset_drift_threshold` records;
+  tables (the binlog tail starts after it), a stream read more than `rules.caught_up_seconds` behind,
+  an offsets poll that failed, a watched consumer group lagging more than
+  `rules.offset_drift_threshold` records;
 - healthy: none of these;
 - stopped: the last word of a monitor that stops cleanly (what else was wrong still said).
 
