@@ -14,8 +14,12 @@ workload is clean, so the run must end with no finding. Target (issue 16): >= 30
 this 2-core machine, RSS flat. Usage:
 
     .venv/bin/python bench/monitor_throughput.py [--orders 100000] [--batch 200] [--runs 3] [--postgres]
+                                                 [--scattered-keys]
 
 `--postgres` puts the store in the dev stack's PostgreSQL (a schema of its own per run) instead of SQLite.
+`--scattered-keys` spreads the order numbers over the key space (as a shop's random or hashed ids are)
+instead of numbering them in the order written: each new entity then lands on a page of the store's
+indexes anywhere, not on the last one, which is the store's cache's worst case.
 """
 
 from __future__ import annotations
@@ -47,7 +51,12 @@ ROWS_PER_ORDER, EVENTS_PER_ORDER = 5, 3
 IDLE = 3.0  # --until-idle: the monitor exits this long after it has nothing left to read
 
 
-def write_workload(settings, topic: str, orders: int, batch: int) -> str:
+def order_number(i: int, scattered: bool) -> str:
+    # Knuth's multiplier is prime to 10**9, so scattered numbers are as distinct as the plain ones
+    return f"B{(i * 2654435761) % 10**9 if scattered else i:09d}"
+
+
+def write_workload(settings, topic: str, orders: int, batch: int, scattered: bool) -> str:
     """The rows (two transactions per `batch` orders) and their events; the binlog's GTID position at the end."""
     conn = connect(settings.mysql)
     producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, linger_ms=20, batch_size=256 * 1024)
@@ -58,7 +67,7 @@ def write_workload(settings, topic: str, orders: int, batch: int) -> str:
             now = time.time()
             at = dt.datetime.fromtimestamp(now, dt.timezone.utc).replace(tzinfo=None, microsecond=0)
             stamp = round(at.replace(tzinfo=dt.timezone.utc).timestamp() * 1000) + 100
-            no = {i: f"B{i:09d}" for i in ids}
+            no = {i: order_number(i, scattered) for i in ids}
             c.executemany("INSERT INTO orders VALUES (%s, 1, 10.00, 'pending', %s, %s)",
                           [(no[i], at, at) for i in ids])
             conn.commit()
@@ -114,14 +123,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_run(orders: int, batch: int, on_postgres: bool) -> dict[str, float]:
+def one_run(orders: int, batch: int, on_postgres: bool, scattered: bool) -> dict[str, float]:
     if not on_postgres:
-        return measured(orders, batch, None)
+        return measured(orders, batch, None, scattered)
     with postgres.new_schema() as target:
-        return measured(orders, batch, target)
+        return measured(orders, batch, target, scattered)
 
 
-def measured(orders: int, batch: int, postgres_store: PostgresTarget | None) -> dict[str, float]:
+def measured(orders: int, batch: int, postgres_store: PostgresTarget | None, scattered: bool) -> dict[str, float]:
     topic = new_topic()
     settings = shop_settings(topic)
     prepare_tables(settings.mysql, reset=True)
@@ -133,7 +142,7 @@ def measured(orders: int, batch: int, postgres_store: PostgresTarget | None) -> 
         config = shop_config(folder, topic=topic, postgres=postgres_store)
         run_until_idle(config, idle=1.0)  # the first checkpoint, on the empty tables
         t0 = time.perf_counter()
-        gtid = write_workload(settings, topic, orders, batch)
+        gtid = write_workload(settings, topic, orders, batch, scattered)
         events = end_offsets(topic, settings.kafka.partitions)
         print(f"  wrote {orders * ROWS_PER_ORDER:,} rows and {events:,} events in {time.perf_counter() - t0:.0f} s",
               flush=True)
@@ -171,13 +180,15 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=200, help="orders per transaction pair")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--postgres", action="store_true", help="the store in the dev stack's PostgreSQL (issue 18)")
+    ap.add_argument("--scattered-keys", action="store_true", help="order numbers spread over the key space")
     args = ap.parse_args()
     print(f"monitor throughput: {args.orders:,} orders ({args.orders * ROWS_PER_ORDER:,} rows, "
           f"{args.orders * EVENTS_PER_ORDER:,} events) into {SCHEMA}, {args.runs} runs, store in "
-          f"{'PostgreSQL' if args.postgres else 'SQLite'}", flush=True)
+          f"{'PostgreSQL' if args.postgres else 'SQLite'}, order numbers "
+          f"{'scattered' if args.scattered_keys else 'in writing order'}", flush=True)
     results = []
     for run in range(args.runs):
-        r = one_run(args.orders, args.batch, args.postgres)
+        r = one_run(args.orders, args.batch, args.postgres, args.scattered_keys)
         results.append(r)
         print(f"run {run + 1}: {r['records']:,} records caught up in {r['seconds']:.1f} s: {r['rate']:,.0f} records/s; "
               f"the monitor's CPU {r['cpu']:.1f} s ({r['records'] / r['cpu']:,.0f} records per CPU-second); "
