@@ -163,6 +163,9 @@ class Findings:
     def resolve(self, fid: str, at: float, why: str) -> None:
         old = self.live.get(fid)
         if old is not None and old.status == OPEN:
+            # A history in time order whatever the clocks did: a fact that ended at `at`, before it was seen
+            # (its evidence says when), is resolved as of when it was seen.
+            at = max(at, old.first_seen)
             self._put(dataclasses.replace(old, status=RESOLVED, resolved_at=at, resolution=why,
                                           last_seen=max(old.last_seen, at)), created=False)
 

@@ -74,7 +74,14 @@ def admin_client(cfg: KafkaConfig) -> KafkaAdminClient:
 def existing_partitions(admin: KafkaAdminClient, topics: Iterable[str]) -> tuple[set[TopicPartition], list[str]]:
     """The partitions of those topics that exist, and the topics that do not exist (or are not
     ready: being created, no leader yet) and so cannot be read yet."""
-    found: set[TopicPartition] = set()
+    found, missing = leader_epochs(admin, topics)
+    return set(found), missing
+
+
+def leader_epochs(admin: KafkaAdminClient, topics: Iterable[str]) -> tuple[dict[TopicPartition, int], list[str]]:
+    """`existing_partitions`, each partition with its leader's epoch (-1 when the broker does not say): a
+    new epoch is a new leader, or the same broker started again."""
+    found: dict[TopicPartition, int] = {}
     missing: list[str] = []
     for t in admin.describe_topics(list(topics)):
         code = t.get("error_code", 0)
@@ -83,7 +90,8 @@ def existing_partitions(admin: KafkaAdminClient, topics: Iterable[str]) -> tuple
         elif code:
             raise kerrors.for_code(code)(f"describing topic {t['name']!r}")
         else:
-            found.update(TopicPartition(t["name"], p["partition_index"]) for p in t["partitions"])
+            found.update((TopicPartition(t["name"], p["partition_index"]), p.get("leader_epoch", -1))
+                         for p in t["partitions"])
     return found, sorted(missing)
 
 
@@ -131,6 +139,7 @@ class KafkaEventsStatus:
     waiting_for: tuple[str, ...]
     partitions: tuple[PartitionStatus, ...]
     gaps: tuple[Gap, ...]
+    held: tuple[str, ...] = ()  # partitions whose end is not vouched for since their broker restarted
 
     @property
     def caught_up(self) -> bool:
@@ -143,6 +152,8 @@ class KafkaEventsStatus:
             return f"disconnected: {self.last_error}" if self.last_error else "connecting"
         if self.waiting_for:
             return "waiting for topic " + ", ".join(self.waiting_for) + " (does not exist yet)"
+        if self.held:
+            return "reading; ends not vouched for since the broker restarted: " + ", ".join(self.held)
         return "reading"
 
     def as_dict(self) -> dict[str, Any]:
@@ -151,7 +162,7 @@ class KafkaEventsStatus:
                 "records_read": self.records_read, "events_read": self.events_read,
                 "waiting_for": list(self.waiting_for),
                 "partitions": [p.__dict__.copy() for p in self.partitions],
-                "gaps": [g.__dict__.copy() for g in self.gaps], "caught_up": self.caught_up}
+                "gaps": [g.__dict__.copy() for g in self.gaps], "caught_up": self.caught_up, "held": list(self.held)}
 
 
 @dataclass
@@ -160,6 +171,8 @@ class _State:
 
     positions: dict[TopicPartition, int]
     ends: dict[TopicPartition, tuple[int, float]] = field(default_factory=dict)  # end offset, when learned
+    epochs: dict[TopicPartition, int] = field(default_factory=dict)  # each partition's leader epoch as last seen
+    held: dict[TopicPartition, int] = field(default_factory=dict)  # ends not vouched for (KafkaEventCollector._learn)
     waiting_for: tuple[str, ...] = ()
     connected: bool = False
     ever_connected: bool = False
@@ -195,6 +208,7 @@ class KafkaEventCollector:
         self._assigned: set[TopicPartition] = set()
         self._next_refresh = 0.0
         self._last_positions: dict[str, int] = {}
+        self._highwater: dict[TopicPartition, int] = {}  # the last highwater taken from a fetch, per partition
 
     # -------------------------------------------------------------- public
 
@@ -240,7 +254,7 @@ class KafkaEventCollector:
                 connected=s.connected, last_error=s.last_error, disconnected_since=s.disconnected_since,
                 reconnects=s.reconnects, records_read=s.records_read, events_read=s.events_read,
                 waiting_for=s.waiting_for, partitions=parts,
-                gaps=tuple(s.gaps))
+                gaps=tuple(s.gaps), held=tuple(tp_key(tp) for tp in sorted(s.held)))
 
     def positions(self) -> dict[str, int]:
         with self._lock:
@@ -262,13 +276,17 @@ class KafkaEventCollector:
         timeout_ms = self._timeout_ms if timeout_ms is None else timeout_ms
         try:
             asked_at = time.time()
-            current, _ = existing_partitions(admin, self._parsers)
-            ends = list_offsets(admin, current, OffsetSpec.LATEST, timeout_ms)
+            epochs, _ = leader_epochs(admin, self._parsers)
+            ends = list_offsets(admin, epochs, OffsetSpec.LATEST, timeout_ms)
         except kerrors.KafkaError:
             return False
         with self._lock:
-            self._s.ends.update((tp, (e, asked_at)) for tp, e in ends.items() if tp in self._assigned)
-            return all(tp in self._assigned and self._s.positions.get(tp, 0) >= end for tp, end in ends.items())
+            self._learn({tp: e for tp, e in ends.items() if tp in self._assigned}, asked_at, epochs)
+            # A partition read before and missing from the answer (a broker starting again reports its topics
+            # not ready for a while) is not caught up with: nothing is known of what it holds now.
+            unanswered = self._assigned - ends.keys()
+            return not unanswered and not self._s.held and all(
+                tp in self._assigned and self._s.positions.get(tp, 0) >= end for tp, end in ends.items())
 
     def close(self) -> None:
         self._drop_consumer()
@@ -296,12 +314,18 @@ class KafkaEventCollector:
         moved = {tp: consumer.position(tp, timeout_ms=0) for tp in self._assigned}
         # Every assigned partition's, not only those with records: a fetch that brought nothing
         # also tells that nothing more was there, and the engine's Kafka clock needs to know it.
-        highwater = {tp: consumer.highwater(tp) for tp in self._assigned}
+        # But only a highwater that a fetch has just brought vouches for now: kafka-python keeps the
+        # last one it had while the broker is away, and taken as fresh it would run the clock on through
+        # the outage and judge every event not yet read lost. An unchanged one of a partition with no
+        # records leaves the end as last learned (the broker's answer, `caught_up`, renews it each second).
+        highwater = {tp: h for tp in self._assigned
+                     if (h := consumer.highwater(tp)) is not None and (tp in records or h != self._highwater.get(tp))}
+        self._highwater.update(highwater)
         seen_at = time.time()
         with self._lock:
             s = self._s
             s.positions.update((tp, o) for tp, o in moved.items() if o is not None)
-            s.ends.update((tp, (h, seen_at)) for tp, h in highwater.items() if h is not None)
+            self._learn(highwater, seen_at)
             s.records_read += len(events) + len(quarantined)
             s.events_read += len(events)
         for q in quarantined:
@@ -378,11 +402,13 @@ class KafkaEventCollector:
             if self._admin is None:
                 self._admin = admin_client(self.cfg)
             asked_at = time.time()
-            current, missing = existing_partitions(self._admin, self._parsers)
-            if self._only is not None:
-                current = {tp for tp in current if tp_key(tp) in self._only}
-            ends = {tp: (end, asked_at)
-                    for tp, end in list_offsets(self._admin, current, OffsetSpec.LATEST, self._timeout_ms).items()}
+            epochs, missing = leader_epochs(self._admin, self._parsers)
+            current = set(epochs) if self._only is None else {tp for tp in epochs if tp_key(tp) in self._only}
+            if unready := sorted({tp.topic for tp in self._assigned} & set(missing)):
+                # A broker starting again reports its topics not ready for a while: their partitions keep
+                # their positions and assignment (dropped, they would be read again from the earliest offset).
+                raise kerrors.LeaderNotAvailableError(f"topics read before are not ready on the broker: {unready}")
+            ends = list_offsets(self._admin, current, OffsetSpec.LATEST, self._timeout_ms)
             starts = self._start_offsets(current - self._assigned)
             if self._consumer is None:
                 self._consumer = KafkaConsumer(**client_settings(self.cfg), group_id=None, enable_auto_commit=False,
@@ -393,7 +419,7 @@ class KafkaEventCollector:
         except kerrors.KafkaError as exc:
             self._disconnected(exc)
             return
-        self._assign(current, starts, ends, missing)
+        self._assign(current, starts, ends, missing, asked_at, epochs)
         self._first_run = False
         self._connected()
 
@@ -404,8 +430,8 @@ class KafkaEventCollector:
         spec = OffsetSpec.LATEST if self._first_run and self.cfg.start_from == "latest" else OffsetSpec.EARLIEST
         return {**known, **list_offsets(self._admin, unknown, spec, self._timeout_ms)}  # type: ignore[arg-type]
 
-    def _assign(self, current: set[TopicPartition], starts: dict[TopicPartition, int],
-                ends: dict[TopicPartition, tuple[int, float]], missing: list[str]) -> None:
+    def _assign(self, current: set[TopicPartition], starts: dict[TopicPartition, int], ends: dict[TopicPartition, int],
+                missing: list[str], asked_at: float, epochs: dict[TopicPartition, int]) -> None:
         consumer = self._consumer
         assert consumer is not None
         gone = self._assigned - current
@@ -419,10 +445,10 @@ class KafkaEventCollector:
         with self._lock:
             s = self._s
             for tp in gone:
-                s.positions.pop(tp, None)
-                s.ends.pop(tp, None)
+                for known in (s.positions, s.ends, s.epochs, s.held):
+                    known.pop(tp, None)
             s.positions.update(starts)
-            s.ends.update(ends)
+            self._learn(ends, asked_at, epochs)
             if tuple(missing) != s.waiting_for and missing:
                 log.warning("waiting for kafka topics that do not exist yet",
                             extra={"event": "kafka_topic_waiting", "topics": missing})
@@ -433,6 +459,41 @@ class KafkaEventCollector:
                 "event": "kafka_assigned", "new": {tp_key(tp): o for tp, o in sorted(starts.items())},
                 "gone": sorted(tp_key(tp) for tp in gone), "partitions": len(current)})
 
+    def _learn(self, ends: dict[TopicPartition, int], at: float, epochs: dict[TopicPartition, int] | None = None) -> None:
+        """Take partitions' end offsets as learned at `at` (with their leader epochs when the broker was asked for
+        them); call with the lock held.
+
+        An end vouches that every record produced before `at` is below it, unless the partition's leader is new
+        (another epoch) or its end went back: a broker killed and started again reports its partitions' high
+        watermark as it last saved it, seconds old, while records it had acknowledged lie above it, unread and
+        unreadable until the next record written there moves the watermark on. Such a partition's end is held:
+        its clock stays where it was before, until an end past the held one shows the broker has moved on."""
+        s = self._s
+        for tp, epoch in (epochs or {}).items():
+            if tp in ends and s.epochs.get(tp, epoch) != epoch:
+                self._hold(tp, ends[tp], f"new leader epoch {epoch}")
+            s.epochs[tp] = epoch
+        for tp, end in ends.items():
+            known = s.ends.get(tp)
+            if known is not None and end < known[0]:
+                self._hold(tp, end, f"end went back from {known[0]} to {end}")
+            held = s.held.get(tp)
+            if held is not None and end <= held:
+                s.ends[tp] = (end, known[1] if known is not None else 0.0)
+                continue
+            if held is not None:
+                del s.held[tp]
+                log.info("kafka partition's end vouched for again", extra={
+                    "event": "kafka_end_released", "partition": tp_key(tp), "end": end, "held_at": held})
+            s.ends[tp] = (end, at)
+
+    def _hold(self, tp: TopicPartition, end: int, why: str) -> None:
+        if tp not in self._s.held:
+            log.warning("kafka partition's end not vouched for until a new record moves it: the broker may hold "
+                        "acknowledged records above it (restarted, or a new leader)", extra={
+                            "event": "kafka_end_held", "partition": tp_key(tp), "end": end, "why": why})
+        self._s.held[tp] = max(end, self._s.held.get(tp, end))
+
     def _drop_consumer(self) -> None:
         if self._consumer is not None:
             try:
@@ -441,6 +502,7 @@ class KafkaEventCollector:
                 pass  # a consumer of a dead connection may fail to close; nothing is lost
             self._consumer = None
             self._assigned = set()
+            self._highwater.clear()
 
     # -------------------------------------------------------------- health
 

@@ -368,6 +368,11 @@ def kafka_down() -> bool:
     return stop(KAFKA)
 
 
+def kafka_kill() -> bool:
+    """The broker ended by SIGKILL, as a crash ends it (no controlled shutdown); True when it was running."""
+    return stop(KAFKA, sig=signal.SIGKILL)
+
+
 # ---------------------------------------------------------------- commands
 
 def up() -> None:

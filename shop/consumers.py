@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import OffsetSpec
+from kafka.errors import KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -117,11 +118,14 @@ def wait_drained(admin: KafkaAdminClient, downstream: Downstream, topic: str, pa
     deadline = time.monotonic() + timeout
     for group in downstream.groups:
         while True:
-            behind = {p: n for p, n in lag(admin, group, topic, partitions).by_partition.items()
-                      if n and p not in downstream.stalled[group]}
+            try:
+                behind: list[int] | str = sorted(p for p, n in lag(admin, group, topic, partitions).by_partition.items()
+                                                 if n and p not in downstream.stalled[group])
+            except KafkaError as exc:  # the broker is away (a restart): the lag is not known, so not drained
+                behind = f"its lag unknown ({exc!r})"
             if not behind:
                 break
             downstream.check()
             if time.monotonic() > deadline:
-                raise TimeoutError(f"consumer group {group} still behind on partitions {sorted(behind)}")
+                raise TimeoutError(f"consumer group {group} still behind: {behind}")
             time.sleep(0.2)

@@ -18,6 +18,7 @@ import threading
 import time
 
 from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
 
 
 class DownstreamGroup(threading.Thread):
@@ -72,11 +73,17 @@ class DownstreamGroup(threading.Thread):
         return [TopicPartition(self._topic, p) for p in sorted(partitions)]
 
     def _loop(self, consumer: KafkaConsumer) -> None:
+        uncommitted = False
         while not self._stopping.is_set():
             # The consumer is not thread-safe: stall() is applied here, on its own thread.
             consumer.pause(*(tp for tp in consumer.assignment() if tp.partition in self.stalled))
-            if consumer.poll(timeout_ms=100):
-                consumer.commit()
+            uncommitted = bool(consumer.poll(timeout_ms=100)) or uncommitted
+            if uncommitted:
+                try:
+                    consumer.commit()
+                    uncommitted = False
+                except KafkaError:  # the broker is away (a restart): commit once it is back, as a service would
+                    time.sleep(0.5)
 
     def stop(self) -> None:
         self._stopping.set()

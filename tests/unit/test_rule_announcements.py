@@ -36,6 +36,19 @@ def test_change_without_event_once_kafka_is_read_past_the_grace_is_f7():
     assert engine.stats()["backlog_by_table"]["shop.orders"] == 0
 
 
+def test_an_f7_resolved_by_an_event_stamped_before_it_was_raised_keeps_its_history_in_time_order():
+    """A Kafka clock that ran ahead of what was read (issue 42: a broker killed) judged the change missing at
+    commit + grace; its event, stamped 2 ms after the commit, arrives after that: resolved as of when it was
+    raised, never before."""
+    shop, engine = Shop(), Engine(shop_settings())
+    feed(engine, paid(shop, T))
+    engine.tick(now=T + 31, binlog_time=T + 31, kafka_time=T + 31)
+    (raised,) = engine.drain()
+    (f,) = [f for f in feed(engine, shop.event("order.paid", T + 0.002, order_no="O1")) if f.rule == "F7"]
+    assert f.status == "resolved" and f.first_seen == raised.first_seen == T + 30
+    assert f.resolved_at == f.first_seen
+
+
 def test_near_miss_event_not_read_yet_because_kafka_is_behind():
     shop, engine = Shop(), Engine(shop_settings())
     feed(engine, paid(shop, T))
