@@ -2,6 +2,11 @@
 
 Callers pass facts as `extra={...}`; nothing here adds secrets or personal data, and callers
 must not either (log coordinates and counts, never row values or passwords).
+
+A line logged with `exc_info` carries the exception's last line in `exc` (what to grep for) and
+its whole traceback, every frame and every chained cause, in `traceback`; one with `stack_info`
+carries the stack in `stack`. Both stay inside the one JSON line (newlines escaped), so the log
+is still one object per line and a person reporting a bug has every frame.
 """
 
 from __future__ import annotations
@@ -21,7 +26,11 @@ class JsonFormatter(logging.Formatter):
                "msg": record.getMessage()}
         out.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
         if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info).splitlines()[-1]
+            text = self.formatException(record.exc_info)
+            out["exc"] = text.splitlines()[-1]
+            out["traceback"] = text
+        if record.stack_info:
+            out["stack"] = self.formatStack(record.stack_info)
         return json.dumps(out, default=str)
 
 

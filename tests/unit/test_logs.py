@@ -4,6 +4,7 @@ kept down or made log lines (issue 14, item 4)."""
 from __future__ import annotations
 
 import json
+import traceback
 import logging
 import warnings
 from collections.abc import Iterator
@@ -54,3 +55,41 @@ def test_a_library_warning_is_a_json_log_line(restored, capsys, monkeypatch) -> 
         warnings.warn("Unknown table 'x'", UserWarning, stacklevel=1)
     [line] = lines(capsys.readouterr().err)
     assert line["logger"] == "py.warnings" and line["level"] == "warning" and "Unknown table 'x'" in line["msg"]
+
+
+def deepest() -> None:
+    raise ValueError("the bug itself")
+
+
+def middle() -> None:
+    try:
+        deepest()
+    except ValueError as exc:
+        raise RuntimeError("while handling it") from exc
+
+
+def test_an_exception_logs_its_whole_traceback_in_one_field(restored, capsys, monkeypatch) -> None:
+    """Every frame of the exception and of its cause is in the JSON line (issue 42, observation 7); `exc`
+    keeps the last line, the one to grep for."""
+    monkeypatch.delenv("ONCEWATCH_LOG_LEVEL", raising=False)
+    logs.setup()
+    try:
+        middle()
+    except RuntimeError as exc:
+        raised = exc
+        logging.getLogger("oncewatch.test").error("failed", exc_info=True, extra={"event": "x_failed"})
+    [line] = lines(capsys.readouterr().err)
+    assert line["event"] == "x_failed" and line["exc"] == "RuntimeError: while handling it"
+    for exc in (raised, raised.__cause__):
+        for frame in traceback.extract_tb(exc.__traceback__):
+            assert f'File "{frame.filename}", line {frame.lineno}, in {frame.name}' in line["traceback"], frame
+    assert "ValueError: the bug itself" in line["traceback"] and "direct cause" in line["traceback"]
+
+
+def test_stack_info_is_logged_whole(restored, capsys, monkeypatch) -> None:
+    monkeypatch.delenv("ONCEWATCH_LOG_LEVEL", raising=False)
+    logs.setup()
+    logging.getLogger("oncewatch.test").warning("where am I", stack_info=True)
+    [line] = lines(capsys.readouterr().err)
+    assert line["stack"].startswith("Stack (most recent call last):")
+    assert "in test_stack_info_is_logged_whole" in line["stack"]

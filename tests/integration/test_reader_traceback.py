@@ -1,0 +1,75 @@
+"""A reader that fails on a bug: the log has the whole traceback of every failure (issue 42, observation 7).
+
+The README, the OncewatchReaderFailed alert and the exit-1 message all send a person to the log for the
+traceback. The binlog reader of a real monitor, on the dev MariaDB, is made to fail on every transaction
+of its table; `oncewatch run` gives up with exit code 1, and each `reader_failed` line must carry every
+frame of the exception that was raised, from the reader's loop down to the bug.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import traceback
+from typing import Any
+
+import pytest
+
+from oncewatch import cli
+from oncewatch.collectors.binlog import BinlogCollector
+from oncewatch.monitor import readers
+
+from .conftest import admin_connection, monitor_config_toml
+
+
+class InjectedBug(Exception):
+    """Not a collector error type: what a bug in a reader raises."""
+
+
+def test_every_frame_of_a_reader_bug_is_in_the_log(table_name, tmp_path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    admin = admin_connection("owtest")
+    with admin.cursor() as c:
+        c.execute(f"CREATE TABLE {table_name} (id INT PRIMARY KEY, v VARCHAR(20)) ENGINE=InnoDB")
+    config = monitor_config_toml([f"owtest.{table_name}"], tmp_path, extra="[metrics]\nport = 0\n")
+    raised: list[InjectedBug] = []
+
+    def broken(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raised.append(InjectedBug(f"injected into BinlogCollector._transaction, failure {len(raised) + 1}"))
+        raise raised[-1]
+
+    monkeypatch.setattr(BinlogCollector, "_transaction", broken)
+    monkeypatch.setattr(readers, "RESTART_BACKOFF_SECONDS", 0.2)
+    ended = threading.Event()
+
+    def shop() -> None:  # transactions of the watched table for the reader to fail on, whenever it tails
+        with admin.cursor() as c:
+            for i in range(1000):
+                c.execute(f"INSERT INTO {table_name} VALUES ({i}, 'a')")
+                if ended.wait(0.2):
+                    return
+
+    writes = threading.Thread(target=shop, daemon=True)
+    writes.start()
+    handlers = logging.getLogger().handlers[:]
+    try:
+        code = cli.main(["run", "--config", str(config), "--until-idle", "1"])
+    finally:  # cli.main points the root logger at this test's captured stderr
+        logging.getLogger().handlers[:] = handlers
+        ended.set()
+        writes.join()
+        admin.close()
+    err = capsys.readouterr().err
+    assert code == 1, err[-3000:]
+    assert "the log, which has the tracebacks" in err
+    failed = [d for d in map(json.loads, (line for line in err.splitlines() if line.startswith("{")))
+              if d.get("event") == "reader_failed"]
+    assert len(failed) == readers.MAX_FAILURES == len(raised), err[-3000:]
+    for line, exc in zip(failed, raised):
+        frames = traceback.extract_tb(exc.__traceback__)
+        assert [f.name for f in frames][0] == "_run" and frames[-1].name == "broken"  # the reader's loop to the bug
+        logged = line.get("traceback", "")
+        for frame in frames:
+            assert f'File "{frame.filename}", line {frame.lineno}, in {frame.name}' in logged, (frame, line)
+        assert logged.rstrip().endswith(f"InjectedBug: {exc}")
