@@ -31,6 +31,7 @@ from kafka import errors as kerrors
 from kafka.admin import OffsetSpec
 
 from oncewatch.collectors.kafka_formats import TopicParser
+from oncewatch.collectors.kafka_raw import UnreadableBatchError, failed_batch, unpack
 from oncewatch.core.config import KafkaConfig
 from oncewatch.core.names import UNPARSEABLE, partition_key, split_partition_key
 from oncewatch.core.records import EmittedEvent, PartitionStatus, QuarantinedRecord
@@ -307,6 +308,12 @@ class KafkaEventCollector:
                     events.append(out)
                 else:
                     quarantined.append(out)
+        return self._handed_on(events, quarantined, records.keys())
+
+    def _handed_on(self, events: list[EmittedEvent], quarantined: list[QuarantinedRecord],
+                   fetched: Collection[TopicPartition]) -> EventBatch:
+        """The batch of what was read, with the consumer's positions and what it learned of the ends;
+        `fetched`: the partitions whose records a fetch has just brought."""
         consumer = self._consumer
         assert consumer is not None
         # The consumer's position, not last offset + 1: it also steps over transaction markers,
@@ -319,7 +326,7 @@ class KafkaEventCollector:
         # the outage and judge every event not yet read lost. An unchanged one of a partition with no
         # records leaves the end as last learned (the broker's answer, `caught_up`, renews it each second).
         highwater = {tp: h for tp in self._assigned
-                     if (h := consumer.highwater(tp)) is not None and (tp in records or h != self._highwater.get(tp))}
+                     if (h := consumer.highwater(tp)) is not None and (tp in fetched or h != self._highwater.get(tp))}
         self._highwater.update(highwater)
         seen_at = time.time()
         with self._lock:
@@ -335,12 +342,13 @@ class KafkaEventCollector:
         return self._batch(events, quarantined)
 
     def _step_over_undecodable(self, exc: Exception) -> EventBatch:
-        """kafka-python could not decode the record at a partition's position (a header key that is
-        not UTF-8, a failed CRC): it raises there on every poll and after every rebuild, and once
-        its record iterator has died on it, polls that partition in an endless loop. Quarantine that
-        offset with its coordinates (its bytes stay on the broker) and seek past it; the seek also
-        makes the fetcher drop its dead iterator. Later records of the same batch are decoded with
-        it, so they come here too, one poll each."""
+        """kafka-python could not decode a record at a partition's position (a header key that is not
+        UTF-8, a failed CRC): it raises there on every poll and after every rebuild, and once its
+        record iterator has died on it, polls that partition in an endless loop. The batch it failed
+        on is read here instead, byte for byte (collectors.kafka_raw): each record kafka-python cannot
+        decode is quarantined with every byte it had, the others of the batch are parsed as usual, and
+        the partition is sought past the batch; the seek also makes the fetcher drop its dead iterator.
+        A batch that cannot be read so (a failed CRC) has only its offset quarantined, one poll each."""
         consumer = self._consumer
         assert consumer is not None
         # kafka-python does not say which partition raised; the record set it was reading does.
@@ -351,6 +359,32 @@ class KafkaEventCollector:
                 f"kafka-python could not decode a record ({type(exc).__name__}: {exc}) and did not say on which "
                 "partition; this kafka-python version is not one oncewatch knows: report it with the log") from exc
         offset = consumer.position(tp, timeout_ms=self._timeout_ms)
+        batch = failed_batch(exc)
+        try:
+            records = [] if batch is None else [r for r in unpack(batch, tp.topic, tp.partition) if r.offset >= offset]
+        except UnreadableBatchError as unreadable:
+            log.error("kafka batch kafka-python failed on cannot be read byte for byte", exc_info=unreadable,
+                      extra={"event": "kafka_batch_unreadable", "topic": tp.topic, "partition": tp.partition,
+                             "offset": offset})
+            records = []
+        if not records:
+            return self._skip_offset(tp, offset, exc)
+        consumer.seek(tp, batch.next_offset)
+        parser = self._parsers[tp.topic]
+        outs = [parser.quarantined(r, UNPARSEABLE, f"kafka-python cannot decode this record: {r.undecodable}; "
+                                   "kept as it came") if r.undecodable else parser.parse(r) for r in records]
+        log.error("kafka batch kafka-python cannot decode; read byte for byte", extra={
+            "event": "kafka_batch_undecodable", "topic": tp.topic, "partition": tp.partition,
+            "from_offset": offset, "to_offset": batch.next_offset - 1,
+            "undecodable": [r.offset for r in records if r.undecodable]})
+        # Not fetched just now as far as the clock knows: the batch may have come with an earlier poll's fetch.
+        return self._handed_on([o for o in outs if isinstance(o, EmittedEvent)],
+                               [o for o in outs if isinstance(o, QuarantinedRecord)], ())
+
+    def _skip_offset(self, tp: TopicPartition, offset: int, exc: Exception) -> EventBatch:
+        """Quarantine one offset whose record cannot be read (its bytes stay on the broker) and seek past it."""
+        consumer = self._consumer
+        assert consumer is not None
         consumer.seek(tp, offset + 1)
         q = QuarantinedRecord(topic=tp.topic, partition=tp.partition, offset=offset, timestamp_ms=-1,
                               reason=UNPARSEABLE, detail=f"kafka-python cannot decode this record or the batch it is "

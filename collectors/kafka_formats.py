@@ -333,13 +333,13 @@ class TopicParser:
                                           f"kafka.max_record_bytes = {self.max_record_bytes}")
             payload, keys, cdc, text = self._parse_value(rec)
         except Rejected as exc:
-            return self._quarantined(rec, exc.reason, exc.detail)
+            return self.quarantined(rec, exc.reason, exc.detail)
         except Exception as exc:  # noqa: BLE001 - one record the parser did not foresee must not stop the stream
             # A gap in the checks above (a bug to report), not the producer's fault alone: loud, with
             # the traceback, and the record kept aside like any other so the stream goes on.
             log.exception("kafka record broke the parser", extra={
                 "event": "kafka_parser_failed", "topic": rec.topic, "partition": rec.partition, "offset": rec.offset})
-            return self._quarantined(rec, UNPARSEABLE, f"the {self.format} parser failed: {type(exc).__name__}: "
+            return self.quarantined(rec, UNPARSEABLE, f"the {self.format} parser failed: {type(exc).__name__}: "
                                                       f"{str(exc)[:200]}")
         key, headers = rec.key, rec.headers
         if headers:
@@ -352,14 +352,16 @@ class TopicParser:
             headers or (), payload, self.format, keys, cdc, text)
 
     @staticmethod
-    def _quarantined(rec: RawRecord, reason: str, detail: str) -> QuarantinedRecord:
+    def quarantined(rec: RawRecord, reason: str, detail: str) -> QuarantinedRecord:
+        """The record kept aside as it came, with why (a too_large one without its value)."""
         value = rec.value
         too_large = reason == TOO_LARGE  # its bytes stay on the broker: holding them is what the cap prevents
         return QuarantinedRecord(topic=rec.topic, partition=rec.partition, offset=rec.offset,
                                  timestamp_ms=rec.timestamp, reason=reason, detail=detail,
                                  size=len(value) if value is not None else 0, preview=preview(value),
                                  key=None if too_large else rec.key, value=None if too_large else value,
-                                 headers=() if too_large else tuple(rec.headers or ()))
+                                 headers=() if too_large else tuple(rec.headers or ()),
+                                 timestamp_type=TIMESTAMP_TYPES.get(rec.timestamp_type, "NoTimestampType"))
 
     # ------------------------------------------------------------ json
 

@@ -252,10 +252,12 @@ class QuarantinedRecord:
     size: int
     preview: str
     # The record as it came, so nothing is lost (a too_large one's value is left on the broker: its
-    # coordinates find it there).
+    # coordinates find it there). A header key that is not UTF-8 holds its bytes in surrogate escapes:
+    # `key.encode("utf-8", "surrogateescape")` gives them back.
     key: bytes | None = None
     value: bytes | None = None
     headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp_type: str | None = None  # CreateTime | LogAppendTime; None when unknown (a batch that failed its CRC)
 
 
 @dataclass(frozen=True)

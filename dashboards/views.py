@@ -119,15 +119,22 @@ def unread_records(kafka_events: dict[str, Any]) -> int:
 
 def quarantine_row(q: QuarantinedRecord) -> dict[str, Any]:
     """A quarantined record for people and JSON: its coordinates, why, and its bytes (the value in
-    base64, as it came; a too_large one's value is left on the broker)."""
+    base64, as it came; a too_large one's value is left on the broker). Key and headers are text,
+    bytes that are not UTF-8 written as `\\xff` (a header key's too)."""
     return {"coordinates": f"{names.partition_key(q.topic, q.partition)}@{q.offset}", "topic": q.topic,
             "partition": q.partition, "offset": q.offset,
             "timestamp": dt.datetime.fromtimestamp(q.timestamp_ms / 1000, dt.timezone.utc).isoformat(
                 timespec="milliseconds").replace("+00:00", "Z") if q.timestamp_ms >= 0 else None,
+            "timestamp_type": q.timestamp_type,
             "reason": q.reason, "detail": q.detail, "size": q.size, "preview": q.preview,
             "key": None if q.key is None else q.key.decode("utf-8", "backslashreplace"),
             "value_base64": None if q.value is None else base64.b64encode(q.value).decode(),
-            "headers": [[k, None if v is None else v.decode("utf-8", "backslashreplace")] for k, v in q.headers]}
+            "headers": [[_text(k.encode("utf-8", "surrogateescape")), None if v is None else _text(v)]
+                        for k, v in q.headers]}
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "backslashreplace")
 
 
 # ---------------------------------------------------------------- drift

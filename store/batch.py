@@ -87,8 +87,10 @@ class Batch:
             [(q.topic, q.partition, q.offset, q.timestamp_ms, q.reason, q.detail, q.size, q.preview, now)
              for q in records])
         self.conn.executemany(
-            'INSERT INTO quarantine_raw (topic, partition, "offset", record_key, value, headers) VALUES (?,?,?,?,?,?)',
-            [(q.topic, q.partition, q.offset, q.key, q.value, headers_json(q.headers)) for q in records])
+            'INSERT INTO quarantine_raw (topic, partition, "offset", record_key, value, headers, timestamp_type) '
+            "VALUES (?,?,?,?,?,?,?)",
+            [(q.topic, q.partition, q.offset, q.key, q.value, headers_json(q.headers), q.timestamp_type)
+             for q in records])
 
     def add_binlog_quarantined(self, events: Iterable[QuarantinedRows]) -> None:
         events = list(events)

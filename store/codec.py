@@ -80,7 +80,8 @@ def row_change_from_row(row: tuple) -> RowChange:
 
 
 def headers_json(headers: Sequence[tuple[str, bytes | None]]) -> str:
-    """A record's headers as JSON: [[key, value in base64 or null], ...] (values are any bytes)."""
+    """A record's headers as JSON: [[key, value in base64 or null], ...] (values are any bytes; a key that is
+    not UTF-8, in surrogate escapes, is written as its \\udcXX escapes and read back as it was)."""
     return json.dumps([[k, None if v is None else base64.b64encode(v).decode()] for k, v in headers])
 
 

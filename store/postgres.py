@@ -29,6 +29,7 @@ from psycopg import pq
 
 from oncewatch.core.config import PostgresTarget
 from oncewatch.store.errors import NotAStoreError, StoreError, StoreLockedError, StoreUnavailableError
+from oncewatch.store.schema import add_columns
 
 APPLICATION_ID = 0x6F6E6377  # "oncw", as SQLite's application_id; also the advisory lock's key
 MARK_TABLE = "oncewatch_store"
@@ -133,6 +134,7 @@ def create(conn: PgConnection, schema: str) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(?)", (APPLICATION_ID + 1,))
         if schema_mark(conn) != digest(schema):
             conn.executescript(schema)
+            add_columns(conn)
             conn.execute(f"CREATE TABLE IF NOT EXISTS {MARK_TABLE} (application_id BIGINT NOT NULL, "
                          f"schema_sha256 TEXT NOT NULL)")
             conn.execute(f"DELETE FROM {MARK_TABLE}")

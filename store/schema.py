@@ -16,6 +16,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
+from oncewatch.store.dialect import Connection
 from oncewatch.store.errors import NotAStoreError, StoreError
 from oncewatch.store.files import MEMORY, make_dir, said_full
 
@@ -85,7 +86,8 @@ CREATE TABLE IF NOT EXISTS quarantine (
     PRIMARY KEY (topic, partition, "offset")
 );
 CREATE INDEX IF NOT EXISTS quarantine_reason ON quarantine (topic, reason);
--- A quarantined record's own bytes (a too_large value excepted): headers as JSON [[key, base64 or null]].
+-- A quarantined record's own bytes (a too_large value excepted): headers as JSON [[key, base64 or null]]
+-- (a key that is not UTF-8 in surrogate escapes, as JSON writes them); timestamp_type CreateTime or LogAppendTime.
 CREATE TABLE IF NOT EXISTS quarantine_raw (
     topic TEXT NOT NULL,
     partition INTEGER NOT NULL,
@@ -93,6 +95,7 @@ CREATE TABLE IF NOT EXISTS quarantine_raw (
     record_key BLOB,
     value BLOB,
     headers TEXT NOT NULL,
+    timestamp_type TEXT,
     PRIMARY KEY (topic, partition, "offset")
 );
 CREATE TABLE IF NOT EXISTS binlog_quarantine (
@@ -170,6 +173,23 @@ CREATE TABLE IF NOT EXISTS engine_entries (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS engine_entries_at ON engine_entries (space, at);
 """
+
+# Columns added to a table after stores were made with it: CREATE TABLE IF NOT EXISTS leaves an older
+# store's table as it was, so its writer adds them (`add_columns`). (table, column, type in both dialects)
+ADDED_COLUMNS = (("quarantine_raw", "timestamp_type", "TEXT"),)
+
+
+def columns(conn: Connection, table: str) -> set[str]:
+    """The names of a table's columns (in SQLite or PostgreSQL)."""
+    return {d[0] for d in conn.execute(f"SELECT * FROM {table} LIMIT 0").description}
+
+
+def add_columns(conn: Connection) -> None:
+    """Give an older store's tables the columns of ADDED_COLUMNS they lack; call it in a write transaction,
+    so that two writers starting together do not both add one."""
+    for table, column, kind in ADDED_COLUMNS:
+        if column not in columns(conn, table):
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
 
 def create(path: str) -> None:

@@ -29,7 +29,7 @@ from oncewatch.store.errors import StoreError
 from oncewatch.store.files import MEMORY, create_private, make_dir, make_private, require_space, said_full
 from oncewatch.store.lock import MonitorLock
 from oncewatch.store.dialect import POSTGRES, SQLITE, postgres_schema
-from oncewatch.store.schema import SCHEMA, connect, create
+from oncewatch.store.schema import SCHEMA, add_columns, columns, connect, create
 
 POSTGRES_SCHEMA = postgres_schema(SCHEMA)
 COUNTED = ("row_changes", "events", "quarantine", "findings", "entity_index", "series")
@@ -63,6 +63,8 @@ class Store:
         if not readonly:
             with said_full(target):
                 self.conn.executescript(SCHEMA)  # a store made by an older version gains the newer tables
+                with self.batch():
+                    add_columns(self.conn)  # and the newer columns of its older tables
 
     def _open_postgres(self, readonly: bool, monitor: bool) -> None:
         from oncewatch.store import postgres
@@ -127,10 +129,13 @@ class Store:
 
     def quarantined(self, limit: int | None = None) -> list[QuarantinedRecord]:
         """Quarantined Kafka records with their bytes, by topic, partition and offset (the first `limit`)."""
-        return [QuarantinedRecord(*r[:8], key=r[8], value=r[9], headers=headers_from_json(r[10]) if r[10] else ())
+        # A reader may open a store that no writer of this version has given the column yet.
+        timestamp_type = "r.timestamp_type" if "timestamp_type" in columns(self.conn, "quarantine_raw") else "NULL"
+        return [QuarantinedRecord(*r[:8], key=r[8], value=r[9], headers=headers_from_json(r[10]) if r[10] else (),
+                                  timestamp_type=r[11])
                 for r in self.conn.execute(
                     'SELECT q.topic, q.partition, q."offset", q.timestamp_ms, q.reason, q.detail, q.size, q.preview, '
-                    "r.record_key, r.value, r.headers FROM quarantine q LEFT JOIN quarantine_raw r "
+                    f"r.record_key, r.value, r.headers, {timestamp_type} FROM quarantine q LEFT JOIN quarantine_raw r "
                     'USING (topic, partition, "offset") ORDER BY q.topic, q.partition, q."offset"'
                     + (f" LIMIT {int(limit)}" if limit else ""))]
 

@@ -7,15 +7,20 @@ import json
 import time
 from decimal import Decimal
 
-from kafka import TopicPartition
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewPartitions, NewTopic
+from kafka.errors import CorruptRecordError
 
 from oncewatch.collectors.kafka_events import KafkaEventCollector
+from oncewatch.collectors.kafka_raw import failed_batch
 from oncewatch.core.config import TopicConfig
 from oncewatch.core.records import EmittedEvent
+from oncewatch.dashboards.views import quarantine_row
 from oncewatch.store import Store
-from tests.integration.kafka_fixtures import (UndecodableKey, create_topic, drain, json_topic, jsonb, kafka_admin, kafka_config,
-                                              produce, resume_and_check_exactly_once, unique, wait_for)
+from tests.integration.kafka_fixtures import (BOOTSTRAP, UndecodableKey, create_topic, drain, json_topic, jsonb,
+                                              kafka_admin, kafka_config, produce, resume_and_check_exactly_once,
+                                              unique, wait_for)
 
 __all__ = ["kafka_admin"]  # the fixture, imported so pytest finds it
 
@@ -305,6 +310,68 @@ def test_a_header_key_that_is_not_utf8_is_quarantined_and_the_partition_reads_on
         assert "UnicodeDecodeError" in quarantined[0].detail and collector.status.connected
         assert store.quarantine_counts() == {(topic, "unparseable"): 1}
         assert collector.caught_up()
+    finally:
+        collector.close()
+        store.close()
+
+
+def produce_batch(topic: str, records: list[tuple[bytes, bytes, list[tuple[str, bytes]]]],
+                  compression: str | None) -> list[tuple[int, int, int]]:
+    """(key, value, headers) records sent together so that the producer puts them in one batch of partition 0."""
+    producer = KafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", linger_ms=500, compression_type=compression)
+    try:
+        futures = [producer.send(topic, key=k, value=v, partition=0, headers=h) for k, v, h in records]
+        producer.flush()
+        return [(m.partition, m.offset, m.timestamp) for m in (f.get(timeout=30) for f in futures)]
+    finally:
+        producer.close()
+
+
+@pytest.mark.parametrize("compression, timestamp_type", [
+    (None, "CreateTime"), ("gzip", "CreateTime"), (None, "LogAppendTime")])
+def test_a_record_kafka_python_cannot_decode_is_kept_byte_for_byte(kafka_admin, tmp_path, compression, timestamp_type):
+    """A header key that is not UTF-8 (issue 42, observation 8): the record used to be stored with size 0 and no
+    key, value, headers or timestamp. Now its bytes are read from the batch kafka-python failed on: the stored
+    row has every byte the record had, its timestamp and type, and the good records of its batch are events."""
+    topic = unique("header-bytes")
+    kafka_admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1,
+                                        topic_configs={"message.timestamp.type": timestamp_type})])
+    kafka_admin.wait_for_topics([topic], timeout_ms=10_000)
+    pad = b" " * 600 if compression else b""  # gzip only pays off (and is only used) on a larger batch
+    value = jsonb(SHIPPED) + pad
+    sent = produce_batch(topic, [
+        (b"k-before", jsonb(PAID) + pad, [("trace", b"t-0")]),
+        (b"k-poison", value, [(UndecodableKey("x"), b"\x00hv\xff"), ("trace", b"t-1")]),
+        (b"k-after", jsonb(PAID2) + pad, [])], compression)
+    (_, before, _), (_, poison, stamp), (_, after, _) = sent
+    raw = KafkaConsumer(bootstrap_servers=BOOTSTRAP, group_id=None, enable_auto_commit=False)
+    try:  # one batch, and kafka-python fails on its second record
+        raw.assign([TopicPartition(topic, 0)])
+        raw.seek(TopicPartition(topic, 0), poison)
+        with pytest.raises(CorruptRecordError) as failed:
+            raw.poll(timeout_ms=5000)
+        assert failed_batch(failed.value).records_count == 3
+    finally:
+        raw.close()
+    store = Store(str(tmp_path / "store.db"))
+    collector = KafkaEventCollector(kafka_config([json_topic(topic)]))
+    try:
+        events, _ = drain(collector, 3, store=store)
+        stored = {q.offset: q for q in store.quarantined()}
+        q = stored[poison]
+        assert (q.topic, q.partition, q.offset, q.reason) == (topic, 0, poison, "unparseable")
+        assert "header key 0 is not UTF-8" in q.detail and "UnicodeDecodeError" in q.detail
+        assert (q.key, q.value, q.size, q.timestamp_ms, q.timestamp_type) == (
+            b"k-poison", value, len(value), stamp, timestamp_type)
+        assert [(k.encode("utf-8", "surrogateescape"), v) for k, v in q.headers] == [
+            (b"\xff\xfekey", b"\x00hv\xff"), (b"trace", b"t-1")]
+        shown = quarantine_row(q)  # what `oncewatch quarantine` and the Quarantine page show: text, no surrogates
+        assert shown["headers"][0] == ["\\xff\\xfekey", "\x00hv\\xff"] and json.dumps(shown, ensure_ascii=False)
+        assert shown["timestamp_type"] == timestamp_type
+        assert list(stored) == [poison]
+        assert [(e.offset, e.key) for e in events] == [(before, "k-before"), (after, "k-after")]
+        assert sorted(e.offset for e in store.events()) == [before, after]
+        assert collector.positions() == {f"{topic}/0": after + 1} and collector.caught_up()
     finally:
         collector.close()
         store.close()

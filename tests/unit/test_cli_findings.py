@@ -212,7 +212,8 @@ def test_quarantine_lists_records_with_coordinates_reason_and_bytes(capsys, conf
         tx.add_quarantined([
             QuarantinedRecord("shop.events", 2, 17, 1_714_557_600_000, "unparseable",
                               "the debezium parser failed: KeyError: 'field'", 9, "{\"x\": 1}", key=b"\xffk",
-                              value=b"{\"x\": 1}", headers=(("trace", b"abc"), ("\xe9", None))),
+                              value=b"{\"x\": 1}", headers=(("trace", b"abc"), ("\xe9", None), ("\udcffk", b"\xfe")),
+                              timestamp_type="CreateTime"),
             QuarantinedRecord("shop.events", 0, 3, 1_714_557_600_500, "too_large", "2000000 bytes", 2_000_000,
                               "{\"type\": ", value=None)])
     store.close()
@@ -221,9 +222,10 @@ def test_quarantine_lists_records_with_coordinates_reason_and_bytes(capsys, conf
     assert code == EXIT_OK and [r["coordinates"] for r in rows] == ["shop.events/0@3", "shop.events/2@17"]
     assert rows[1] | {"detail": None} == {
         "coordinates": "shop.events/2@17", "topic": "shop.events", "partition": 2, "offset": 17,
-        "timestamp": "2024-05-01T10:00:00.000Z", "reason": "unparseable", "detail": None, "size": 9,
-        "preview": "{\"x\": 1}", "key": "\\xffk", "value_base64": base64.b64encode(b"{\"x\": 1}").decode(),
-        "headers": [["trace", "abc"], ["\xe9", None]]}
+        "timestamp": "2024-05-01T10:00:00.000Z", "timestamp_type": "CreateTime", "reason": "unparseable",
+        "detail": None, "size": 9, "preview": "{\"x\": 1}", "key": "\\xffk",
+        "value_base64": base64.b64encode(b"{\"x\": 1}").decode(),
+        "headers": [["trace", "abc"], ["\xe9", None], ["\\xffk", "\\xfe"]]}
     assert rows[0]["value_base64"] is None
     code, out, _ = run(capsys, "quarantine", "--config", str(config))
     assert out.splitlines()[0] == "shop.events/0@3  2024-05-01T10:00:00.500Z  too_large  2000000 bytes  2000000 bytes"

@@ -12,9 +12,9 @@ from typing import Any
 from prometheus_client import generate_latest
 
 from oncewatch.collectors.kafka_formats import TopicParser
-from oncewatch.core.config import TopicConfig
+from oncewatch.core.config import PostgresTarget, TopicConfig
 from oncewatch.core.exact_json import to_json
-from oncewatch.core.records import EmittedEvent, QuarantinedRows
+from oncewatch.core.records import EmittedEvent, QuarantinedRecord, QuarantinedRows
 from oncewatch.dashboards import metrics
 from oncewatch.store import Store
 
@@ -189,3 +189,37 @@ def test_binlog_quarantine_is_kept_and_counted(store_target):
     exported = generate_latest(metrics.registry(store_target)).decode()
     assert 'oncewatch_binlog_quarantined_events_total{reason="undecodable"} 1.0' in exported
     assert 'oncewatch_binlog_quarantined_events_total{reason="unparseable"} 0.0' in exported
+
+
+def test_an_older_store_keeps_its_quarantine_and_gains_the_timestamp_type(store_target):
+    """quarantine_raw before it had timestamp_type: a reader reads its records (type unknown) and the next
+    writer adds the column, after which a record keeps its type and a header key that is not UTF-8."""
+    store = Store(store_target)
+    store.conn.execute("DROP TABLE quarantine_raw")
+    blob = "BYTEA" if isinstance(store_target, PostgresTarget) else "BLOB"
+    store.conn.execute(f'CREATE TABLE quarantine_raw (topic TEXT NOT NULL, partition INTEGER NOT NULL, "offset" '
+                       f"INTEGER NOT NULL, record_key {blob}, value {blob}, headers TEXT NOT NULL, "
+                       'PRIMARY KEY (topic, partition, "offset"))')
+    if isinstance(store_target, PostgresTarget):
+        store.conn.execute("UPDATE oncewatch_store SET schema_sha256 = 'made by an older version'")
+    old = QuarantinedRecord("t", 0, 1, 1_700_000_000_000, "not_json", "Expecting value", 3, "abc", value=b"abc",
+                            headers=(("trace", b"t"),))
+    store.conn.execute('INSERT INTO quarantine (topic, partition, "offset", timestamp_ms, reason, detail, size, '
+                       "preview, quarantined_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                       (old.topic, old.partition, old.offset, old.timestamp_ms, old.reason, old.detail, old.size,
+                        old.preview, 1.0))
+    store.conn.execute('INSERT INTO quarantine_raw (topic, partition, "offset", record_key, value, headers) '
+                       "VALUES (?,?,?,?,?,?)", (old.topic, old.partition, old.offset, None, old.value,
+                                                '[["trace", "dA=="]]'))
+    store.close()
+    reader = Store(store_target, readonly=True)
+    assert reader.quarantined() == [old]
+    reader.close()
+    writer = Store(store_target)
+    new = QuarantinedRecord("t", 0, 2, 1_700_000_000_500, "unparseable", "header key 0 is not UTF-8", 2, "{}",
+                            key=b"k", value=b"{}", headers=(("\udcff\udcfekey", b"\x00v"), ("e", None)),
+                            timestamp_type="LogAppendTime")
+    with writer.batch() as tx:
+        tx.add_quarantined([new])
+    assert writer.quarantined() == [old, new]
+    writer.close()
