@@ -164,10 +164,13 @@ def to_epoch(value: Any) -> float | None:
     return None
 
 
-def commit_time(image: dict[str, Any], column: str | None, fallback: float, fallback_clock: str) -> tuple[float, str]:
+def commit_time(after: dict[str, Any] | None, column: str | None, fallback: float,
+                fallback_clock: str) -> tuple[float, str]:
     """A row's commit time and the clock it came from: its table's commit-time column (mysql.commit_time_columns)
-    where it has one and the row a time in it, else `fallback` (the binlog header's, the read's)."""
-    row_time = to_epoch(image.get(column)) if column else None
+    where it has one and the row `after` the change a time in it, else `fallback` (the binlog header's, the
+    read's). A delete (no `after`) is timed by the fallback: its row's column says when the row was written, not
+    when it went."""
+    row_time = to_epoch(after.get(column)) if column and after is not None else None
     return (row_time, CLOCK_ROW_COLUMN) if row_time is not None else (fallback, fallback_clock)
 
 
@@ -435,7 +438,7 @@ class BinlogCollector:
             pk_names = event.primary_key if isinstance(event.primary_key, (list, tuple)) else (
                 (event.primary_key,) if event.primary_key else ())
             pk = tuple(image.get(n) for n in pk_names)
-            when, clock = commit_time(image, self.cfg.commit_time_columns.get(entry(event.schema, event.table)),
+            when, clock = commit_time(after, self.cfg.commit_time_columns.get(entry(event.schema, event.table)),
                                       float(header_time), CLOCK_BINLOG_HEADER)
             out.append(RowChange(
                 schema=event.schema, table=event.table, op=op, pk=pk, before=before, after=after,

@@ -266,7 +266,7 @@ class CanalAssembler:
             before = {**row, **canal_values(old[i], types, self.zone)} if op == OP_UPDATE else (
                 row if op == OP_DELETE else None)
             after = None if op == OP_DELETE else row
-            when, clock = commit_time(row, columns, (msg.get("es") or 0) / 1000, CLOCK_BINLOG_HEADER)
+            when, clock = commit_time(after, columns, (msg.get("es") or 0) / 1000, CLOCK_BINLOG_HEADER)
             out.append(RowChange(schema=msg["database"], table=msg["table"], op=op,
                                  pk=tuple(row.get(n) for n in pk_names), before=before, after=after, txid=txid,
                                  row_index=0, binlog_file=key, end_pos=offset, commit_time=when, commit_clock=clock))

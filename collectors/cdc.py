@@ -497,8 +497,7 @@ class Assembler:
             if columns is columns_of:
                 columns = columns_of[(r.db, r.table)] = self.cfg.commit_time_columns.get(
                     self.cfg.watched.entry(r.db, r.table))
-            when, clock = commit_time(r.after if r.after is not None else r.before or {}, columns, r.header_time,
-                                      CLOCK_BINLOG_HEADER)
+            when, clock = commit_time(r.after, columns, r.header_time, CLOCK_BINLOG_HEADER)
             op = r.op  # RowChange's fields in order (positional: one is made per row)
             rows.append(RowChange(r.db, r.table, OPS[op], r.pk, r.before if op == "u" or op == "d" else None,
                                   r.after if op != "d" else None, txid, r.offset if op == "r" else len(rows), r.file,

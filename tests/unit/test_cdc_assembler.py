@@ -101,6 +101,19 @@ def test_a_primary_key_change_is_one_update_and_tombstones_take_no_place():
     assert (row.op, row.pk, row.before["order_no"], row.after["order_no"]) == ("update", ("O9",), "O1", "O9")
 
 
+def test_a_delete_is_timed_by_the_binlog_not_by_its_row_s_time_column():
+    """The deleted row's commit-time column says when the row was written; the delete is as late as its header."""
+    timed = parse({"mysql": {"user": "u", "password_env": "NONE", "tables": ["shop.orders"],
+                             "commit_time_columns": {"shop.orders": "updated_at"}}}).mysql
+    row = {"order_no": "O1", "status": "pending", "updated_at": dt.datetime(2026, 1, 2, 3, 4, 5, 250000)}
+    written = record("0-1-1", 1, after=row, header_time=1767323045.0)
+    gone = record("0-1-2", 1, op="d", before=row, header_time=1767323100.0)
+    txs = feed(Assembler(timed), begin("0-1-1"), end("0-1-1", orders=1), written, begin("0-1-2"),
+               end("0-1-2", orders=1), gone)
+    assert [(r.op, r.commit_time, r.commit_clock) for t in txs for r in t.rows] == [
+        ("insert", 1767323045.25, "row_column"), ("delete", 1767323100.0, "binlog_header")]
+
+
 def test_a_transaction_without_an_end_goes_in_its_place_with_what_came_and_a_late_record_still_goes():
     a = Assembler(CFG)
     truncate = record("0-1-2", 1, op="t", pk=(), before=None, after=None)
