@@ -55,6 +55,7 @@ API (the monitor loop calls these):
    "delay": {commit_clock: {"buckets": {"0.005": n, ..., "+Inf": n} (cumulative, upper bounds
              in seconds), "sum": seconds, "count": n}},
    "found_total": {"F1": n, ..., "F12": n},
+   "truncated_total": {"schema.table": TRUNCATEs of a watched table seen},
    "horizon_dropped_total": n, "horizon_dropped": {space: {"age": n, "count": n}}}
 
 Bounded memory: every piece of open state ages out after `rules.horizon_seconds` of its
@@ -88,7 +89,7 @@ from oncewatch.core.tables import is_pattern
 
 log = logging.getLogger("oncewatch.checks.engine")
 
-STATE_VERSION = 2  # 2: entries as [key, time, value] rows per space (state_delta)
+STATE_VERSION = 3  # 2: entries as [key, time, value] rows per space (state_delta); 3: effect rows and truncates
 HORIZON_LOG_EVERY = 60.0  # seconds of `now` between two horizon log lines (it happens every tick at steady state)
 ROUTES_LIMIT = 100_000  # real tables whose handlers are remembered (a shop of more shards looks them up again)
 BACKLOG_EVERY = 1.0  # seconds of `now` between two F11 backlog judgements (each may walk the changes not yet due)
@@ -133,8 +134,12 @@ class Engine:
         self.routes: dict[tuple[str, str], list[Callable[[RowChange], None]]] = {}
         self.callbacks: PaymentChecks | None = None
         self.orders: OrderLife | None = None
-        effects = DuplicateEffects(self.memory, self.findings, tuple(e.table for e in domain.effects)) \
-            if domain.effects else None
+        # real table -> TRUNCATEs of it seen: the effect rows of before the last one are gone (checks.effects)
+        self.truncated: dict[str, int] = self.memory.counters("truncated", {})
+        self.effects: DuplicateEffects | None = None
+        if domain.effects:
+            self.effects = DuplicateEffects(self.memory, self.findings, tuple(e.table for e in domain.effects),
+                                            self.truncated)
         if domain.orders:
             self.orders = OrderLife(domain.orders, domain.state_machine, rules.stuck_pending_seconds, self.memory,
                                     self.findings)
@@ -145,7 +150,7 @@ class Engine:
             if domain.orders and (domain.payments.callback_status_column or domain.callbacks):
                 self.callbacks = payments
         self.announcements = Announcements(settings.announce, rules, self.memory, self.findings)
-        handlers = {"effect": lambda e: partial(effects.on_row, e), "order": lambda _: self.orders.on_row,
+        handlers = {"effect": lambda e: partial(self.effects.on_row, e), "order": lambda _: self.orders.on_row,
                     "payment": lambda _: payments.on_payment, "callback": lambda _: payments.on_callback,
                     "order_amount": lambda _: payments.on_order,
                     "announce": lambda a: partial(self.announcements.on_change, (a,))}
@@ -226,7 +231,10 @@ class Engine:
 
     def on_schema_change(self, change: SchemaChange, at: float) -> None:
         """A DDL on a watched table: the rules that read a column it broke go blind until a later
-        DDL puts it right; a TRUNCATE of the orders table ends every pending order."""
+        DDL puts it right. A TRUNCATE changes no column (CDC and Canal give none with it)."""
+        if change.kind == "truncate":
+            self._truncated(change, at)
+            return
         entry = self.watched.qualified(change.table)
         found = shape.problems(change, self.needs, entry)
         if found:
@@ -238,10 +246,21 @@ class Engine:
             log.info("a watched table has the shape the config needs again", extra={
                 "event": "shape_restored", "table": change.table, "gtid": change.txid})
         self.findings.blind = self.blind_rules()
+
+    def _truncated(self, change: SchemaChange, at: float) -> None:
+        """Every row of the table is gone: counted, logged (once: by the leader of sharded engines, which each
+        see it), and facts that stood on its rows end: pending orders, duplicated effects."""
+        self.truncated[change.table] = self.truncated.get(change.table, 0) + 1
+        where = f"{change.binlog_file}:{change.pos}"
+        if self.shard.leads:
+            log.warning("a watched table was truncated: every row of it is gone", extra={
+                "event": "table_truncated", "table": change.table, "gtid": change.txid, "at": where})
+        entry = self.watched.qualified(change.table)
         orders = self.orders
-        if change.kind == "truncate" and orders is not None and entry == orders.orders.table:
-            shard = change.table if is_pattern(entry) else None
-            orders.truncated(at, f"{change.binlog_file}:{change.pos}", shard)
+        if orders is not None and entry == orders.orders.table:
+            orders.truncated(at, where, change.table if is_pattern(entry) else None)
+        if self.effects is not None and entry in self.effects.tables:
+            self.effects.truncated(change.table, at, where)
 
     def blind_rules(self) -> frozenset[str]:
         return frozenset(r for problems in self.shape_problems.values() for p in problems for r in p["rules"])
@@ -315,5 +334,7 @@ class Engine:
         return {**self.announcements.stats(), "backlog_by_table": dict(backlog),
                 "found_total": dict(self.findings.found_total),
                 "suppressed_total": dict(self.findings.suppressed), "shape_problems": self.shape(),
+                # every shard counts a truncate (it reaches them all): the leader's count is the group's
+                "truncated_total": dict(self.truncated) if self.shard.leads else {},
                 "horizon_dropped_total": self.memory.dropped(), "horizon_dropped": self.memory.dropped_by_space(),
                 "pipeline": self.pipeline.stats()}

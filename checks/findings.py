@@ -3,14 +3,15 @@
 A finding's id is a hash of its rule and the identity of the fact, so the same fact found
 twice (after a restart, or with the two streams read in another order) is one finding:
 
-    F1 effect table + trade_no     F5 trade_no                  F9  event type + key
+    F1 trade_no                    F5 trade_no                  F9  event type + key
     F2 order                       F6 trade_no + txid           F10 event type + key
     F3 order                       F7 txid + row index          F11 "backlog" + table | "lag" + group
     F4 order + txid + row index    F8 event type + key          F12 group + topic
 
-Lifecycle: findings open; F3 resolves when the order leaves pending, F7 when the event comes
-late (with an F10 for the delay), F8 when the change comes late, F11/F12 when the reading
-drops back; the others are facts that stay open for a person to close.
+Lifecycle: findings open; F1 resolves when deletes or a TRUNCATE leave one effect row per
+table, F3 when the order leaves pending, F7 when the event comes late (with an F10 for the
+delay), F8 when the change comes late, F11/F12 when the reading drops back; the others are
+facts that stay open for a person to close.
 
 Evidence is kept in state as compact tuples (see `EvidenceItem`) and sorted by time when a
 finding is built, so the order in which the streams were read does not show in the result.
@@ -160,14 +161,16 @@ class Findings:
                                   evidence=_merge(() if replace else old.evidence, evidence))
         return new if new == old else self._put(new, created=False)
 
-    def resolve(self, fid: str, at: float, why: str) -> None:
+    def resolve(self, fid: str, at: float, why: str, evidence: Iterable[EvidenceItem] = ()) -> None:
+        """`evidence`: what ended the fact (a deleted row), added to the finding's."""
         old = self.live.get(fid)
         if old is not None and old.status == OPEN:
             # A history in time order whatever the clocks did: a fact that ended at `at`, before it was seen
             # (its evidence says when), is resolved as of when it was seen.
             at = max(at, old.first_seen)
             self._put(dataclasses.replace(old, status=RESOLVED, resolved_at=at, resolution=why,
-                                          last_seen=max(old.last_seen, at)), created=False)
+                                          last_seen=max(old.last_seen, at), evidence=_merge(old.evidence, evidence)),
+                      created=False)
 
     def settle(self, rule: str, identity: tuple[Any, ...], *, keys: dict[str, Any], summary: str, since: float,
                evidence: Iterable[EvidenceItem], at: float, why: str) -> None:

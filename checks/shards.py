@@ -10,11 +10,12 @@ shard's input, state and findings are the same with one instance or several.
   each one judges a row by. The engine (checks.engine) and the router read the same list.
 - `Router(settings, count).split(tx)`: the part of a transaction each shard needs. A row goes, once and in
   binlog order, to every shard one of its keys lands on; a DDL on a watched table to every shard (rules go
-  blind everywhere, a TRUNCATE of the orders ends pending orders everywhere); the group-level facts to the
-  leader, shard 0: the CDC delivery (F15 replays and F16 END counts, with `delivered_until`, the newest commit
-  the router has seen delivered, which times an F15) and the quarantined rows. The first change of an
-  announced table the router sees starts every shard's watch (`Split.watch_start`, with a part for every shard:
-  `Engine.start_watch` before the part): F8 and F9 judge no event from before it, on every shard alike.
+  blind everywhere, a TRUNCATE ends pending orders and duplicated effects everywhere, the leader counts it);
+  the group-level facts to the leader, shard 0: the CDC delivery (F15 replays and F16 END counts, with
+  `delivered_until`, the newest commit the router has seen delivered, which times an F15) and the quarantined
+  rows. The first change of an announced table the router sees starts every shard's watch (`Split.watch_start`,
+  with a part for every shard: `Engine.start_watch` before the part): F8 and F9 judge no event from before it,
+  on every shard alike.
 - `Router.shard_of_event(event)`: the shard of the key an event announces (None: no entry announces it).
 - `merge_stats`: the shards' `Engine.stats()` as one engine's, for /metrics.
 
@@ -34,7 +35,7 @@ from typing import Any, NamedTuple
 from oncewatch.checks.settings import Settings
 from oncewatch.core.domain import Announce, Effect
 from oncewatch.core.names import key_of, key_text
-from oncewatch.core.records import OP_DELETE, EmittedEvent, RowChange, Transaction
+from oncewatch.core.records import EmittedEvent, RowChange, Transaction
 
 LEADER = 0
 IGNORED = object()  # the key of a row its handler does nothing with: sent to no shard for that handler
@@ -73,9 +74,7 @@ class Route(NamedTuple):
     key: Callable[[RowChange], Any]  # the key it judges a row by, or IGNORED
 
 
-def _columns(columns: tuple[str, ...], skip_deletes: bool = False) -> Callable[[RowChange], Any]:
-    if skip_deletes:
-        return lambda change: IGNORED if change.op == OP_DELETE else key_of(change.row, columns)
+def _columns(columns: tuple[str, ...]) -> Callable[[RowChange], Any]:
     return lambda change: key_of(change.row, columns)
 
 
@@ -89,7 +88,7 @@ def _announced(a: Announce) -> Callable[[RowChange], Any]:
 
 def routes(settings: Settings) -> list[Route]:
     d = settings.domain
-    found = [Route(e.table, "effect", e, _columns((e.trade_no_column,), skip_deletes=True)) for e in d.effects]
+    found = [Route(e.table, "effect", e, _columns((e.trade_no_column,))) for e in d.effects]
     if d.orders:
         found.append(Route(d.orders.table, "order", None, _columns(d.orders.key_columns)))
     if d.payments:

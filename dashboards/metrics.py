@@ -256,6 +256,11 @@ def _engine(stats: dict[str, Any], counts: list[tuple[str, str, str, int]]) -> I
     for rule in views.RULES:
         suppressed.add_metric([rule], stats.get("suppressed_total", {}).get(rule, 0))
     yield suppressed
+    truncated = _counter("tables_truncated", "TRUNCATEs of a watched table seen: every row of it gone (its pending "
+                         "orders and duplicated effects end).", ("table",))
+    for table, n in sorted(stats.get("truncated_total", {}).items()):
+        truncated.add_metric([table], n)
+    yield truncated
     shape = _gauge("shape_problem", "1 per configured column a DDL broke (the health reasons say how); the rules "
                    "reading it cannot judge until it is put back.", ("table", "config_key"))
     for p in stats.get("shape_problems", []):

@@ -18,8 +18,8 @@ from typing import Any
 from oncewatch.checks.engine import Engine
 from oncewatch.checks.settings import Settings
 from oncewatch.core.config import load
-from oncewatch.core.records import (CLOCK_GTID_COMMIT_TS, OP_INSERT, OP_UPDATE, BinlogPosition, EmittedEvent,
-                                    Finding, RowChange, Transaction)
+from oncewatch.core.records import (CLOCK_GTID_COMMIT_TS, OP_DELETE, OP_INSERT, OP_UPDATE, BinlogPosition,
+                                    EmittedEvent, Finding, RowChange, SchemaChange, Transaction)
 
 SCHEMA = "shop"
 # table -> primary key column
@@ -29,7 +29,7 @@ PRIMARY_KEYS = {"orders": "order_no", "payments": "trade_no", "shipments": "ship
 PATHS = {"type": "event_type", "order_no": "order_key", "trade_no": "trade_no", "entity_id": "effect_id",
          "amount": "amount", "status": "status"}
 
-RowSpec = tuple[str, str, dict[str, Any] | None, dict[str, Any]]  # table, op, before, after
+RowSpec = tuple[str, str, dict[str, Any] | None, dict[str, Any] | None]  # table, op, before, after
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "shop.toml"
 
 
@@ -62,6 +62,12 @@ def grant(grant_id: str, trade_no: str) -> RowSpec:
     return _row("points_grants", {"grant_id": grant_id, "trade_no": trade_no}, None)
 
 
+def deleted(row: RowSpec) -> RowSpec:
+    """The delete of the row `row` wrote."""
+    table, _, _, after = row
+    return (table, OP_DELETE, after, None)
+
+
 class Shop:
     def __init__(self) -> None:
         self.seq = 0
@@ -74,10 +80,18 @@ class Shop:
         changes = []
         for i, (table, op, before, after) in enumerate(rows):
             self.pos += 100
-            changes.append(RowChange(schema=SCHEMA, table=table, op=op, pk=(after[PRIMARY_KEYS[table]],),
+            image = after if after is not None else before
+            changes.append(RowChange(schema=SCHEMA, table=table, op=op, pk=(image[PRIMARY_KEYS[table]],),
                                      before=before, after=after, txid=txid, row_index=i, binlog_file="bin.000001",
                                      end_pos=self.pos, commit_time=at, commit_clock=clock, snapshot=snapshot))
         return Transaction(rows=tuple(changes), position=BinlogPosition(txid, "bin.000001", self.pos), commit_time=at)
+
+    def truncate(self, at: float, table: str) -> Transaction:
+        """A TRUNCATE of `table` (schema.table) as the collectors hand it on: a transaction with no rows."""
+        tx = self.tx(at)
+        return dataclasses.replace(tx, schema_changes=(SchemaChange(
+            table=table, kind="truncate", statement=f"TRUNCATE {table}", columns={}, txid=tx.position.gtid,
+            binlog_file=tx.position.file, pos=tx.position.pos),))
 
     def event(self, event_type: str, at: float, *, partition: int = 0, topic: str = "shop.events",
               **fields: Any) -> EmittedEvent:

@@ -124,6 +124,7 @@ ENGINE_STATS = {
     "horizon_dropped": {"effects": {"age": 3, "count": 0}, "waiting_changes.fresh": {"age": 0, "count": 0}},
     "suppressed_total": {},
     "shape_problems": [SHAPE_PROBLEM],
+    "truncated_total": {"shop.shipments": 1},
     # [cdc] mode = "check": the CDC topics two transactions behind the binlog (checks.pipeline)
     "pipeline": {"against_binlog": True, "lag_transactions": 2, "lag_rows": 5, "lag_seconds": 1.5,
                  "position_gap": 1800, "before_start": 0, "replayed_records": 0},

@@ -75,8 +75,8 @@ def test_stats_shape():
          shop.event("order.paid", T + 0.01, order_no="O1"))
     stats = engine.stats()
     assert set(stats) == {"backlog_by_table", "delay", "found_total", "horizon_dropped_total", "horizon_dropped",
-                          "suppressed_total", "shape_problems", "pipeline"}
-    assert (stats["suppressed_total"], stats["shape_problems"]) == ({}, [])
+                          "suppressed_total", "shape_problems", "truncated_total", "pipeline"}
+    assert (stats["suppressed_total"], stats["shape_problems"], stats["truncated_total"]) == ({}, [], {})
     assert stats["backlog_by_table"] == {"shop.orders": 0, "shop.shipments": 2, "shop.points_grants": 0}
     assert list(stats["delay"]["gtid_commit_ts"]["buckets"])[-1] == "+Inf"
     assert stats["found_total"] == {f"F{i}": int(i == 1) for i in range(1, 17)}

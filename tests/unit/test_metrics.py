@@ -97,6 +97,7 @@ def test_verdict_and_stream_lag(served) -> None:
         f"F{i}": int(i != 6) for i in range(1, 17)}
     assert value(fams, "oncewatch_shape_problem", table="shop.payments",
                  config_key="domain.payments.callback_status_column") == 1
+    assert value(fams, "oncewatch_tables_truncated_total", "oncewatch_tables_truncated", table="shop.shipments") == 1
 
 
 def test_alignment_and_lag(served) -> None:

@@ -189,6 +189,24 @@ def test_duplicate_effects_in_a_shard_name_the_shard_and_the_entry():
         ("F1", ["mall_*.shipment"], "trade_no T1: 2 rows in mall_1.shipment")]
 
 
+def test_a_truncated_shard_takes_away_only_its_own_effect_rows():
+    engine, cfg = engine_of()
+    shop = Mall(cfg)
+    feed(engine, shop.tx(1, ("mall_0.shipment", OP_INSERT, None, {"shipment_no": "S1", "trade_no": "T2"})),
+         *[shop.tx(2, ("mall_1.shipment", OP_INSERT, None, {"shipment_no": s, "trade_no": "T1"}))
+           for s in ("S1", "S2")])
+    engine.on_schema_change(SchemaChange("mall_1.shipment", "truncate", "TRUNCATE shipment", {}, "0-1-9",
+                                         "bin.000001", 900), at=3)
+    (ended,) = engine.drain()
+    assert (ended.keys["trade_no"], ended.status, ended.resolution) == (
+        "T1", "resolved", "mall_1.shipment truncated at bin.000001:900")
+    # T1's rows in mall_1 are gone, T2's row in mall_0 still exists
+    found = feed(engine, shop.tx(4, ("mall_1.shipment", OP_INSERT, None, {"shipment_no": "S3", "trade_no": "T1"})),
+                 shop.tx(5, ("mall_1.shipment", OP_INSERT, None, {"shipment_no": "S4", "trade_no": "T2"})))
+    assert [(f.keys["trade_no"], f.status, f.summary) for f in found] == [
+        ("T2", "open", "trade_no T2: 1 rows in mall_0.shipment, 1 rows in mall_1.shipment")]
+
+
 def test_a_truncated_shard_ends_only_its_own_pending_orders():
     engine, cfg = engine_of()
     shop = Mall(cfg)
