@@ -204,7 +204,7 @@ class Engine:
         self.memory.load(state)
         self.findings.changed = {f["id"]: from_dict(f) for f in state["changed"]}
         self.announcements.recount()
-        self.findings.blind = self.blind_rules()
+        self.findings.blind = self.blind_tables()
         self._dropped_logged = self.memory.dropped()
         self._lost_logged = verdicts_lost(self.memory.dropped_by_space())
 
@@ -245,7 +245,7 @@ class Engine:
         elif self.shape_problems.pop(change.table, None) is not None:
             log.info("a watched table has the shape the config needs again", extra={
                 "event": "shape_restored", "table": change.table, "gtid": change.txid})
-        self.findings.blind = self.blind_rules()
+        self.findings.blind = self.blind_tables()
 
     def _truncated(self, change: SchemaChange, at: float) -> None:
         """Every row of the table is gone: counted, logged (once: by the leader of sharded engines, which each
@@ -262,8 +262,13 @@ class Engine:
         if self.effects is not None and entry in self.effects.tables:
             self.effects.truncated(change.table, at, where)
 
-    def blind_rules(self) -> frozenset[str]:
-        return frozenset(r for problems in self.shape_problems.values() for p in problems for r in p["rules"])
+    def blind_tables(self) -> dict[str, frozenset[str]]:
+        """Rule -> the watched tables (config entries) the standing shape problems blind it for."""
+        return shape.blinds(self.shape(), self.reads())
+
+    def reads(self) -> dict[str, list[str]]:
+        """Rule -> the watched tables (config entries) whose configured columns it reads (checks.shape.needs)."""
+        return shape.reads(self.needs)
 
     def shape(self) -> list[dict[str, Any]]:
         """The shape problems that stand, for health."""

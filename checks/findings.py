@@ -123,10 +123,20 @@ class Findings:
         # only ever looked up by id (the store counts them for /metrics), so older ones may spill
         self.live = memory.aging("findings", STREAMS, encode=to_dict, decode=from_dict, spill=True)
         self.found_total = memory.counters("found_total", dict.fromkeys(RULES, 0))
-        # Rules blind to a shape change (checks.shape): what they would have raised meanwhile, counted.
-        self.blind: frozenset[str] = frozenset()
+        # rule -> the watched tables (entries) a shape change blinds it for (checks.shape): what it would have
+        # raised about them meanwhile is counted, what it raises about the others stands
+        self.blind: dict[str, frozenset[str]] = {}
         self.suppressed = memory.counters("suppressed", {})
         self.changed: dict[str, Finding] = {}
+
+    def blinded(self, rule: str, keys: dict[str, Any]) -> bool:
+        """A finding of `rule` with these keys reads a table its rule is blind for: its keys' "table" (F7-F10) or
+        "tables" (F1); a rule whose findings name no table (F2-F6: one table of each role) is blind for all."""
+        tables = self.blind.get(rule)
+        if not tables:
+            return False
+        named = keys.get("tables") or ((keys["table"],) if "table" in keys else None)
+        return named is None or not tables.isdisjoint(named)
 
     def get(self, fid: str) -> Finding | None:
         return self.live.get(fid)
@@ -142,9 +152,9 @@ class Findings:
                evidence: Iterable[EvidenceItem], severity: str | None = None,
                replace: bool = False) -> Finding | None:
         """Open (or update) the finding of `rule` about `identity`; `replace` keeps only the new evidence
-        (readings such as offsets, where the latest one is what counts). A blind rule raises nothing:
-        it is counted in `suppressed` instead (checks.shape)."""
-        if rule in self.blind:
+        (readings such as offsets, where the latest one is what counts). A blind rule raises nothing
+        about the tables it is blind for: it is counted in `suppressed` instead (checks.shape)."""
+        if self.blind and self.blinded(rule, keys):
             self.suppressed[rule] = self.suppressed.get(rule, 0) + 1
             return None
         fid = finding_id(rule, *identity)

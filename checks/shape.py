@@ -1,17 +1,19 @@
 """Shape changes of watched tables: which configured columns the rules read, and what a DDL did to them.
 
 A column dropped, renamed away or retyped to something its rule cannot read (an amount that is no
-longer a number) makes the rules that read it blind: they say so (health, `rule_can_judge`) and
-raise nothing until the shape is right again, rather than guess (a renamed status column would
-otherwise turn every order.paid event into a false F8). Each problem names the config key it
-breaks, so the fix is plain: change the column back, or the config.
+longer a number) makes the rules that read it blind for that table: they say so (health,
+`rule_can_judge{rule, table}`) and raise nothing about it until the shape is right again, rather than
+guess (a renamed status column would otherwise turn every order.paid event into a false F8). The
+other tables stay judged: a renamed orders status leaves F7 judging the shipments' announcements.
+Each problem names the config key it breaks, so the fix is plain: change the column back, or the config.
 Pure: the binlog collector reports the DDL with the table's columns as the server has them after it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from oncewatch.checks.settings import Settings
 from oncewatch.core.records import SchemaChange
@@ -19,6 +21,11 @@ from oncewatch.core.records import SchemaChange
 # information_schema DATA_TYPE values a rule can read as a number.
 NUMERIC_TYPES = frozenset({"decimal", "numeric", "int", "integer", "bigint", "smallint", "mediumint", "tinyint",
                            "float", "double", "real"})
+
+
+# Rules whose findings name the watched table they are about (keys "table", or "tables" for F1): a shape problem
+# blinds them for that table only (checks.findings.Findings.blinded).
+PER_TABLE = frozenset({"F1", "F7", "F8", "F9", "F10"})
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,29 @@ def needs(settings: Settings) -> tuple[Need, ...]:
         if a.when_column:
             out.append(Need(a.table, a.when_column, f"announce[{i}].when_column", announced))
     return tuple(out)
+
+
+def reads(wanted: Iterable[Need]) -> dict[str, list[str]]:
+    """Rule -> the tables whose `wanted` columns it reads, sorted: what a shape problem may blind it for."""
+    out: dict[str, set[str]] = {}
+    for n in wanted:
+        for rule in n.rules:
+            out.setdefault(rule, set()).add(n.table)
+    return {rule: sorted(tables) for rule, tables in sorted(out.items())}
+
+
+def blinds(standing: Iterable[Mapping[str, Any]], read: Mapping[str, Sequence[str]]) -> dict[str, frozenset[str]]:
+    """Rule -> the tables the `standing` problems (`ShapeProblem.to_dict`) blind it for, given what each rule
+    reads (`reads`). A rule whose findings name their table (PER_TABLE) is blind for the broken table only; the
+    others judge one fact across their tables (an order, its payments, its callbacks) and are blind for all."""
+    out: dict[str, set[str]] = {}
+    for p in standing:
+        for rule in p["rules"]:
+            tables = out.setdefault(rule, {p["table"]})
+            tables.add(p["table"])
+            if rule not in PER_TABLE:
+                tables.update(read.get(rule, ()))
+    return {rule: frozenset(tables) for rule, tables in out.items()}
 
 
 def problems(change: SchemaChange, wanted: Iterable[Need], entry: str | None = None) -> list[ShapeProblem]:

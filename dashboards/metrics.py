@@ -208,12 +208,13 @@ def _monitor(value: dict[str, Any]) -> Iterator[Metric]:
     for rule, values in sorted(value.get("thresholds", {}).items()):
         for name, v in sorted(values.items()):
             threshold.add_metric([rule, name], v)
-    judging = _gauge("rule_can_judge", "1 when the rule sees every stream it reads; 0: it is blind (unknown), its "
-                     "silence means nothing.", ("rule",))
-    blind = set(value.get("blind_rules", []))
+    judging = _gauge("rule_can_judge", "1 when the rule sees every stream it reads and the columns it reads of "
+                     "`table` (one series per watched table whose columns the config names for it, none for a rule "
+                     "that reads no table); 0: it is blind (unknown) there, its silence means nothing.",
+                     ("rule", "table"))
     if "verdict" in value:
-        for rule in names.RULES:
-            judging.add_metric([rule], 0 if rule in blind else 1)
+        for rule, table, judges in can_judge(value):
+            judging.add_metric([rule, table], int(judges))
     outages = _counter("store_outages", "Times this monitor process lost its store's server (PostgreSQL) and started "
                        "again from the checkpoint once it answered.")
     outages.add_metric([], value.get("store_outages", 0))
@@ -221,6 +222,16 @@ def _monitor(value: dict[str, Any]) -> Iterator[Metric]:
                     "records of that time are read after it, from the checkpoint).")
     away.add_metric([], value.get("store_outage_seconds", 0.0))
     yield from (started, caught_up, verdict, lag, stream_time, threshold, judging, outages, away)
+
+
+def can_judge(monitor: dict[str, Any]) -> Iterator[tuple[str, str, bool]]:
+    """(rule, table, judges) of the monitor's health row: a rule blind everywhere (a stream it reads unseen)
+    judges no table; one a shape problem blinds for some tables judges the others."""
+    blind = set(monitor.get("blind_rules", []))
+    for rule in names.RULES:
+        shaped = set(monitor.get("blind_tables", {}).get(rule, ()))
+        for table in sorted(set(monitor.get("rule_tables", {}).get(rule, ())) | shaped) or [""]:
+            yield rule, table, rule not in blind and table not in shaped
 
 
 def _engine(stats: dict[str, Any], counts: list[tuple[str, str, str, int]]) -> Iterator[Metric]:
@@ -262,9 +273,10 @@ def _engine(stats: dict[str, Any], counts: list[tuple[str, str, str, int]]) -> I
         truncated.add_metric([table], n)
     yield truncated
     shape = _gauge("shape_problem", "1 per configured column a DDL broke (the health reasons say how); the rules "
-                   "reading it cannot judge until it is put back.", ("table", "config_key"))
+                   "reading it (`rules`) cannot judge that table until it is put back.",
+                   ("table", "config_key", "rules"))
     for p in stats.get("shape_problems", []):
-        shape.add_metric([p["table"], p["config_key"]], 1)
+        shape.add_metric([p["table"], p["config_key"], ",".join(p["rules"])], 1)
     yield shape
 
 

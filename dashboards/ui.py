@@ -123,8 +123,8 @@ def monitor_banner(components: dict[str, views.Component], group: views.GroupVer
     else:
         verdict = monitor.value.get("verdict") or "unknown"
         reasons = list(monitor.value.get("reasons") or [])
-        if monitor.value.get("blind_rules"):
-            reasons.append(f"cannot judge now: {', '.join(monitor.value['blind_rules'])}")
+        if blind := views.cannot_judge(monitor.value):
+            reasons.append(blind)
         VERDICT_BOXES.get(verdict, st.info)(f"**Monitor {verdict}**" + (": " + "; ".join(reasons) if reasons else
                                                                           ": both streams read, every rule judging"))
 

@@ -117,6 +117,16 @@ def unread_records(kafka_events: dict[str, Any]) -> int:
 
 # ---------------------------------------------------------------- quarantine
 
+def cannot_judge(monitor: Mapping[str, Any]) -> str | None:
+    """What the monitor's health says cannot judge now, for people: the rules blind everywhere (a stream they read
+    unseen), then per rule the tables a shape problem blinds it for ("F7 on shop.orders"); None when every rule
+    judges everywhere."""
+    blind = list(monitor.get("blind_rules") or ())
+    shaped = [f"{rule} on {', '.join(tables)}" for rule, tables in (monitor.get("blind_tables") or {}).items()
+              if rule not in blind]
+    return f"cannot judge now: {', '.join(blind + shaped)}" if blind or shaped else None
+
+
 def quarantine_row(q: QuarantinedRecord) -> dict[str, Any]:
     """A quarantined record for people and JSON: its coordinates, why, and its bytes (the value in
     base64, as it came; a too_large one's value is left on the broker). Key and headers are text,

@@ -19,6 +19,8 @@ from __future__ import annotations
 import time
 from decimal import Decimal
 
+from devservices.samples import shop_settings
+from oncewatch.checks import shape
 from oncewatch.core.config import PostgresTarget
 from oncewatch.core.records import (CLOCK_GTID_COMMIT_TS, CLOCK_ROW_COLUMN, OP_INSERT, OP_UPDATE, EmittedEvent,
                                     Evidence, Finding, QuarantinedRecord, RowChange)
@@ -98,7 +100,9 @@ def write_health(store: Store, now: float) -> None:
                                  "reasons": ["kafka read 7.0 s behind (caught up means within 5 s)",
                                              "domain.payments.callback_status_column: shop.payments.callback_status "
                                              "is gone (dropped or renamed) (F6 cannot judge)"],
-                                 "lag_seconds": {"binlog": 2.5, "kafka": 7.0}, "blind_rules": ["F6"],
+                                 "lag_seconds": {"binlog": 2.5, "kafka": 7.0}, "blind_rules": [],
+                                 "blind_tables": {"F6": ["shop.orders", "shop.payments"]},
+                                 "rule_tables": shape.reads(shape.needs(shop_settings())),
                                  "shape_problems": [SHAPE_PROBLEM],
                                  "thresholds": {"F10": {"event_delay_seconds": 0.5},
                                                 "F11": {"offset_drift_threshold": 5000.0},

@@ -53,8 +53,8 @@ def verdict_help(monitor: views.Component | None) -> str | None:
     if monitor is None:
         return None
     reasons = monitor.value.get("reasons") or ["nothing wrong"]
-    if monitor.value.get("blind_rules"):
-        reasons = [*reasons, f"cannot judge now: {', '.join(monitor.value['blind_rules'])}"]
+    if blind := views.cannot_judge(monitor.value):
+        reasons = [*reasons, blind]
     lags = ", ".join(f"{s} {ui.duration(v)} behind" for s, v in sorted(monitor.value.get("lag_seconds", {}).items()))
     return f"{'; '.join(reasons)}. {lags}. Started {ui.when(monitor.value.get('started_at'))}."
 

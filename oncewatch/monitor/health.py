@@ -78,10 +78,12 @@ class StoreOutages:
 
 class Health:
     def __init__(self, store: Store, readers: dict[str, Reader], progress: Progress, stats: Any, rules: Rules,
-                 shape: Callable[[], list[dict[str, Any]]], outages: StoreOutages):
+                 shape: Callable[[], list[dict[str, Any]]], outages: StoreOutages,
+                 reads: dict[str, list[str]] | None = None):
         self.store = store
         self.outages = outages
         self.shape = shape  # the engine's standing shape problems (checks.shape)
+        self.reads = reads or {}  # rule -> the watched tables whose configured columns it reads (Engine.reads)
         self.rules = rules
         self.readers = readers
         self.progress = progress
@@ -168,12 +170,14 @@ class Health:
             self.store.set_health(name, row)
         shape = self.shape()
         v = judge(now, rows, self.lag_seconds(now), p.offsets, caught_up_seconds=self.rules.caught_up_seconds,
-                  drift_threshold=self.rules.offset_drift_threshold, shape=shape, stopped=stopped)
+                  drift_threshold=self.rules.offset_drift_threshold, shape=shape, reads=self.reads,
+                  stopped=stopped)
         self.store.set_health(MONITOR, {"started_at": self.started_at, "pid": os.getpid(),
                                         "binlog_time": p.binlog_time, "kafka_time": p.kafka_time,
                                         "caught_up": v.caught_up, "verdict": v.verdict, "reasons": list(v.reasons),
                                         "lag_seconds": v.lag_seconds, "blind_rules": list(v.blind),
-                                        "shape_problems": shape,
+                                        "blind_tables": {r: list(t) for r, t in v.blind_tables.items()},
+                                        "rule_tables": self.reads, "shape_problems": shape,
                                         "probe_error": self.probe_error,
                                         "store_outages": self.outages.count,
                                         "store_outage_seconds": self.outages.seconds,

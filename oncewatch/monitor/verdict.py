@@ -11,7 +11,9 @@
 - stopped: the last word of a monitor that stops cleanly (what else was wrong still said).
 
 A rule that reads a stream its monitor cannot see (a failing reader or collector, or a failed
-offsets poll) cannot judge: it is *blind* (unknown on /metrics), never green.
+offsets poll) cannot judge: it is *blind* (unknown on /metrics), never green. A shape problem
+(checks.shape) blinds the rules that read the broken column for that table only (`blind_tables`):
+they go on judging the others.
 
 "Caught up" is the reading of people and alerts: no bootstrap under way, and both streams read
 to within `caught_up_seconds`. (The absence rules' own clocks stay exact: oncewatch.monitor.writer.)
@@ -21,9 +23,10 @@ Plain data in, plain data out, so it is tested without servers.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from oncewatch.checks.shape import blinds
 from oncewatch.core.names import BINLOG, CDC, DEGRADED, FAILING, HEALTHY, KAFKA_EVENTS, KAFKA_OFFSETS, STOPPED
 from oncewatch.core.records import OffsetsSnapshot
 
@@ -39,6 +42,8 @@ class Verdict:
     caught_up: bool
     lag_seconds: dict[str, float]  # stream -> how far behind it is read (0 when read to its end)
     blind: tuple[str, ...] = ()  # the rules that cannot judge now: a stream they need is not seen
+    # rule -> the watched tables a shape problem blinds it for (it judges the others)
+    blind_tables: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 # What each rule reads: a rule whose collector is failing cannot judge (it is unknown, never green).
@@ -53,10 +58,12 @@ RULE_INPUTS: dict[str, tuple[str, ...]] = {
 
 def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: Mapping[str, float],
           offsets: OffsetsSnapshot | None, *, caught_up_seconds: float, drift_threshold: int,
-          shape: Sequence[Mapping[str, Any]] = (), stopped: bool = False) -> Verdict:
+          shape: Sequence[Mapping[str, Any]] = (), reads: Mapping[str, Sequence[str]] | None = None,
+          stopped: bool = False) -> Verdict:
     """`components`: each collector's health row (its status and its `reader` part); `lag_seconds`:
     per stream, how far behind it is read; `shape`: the engine's standing shape problems
-    (checks.shape), each blinding the rules that read the column. `stopped`: the last verdict of a
+    (checks.shape), each blinding the rules that read the column for its table; `reads`: per rule the tables it
+    reads (Engine.reads: a rule that judges across tables is blind for all of them). `stopped`: the last verdict of a
     monitor that stops: STOPPED, every rule blind, its readers' being down no reason (they were stopped),
     what else was wrong still said."""
     failing: list[str] = []
@@ -91,12 +98,11 @@ def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: 
                             f"(threshold {drift_threshold})")
     for problem in shape:
         degraded.append(f"{problem['config_key']}: {problem['what']} ({', '.join(problem['rules'])} cannot judge)")
-    shape_blind = {rule for problem in shape for rule in problem["rules"]}
+    blind_tables = {rule: tuple(sorted(tables)) for rule, tables in sorted(blinds(shape, reads or {}).items())}
     if stopped:
-        return Verdict(STOPPED, (STOPPED_REASON, *degraded), False, dict(lag_seconds), tuple(RULE_INPUTS))
+        return Verdict(STOPPED, (STOPPED_REASON, *degraded), False, dict(lag_seconds), tuple(RULE_INPUTS), blind_tables)
     verdict = FAILING if failing else DEGRADED if degraded else HEALTHY
     bootstrapping = any(value.get("bootstrapping") for value in components.values())
     caught_up = not failing and not bootstrapping and all(lag <= caught_up_seconds for lag in lag_seconds.values())
-    blind = tuple(rule for rule, inputs in RULE_INPUTS.items()
-                  if down & {i for i in inputs if i in components} or rule in shape_blind)
-    return Verdict(verdict, tuple(failing + degraded), caught_up, dict(lag_seconds), blind)
+    blind = tuple(rule for rule, inputs in RULE_INPUTS.items() if down & {i for i in inputs if i in components})
+    return Verdict(verdict, tuple(failing + degraded), caught_up, dict(lag_seconds), blind, blind_tables)

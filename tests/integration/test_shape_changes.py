@@ -48,9 +48,9 @@ def announce(topic: str, payload: dict) -> None:
 
 
 def blind_by_shape(health: dict) -> set[str]:
-    """The rules the standing shape problems blind (the health row written as the run stopped also
-    counts every rule blind, its readers being down)."""
-    return {rule for p in health["shape_problems"] for rule in p["rules"]}
+    """The rules the standing shape problems blind for some table (the health row written as the run stopped
+    also counts every rule blind, its readers being down)."""
+    return set(health["blind_tables"])
 
 
 def monitor_view(config: Path) -> tuple[dict, dict]:
@@ -100,6 +100,34 @@ def test_renamed_dropped_retyped_and_truncated_columns_are_shown_and_raise_nothi
     health, _ = monitor_view(config)
     assert findings(config) == [] and health["shape_problems"] == []
     assert not [r for r in health["reasons"] if "_column" in r]
+
+
+def announce_effect(topic: str, event_type: str, entity_id: int) -> None:
+    announce(topic, {"type": event_type, "order_no": f"O-{entity_id}", "trade_no": f"T-{entity_id}",
+                     "entity_id": str(entity_id), "amount": "10.00", "status": "created"})
+
+
+def test_a_renamed_orders_status_blinds_the_orders_only_and_f7_still_judges_the_shipments(tmp_path):
+    """Issue 42, observation 5: the orders' status renamed switched F7 off for every announce entry, so an
+    insert into the untouched shipments table (its announce entry intact) whose event was never produced
+    raised nothing. Blindness is per rule and table: F7 is found for it, and the health names the orders
+    table, not the shipments, as the one F3, F4, F6 and F7-F10 cannot judge."""
+    _, topic = prepared(tmp_path)
+    config = shop_config(tmp_path, topic=topic)
+    execute("ALTER TABLE orders RENAME COLUMN status TO state",
+            *(f"INSERT INTO shipments VALUES ({n}, 'T-{n}', 'O-{n}', 'ABC{n % 1000:03d}', NOW(3))"
+              for n in (4201, 4202, 4203)))
+    announce_effect(topic, "shipment.created", 4201)
+    announce_effect(topic, "shipment.created", 4203)  # 4202's event is never produced
+    run_until_idle(config, idle=IDLE)  # the change waits out its 4 s grace
+    (f7,) = findings(config)
+    assert (f7.rule, f7.keys) == ("F7", {"event_type": "shipment.created", "key": "4202", "table": "owtest.shipments"})
+    health, stats = monitor_view(config)
+    # F6 judges an order's callbacks across the orders and payments: blind for both
+    assert health["blind_tables"] == {**{rule: ["owtest.orders"] for rule in ("F3", "F4", "F7", "F8", "F9", "F10")},
+                                      "F6": ["owtest.orders", "owtest.payments"]}
+    assert "F7" in health["rule_tables"] and "owtest.shipments" in health["rule_tables"]["F7"]
+    assert stats["suppressed_total"] == {}
 
 
 def test_a_varbinary_key_and_an_effect_table_without_a_primary_key_from_the_real_binlog(tmp_path):

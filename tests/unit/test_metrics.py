@@ -92,11 +92,14 @@ def test_verdict_and_stream_lag(served) -> None:
     assert value(fams, "oncewatch_stream_lag_seconds", stream="binlog") == 2.5
     assert value(fams, "oncewatch_rule_threshold", rule="F12", threshold="partition_skew_threshold") == 3.0
     assert list(fams["oncewatch_build_info"][1].values()) == [1]
-    # The scenario's dropped callback_status column blinds F6 (checks.shape).
-    assert {dict(k)["rule"]: v for k, v in fams["oncewatch_rule_can_judge"][1].items()} == {
-        f"F{i}": int(i != 6) for i in range(1, 17)}
+    # The scenario's dropped callback_status column blinds F6 (checks.shape), which judges an order's callbacks
+    # across the orders and payments tables; every other rule judges every table it reads.
+    judging = {(dict(k)["rule"], dict(k)["table"]): v for k, v in fams["oncewatch_rule_can_judge"][1].items()}
+    assert {key for key, v in judging.items() if v == 0} == {("F6", "shop.orders"), ("F6", "shop.payments")}
+    assert judging[("F7", "shop.shipments")] == judging[("F7", "shop.orders")] == judging[("F12", "")] == 1
+    assert {rule for rule, _ in judging} == {f"F{i}" for i in range(1, 17)}
     assert value(fams, "oncewatch_shape_problem", table="shop.payments",
-                 config_key="domain.payments.callback_status_column") == 1
+                 config_key="domain.payments.callback_status_column", rules="F6") == 1
     assert value(fams, "oncewatch_tables_truncated_total", "oncewatch_tables_truncated", table="shop.shipments") == 1
 
 
@@ -174,7 +177,8 @@ def test_shape_problems_and_what_they_suppressed_are_on_metrics(scenario_store):
     text = generate_latest(metrics.registry(scenario_store)).decode()
     assert 'oncewatch_findings_suppressed_total{rule="F8"} 3.0' in text
     assert 'oncewatch_findings_suppressed_total{rule="F1"} 0.0' in text
-    assert 'oncewatch_shape_problem{config_key="domain.orders.status_column",table="shop.orders"} 1.0' in text
+    assert ('oncewatch_shape_problem{config_key="domain.orders.status_column",rules="F3,F4,F6",table="shop.orders"} '
+            '1.0') in text
 
 
 def test_a_cdc_change_source_s_counts(scenario_store) -> None:

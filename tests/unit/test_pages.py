@@ -78,6 +78,7 @@ def test_overview_tiles_and_charts(env: Path) -> None:
     assert at.sidebar.caption[0].value == "No login configured: the dashboard is bound to 127.0.0.1 only."
     # the verdict and its reasons at the top; each of the seed's three signals drawn with its threshold
     assert at.warning[0].value.startswith("**Monitor degraded**: kafka read 7.0 s behind")
+    assert at.warning[0].value.endswith("; cannot judge now: F6 on shop.orders, shop.payments")
     lines = {json.loads(c.proto.spec)["layout"]["title"]["text"]: [
         (shape["y0"], shape["line"]["dash"]) for shape in json.loads(c.proto.spec)["layout"].get("shapes", [])]
         for c in at.get("plotly_chart")}

@@ -79,10 +79,29 @@ def test_a_first_bootstrap_under_way_is_degraded_and_says_how_far_it_is() -> Non
 def test_a_monitor_that_stops_says_so_and_keeps_what_else_was_wrong() -> None:
     """Its readers stopped on purpose: no "reader down" reason, every rule blind, a shape problem still said."""
     stopped = {name: {**row, "reader": reader(False)} for name, row in rows().items()}
-    shape = [{"config_key": "domain.orders.status_column", "what": "owtest.orders.status is gone", "rules": ["F3"]}]
+    shape = [{"table": "owtest.orders", "config_key": "domain.orders.status_column",
+              "what": "owtest.orders.status is gone", "rules": ["F3"]}]
     v = judge(NOW, stopped, {"binlog": 0.3, "kafka": 0.8}, None, caught_up_seconds=5.0, drift_threshold=5000,
               shape=shape, stopped=True)
     assert (v.verdict, v.caught_up) == ("stopped", False)
     assert v.reasons == ("stopped: nothing is read until `oncewatch run` starts again",
                          "domain.orders.status_column: owtest.orders.status is gone (F3 cannot judge)")
     assert sorted(v.blind, key=lambda r: int(r[1:])) == [f"F{i}" for i in range(1, 17)]
+    assert v.blind_tables == {"F3": ("owtest.orders",)}
+
+
+def test_a_shape_problem_blinds_its_rules_for_its_table_only() -> None:
+    """Issue 42, observation 5: the orders' status renamed blinds F7-F10 for the orders, not for the shipments
+    (their findings name their table); F6 judges an order's callbacks across tables and is blind for all it reads."""
+    shape = [{"table": "owtest.orders", "config_key": "domain.orders.status_column", "what": "gone",
+              "rules": ["F3", "F4", "F6"]},
+             {"table": "owtest.orders", "config_key": "announce[0].when_column", "what": "gone",
+              "rules": ["F7", "F8", "F9", "F10"]}]
+    reads = {"F3": ["owtest.orders"], "F4": ["owtest.orders"], "F6": ["owtest.orders", "owtest.payments"],
+             **{rule: ["owtest.orders", "owtest.shipments"] for rule in ("F7", "F8", "F9", "F10")}}
+    v = judge(NOW, rows(), {"binlog": 0.3, "kafka": 0.8}, None, caught_up_seconds=5.0, drift_threshold=5000,
+              shape=shape, reads=reads)
+    assert v.verdict == "degraded" and v.blind == ()
+    assert v.blind_tables == {"F3": ("owtest.orders",), "F4": ("owtest.orders",),
+                              "F6": ("owtest.orders", "owtest.payments"),
+                              **{rule: ("owtest.orders",) for rule in ("F7", "F8", "F9", "F10")}}
