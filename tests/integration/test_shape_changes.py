@@ -10,13 +10,9 @@ in tests/unit/test_shape.py shows the same rows giving it).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from kafka import KafkaProducer
-
-from devservices import stack
-from devservices.shop_monitor import SCHEMA, SHORT_RULES, findings, run_until_idle, shop_config, shop_settings
+from devservices.shop_monitor import SHORT_RULES, findings, run_until_idle, shop_config, shop_settings
 from oncewatch import shop
 from oncewatch.checks.engine import Engine
 from oncewatch.checks.settings import Settings
@@ -25,26 +21,8 @@ from oncewatch.core.config import load
 from oncewatch.core.names import ENGINE_STATS
 from oncewatch.store import open_reader
 
-from .conftest import admin_connection
+from .by_hand import announce, effect_event, execute
 from .shop_monitor import IDLE, prepared
-
-
-
-
-def execute(*statements: str) -> None:
-    conn = admin_connection(SCHEMA)
-    try:
-        with conn.cursor() as c:
-            for sql in statements:
-                c.execute(sql)
-    finally:
-        conn.close()
-
-
-def announce(topic: str, payload: dict) -> None:
-    producer = KafkaProducer(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}")
-    producer.send(topic, key=payload["order_no"].encode(), value=json.dumps(payload).encode()).get(timeout=30)
-    producer.close()
 
 
 def blind_by_shape(health: dict) -> set[str]:
@@ -102,11 +80,6 @@ def test_renamed_dropped_retyped_and_truncated_columns_are_shown_and_raise_nothi
     assert not [r for r in health["reasons"] if "_column" in r]
 
 
-def announce_effect(topic: str, event_type: str, entity_id: int) -> None:
-    announce(topic, {"type": event_type, "order_no": f"O-{entity_id}", "trade_no": f"T-{entity_id}",
-                     "entity_id": str(entity_id), "amount": "10.00", "status": "created"})
-
-
 def test_a_renamed_orders_status_blinds_the_orders_only_and_f7_still_judges_the_shipments(tmp_path):
     """Issue 42, observation 5: the orders' status renamed switched F7 off for every announce entry, so an
     insert into the untouched shipments table (its announce entry intact) whose event was never produced
@@ -117,8 +90,7 @@ def test_a_renamed_orders_status_blinds_the_orders_only_and_f7_still_judges_the_
     execute("ALTER TABLE orders RENAME COLUMN status TO state",
             *(f"INSERT INTO shipments VALUES ({n}, 'T-{n}', 'O-{n}', 'ABC{n % 1000:03d}', NOW(3))"
               for n in (4201, 4202, 4203)))
-    announce_effect(topic, "shipment.created", 4201)
-    announce_effect(topic, "shipment.created", 4203)  # 4202's event is never produced
+    announce(topic, effect_event("shipment.created", 4201), effect_event("shipment.created", 4203))  # not 4202
     run_until_idle(config, idle=IDLE)  # the change waits out its 4 s grace
     (f7,) = findings(config)
     assert (f7.rule, f7.keys) == ("F7", {"event_type": "shipment.created", "key": "4202", "table": "owtest.shipments"})
