@@ -25,10 +25,19 @@ judged first.
   `event_delay_seconds` it is an F10. A pair that is late beyond a grace period settles the
   F7/F8 (resolved, with why), or raises the F9, whether or not the timer had already judged
   it: the result depends on the data, not on how the two streams interleaved.
-- Events from before the first transaction the monitor read (`watch_start`) are never judged
-  as orphans or duplicates: their change may simply predate us. They stay matchable until the
-  horizon. Until that first transaction, no event is judged (a data-defined start, so the
-  result does not depend on when the timer ran).
+- The watch starts where the change stream starts: the snapshot the monitor began from (the
+  bootstrap's, or the CDC connector's; `watch_start` is its time, `Engine.on_transaction` sets it
+  with the snapshot's last part). Every event from then on is judged, whether or not a change was
+  announced before it. Events from before it are never judged as orphans or duplicates: their change
+  may simply predate us; they stay matchable until the horizon. Until the watch starts, no event is
+  judged (a data-defined start, so the result does not depend on when the timer ran). A store whose
+  stream began with no snapshot (CDC topics trimmed) starts its watch at the first announced change.
+- A change committed before the snapshot is not in the stream, but the snapshot shows its result:
+  each snapshot row that an entry's change could have left (a row its `on = "insert"` made, an order
+  in the status it `becomes`) is an announcement made before the start (`BEFORE_START` in
+  `announced`), which explains the first event of its key, whenever it is read, as a change would.
+  A delete leaves no row to show: the events of `on = "delete"` entries within the missing-event
+  grace after the start are not judged.
 """
 
 from __future__ import annotations
@@ -44,9 +53,13 @@ from oncewatch.checks.horizon import BINLOG, KAFKA, Memory
 from oncewatch.core.domain import Announce, Rules
 from oncewatch.core.names import key_of, key_text
 from oncewatch.core.paths import compile_path, lookup, without
-from oncewatch.core.records import EmittedEvent, RowChange
+from oncewatch.core.records import OP_DELETE, EmittedEvent, RowChange
 
 log = logging.getLogger("oncewatch.checks.announcements")
+
+# In `announced`: the key's change was committed before the watch started (a snapshot row shows its result) and no
+# event read has announced it yet; its first event is that change's.
+BEFORE_START = "changed before the start"
 
 # Upper bounds (seconds) of the delay histogram: Prometheus' defaults, stretched to minutes.
 DELAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -91,10 +104,11 @@ class Announcements:
         # match key -> [{"t": event time, "h": payload digest, "ev", "p": (digest, evidence) of the key's
         #                event before it, if any}]
         self.unmatched = memory.deadlines("unmatched_events", KAFKA, rules.orphan_event_grace_seconds)
-        # match key -> (payload digest, evidence) of the last event read that announced it
+        # match key -> (payload digest, evidence) of the last event read that announced it, or BEFORE_START
         self.announced = memory.aging("announced", KAFKA, spill=True)
         self.delay = memory.counters("delay", {})
-        self.marks = memory.counters("marks", {"watch_start": None})
+        # snapshot_done: the snapshot the stream began with has been read whole (its rows seed no more)
+        self.marks = memory.counters("marks", {"watch_start": None, "snapshot_done": False})
         self.backlog: dict[str, int] = {}
         self.recount()
         self.findings = findings
@@ -125,9 +139,27 @@ class Announcements:
 
     # ------------------------------------------------------------ input
 
+    def snapshot_done(self, at: float) -> None:
+        """The snapshot the change stream began with is read whole; `at`, its time, starts the watch."""
+        self.marks["snapshot_done"] = True
+        if self.marks["watch_start"] is None:
+            self.marks["watch_start"] = at
+
+    def _before_start(self, entries: list[Announce], row: RowChange) -> None:
+        """A snapshot row: the announcements its row shows were made before the start (module docstring)."""
+        for a in entries:
+            key = key_of(row.after, a.key_columns) if a.left(row.after) else None
+            if key is None:
+                continue
+            mk = match_key(a, key)
+            if self.unmatched.take(mk) is None:  # else the event read while the snapshot was, explained
+                self.announced.put(mk, BEFORE_START, row.commit_time)
+
     def on_change(self, entries: list[Announce], change: RowChange) -> None:
         """`entries`: the [[announce]] entries of the change's table."""
         if change.snapshot:
+            if not self.marks.get("snapshot_done"):  # a later re-snapshot repeats what the stream has shown
+                self._before_start(entries, change)
             return
         if self.marks["watch_start"] is None:
             self.marks["watch_start"] = change.commit_time
@@ -162,9 +194,11 @@ class Announcements:
         item = {"t": t, "h": self.digest[event.topic, a.event_type](event.payload), "ev": event_evidence(event)}
         announced = self.announced
         before = announced.get(mk)
+        announced.put(mk, (item["h"], item["ev"]), t)
+        if before == BEFORE_START:  # the event of a change committed before the start: older than any waiting
+            return
         if before is not None:
             item["p"] = before
-        announced.put(mk, (item["h"], item["ev"]), t)
         taken = self.waiting.take(mk)
         if taken is None:
             self.unmatched.add(mk, item)
@@ -187,7 +221,7 @@ class Announcements:
             self.findings.settle("F7", (change["tx"], change["row"]), keys=keys, summary=self._missing(a, key),
                                  since=c + r.missing_event_grace_seconds, evidence=evidence, at=e,
                                  why=f"event arrived {delay:.3f}s after the commit at {event['ev'][1]}")
-        if (event_overdue or -delay > r.orphan_event_grace_seconds) and e >= self.marks["watch_start"]:
+        if (event_overdue or -delay > r.orphan_event_grace_seconds) and self._watched(a, e):
             # The event outwaited its grace: a duplicate of the one before it, or an orphan until now.
             if "p" in event:
                 self._duplicate(a, key, event)
@@ -212,6 +246,12 @@ class Announcements:
             summary=f"{a.event_type} {key} announced more than once; payloads{self.compared[a.topic, a.event_type]} "
                     + ("differ (conflicting)" if conflicting else "equal (at-least-once replay)"),
             time=event["t"], evidence=[first, event["ev"]])
+
+    def _watched(self, a: Announce, t: float) -> bool:
+        """An event of `a` at `t` is judged: read after the watch started (and, of a delete, after the grace
+        within which a delete committed before the start may still be announced)."""
+        start = self.marks["watch_start"]
+        return t >= start + self.rules.missing_event_grace_seconds if a.on == OP_DELETE else t >= start
 
     def _split(self, mk: str) -> tuple[Announce, str]:
         topic, event_type, key = mk.split("\x1f", 2)
@@ -248,7 +288,7 @@ class Announcements:
         before_watch = 0
         for mk, item in self.unmatched.due(binlog_time):
             a, key = self._split(mk)
-            if item["t"] < self.marks["watch_start"]:
+            if not self._watched(a, item["t"]):
                 before_watch += 1
             elif "p" in item:
                 self._duplicate(a, key, item)

@@ -30,8 +30,9 @@ API (the monitor loop calls these):
 - `on_transaction(tx)`: one committed `Transaction`, rows in binlog order, or one fragment of a
   transaction too large to hold (`tx.complete` False on all but the last), in order: the rules
   see the same rows, and F6 keeps what it needs of the earlier fragments until the last. Rows
-  with `snapshot=True` (bootstrap) seed state (pending orders, effect rows, payments) but are
-  not transitions and are not expected on Kafka.
+  with `snapshot=True` (bootstrap) seed state (pending orders, effect rows, payments, the announcements
+  made before the start) but are not transitions and are not expected on Kafka; the snapshot's last part
+  (`complete`) starts the watch of F8 and F9 at its time (checks.announcements).
 - `on_events(events)`: `EmittedEvent`s in the order read (per partition in offset order).
 - `on_offsets(snapshot)`: one `OffsetsSnapshot` of the offsets collector.
 - `on_cdc_copy(tx)`: CDC check mode, a `Transaction` as the CDC topics delivered it (checks.pipeline:
@@ -220,6 +221,8 @@ class Engine:
             self.callbacks.check_callbacks(tx)
         for change in tx.schema_changes:
             self.on_schema_change(change, tx.commit_time)
+        if tx.snapshot and tx.complete:
+            self.announcements.snapshot_done(tx.commit_time)
         if tx.cdc is not None:  # CDC mode: what the delivery says of the pipeline
             self.pipeline.on_delivery(tx)
         elif self.pipeline.against_binlog:
@@ -284,8 +287,9 @@ class Engine:
             self.offsets.on_offsets(snapshot)
 
     def start_watch(self, at: float) -> None:
-        """Sharded: the first announced change the router saw (checks.shards.Split.watch_start), which may have
-        gone to another shard; no event from before it is judged an orphan or a duplicate."""
+        """Sharded: the watch start the router saw (checks.shards.Split.watch_start: the time of the snapshot the
+        stream began with, else its first announced change, which may have gone to another shard); no event from
+        before it is judged an orphan or a duplicate."""
         marks = self.announcements.marks
         if marks["watch_start"] is None:
             marks["watch_start"] = at

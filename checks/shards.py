@@ -13,9 +13,9 @@ shard's input, state and findings are the same with one instance or several.
   blind everywhere, a TRUNCATE ends pending orders and duplicated effects everywhere, the leader counts it);
   the group-level facts to the leader, shard 0: the CDC delivery (F15 replays and F16 END counts, with
   `delivered_until`, the newest commit the router has seen delivered, which times an F15) and the quarantined
-  rows. The first change of an announced table the router sees starts every shard's watch (`Split.watch_start`,
-  with a part for every shard: `Engine.start_watch` before the part): F8 and F9 judge no event from before it,
-  on every shard alike.
+  rows. The last part of the snapshot the stream began with (or, with none, the first change of an announced
+  table the router sees) starts every shard's watch (`Split.watch_start`, with a part for every shard:
+  `Engine.start_watch` before the part): F8 and F9 judge no event from before it, on every shard alike.
 - `Router.shard_of_event(event)`: the shard of the key an event announces (None: no entry announces it).
 - `merge_stats`: the shards' `Engine.stats()` as one engine's, for /metrics.
 
@@ -80,7 +80,8 @@ def _columns(columns: tuple[str, ...]) -> Callable[[RowChange], Any]:
 
 def _announced(a: Announce) -> Callable[[RowChange], Any]:
     def key(change: RowChange) -> Any:
-        if change.snapshot or not a.selects(change.op, change.before, change.after):
+        # a snapshot row goes to the shard of the announcement made before the start that it shows, if any
+        if not (a.left(change.after) if change.snapshot else a.selects(change.op, change.before, change.after)):
             return IGNORED
         return key_of(change.row, a.key_columns)
     return key
@@ -153,7 +154,7 @@ class Router:
         count, rows, start = self.count, {}, None
         for row in tx.rows:
             keys, announced = self._of(row.schema, row.table)
-            if announced and self.watch_start is None and not row.snapshot:
+            if announced and self.watch_start is None and not row.snapshot:  # a stream that began with no snapshot
                 self.watch_start = start = row.commit_time
             for key in keys:
                 k = key(row)
@@ -162,6 +163,8 @@ class Router:
                 bucket = rows.setdefault(shard_of(k, count), [])
                 if not bucket or bucket[-1] is not row:
                     bucket.append(row)
+        if tx.snapshot and tx.complete and self.watch_start is None:
+            self.watch_start = start = tx.commit_time
         targets = set(rows)
         if tx.schema_changes or start is not None:
             targets.update(range(count))

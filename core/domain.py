@@ -115,6 +115,11 @@ class Announce:
         """The columns the evidence of a change shows."""
         return self.key_columns if self.when_column is None else (*self.key_columns, self.when_column)
 
+    def left(self, row: dict[str, Any]) -> bool:
+        """A row as a snapshot shows it may be what this entry's change left (an inserted row, an order in the
+        status it `becomes`); a delete leaves none."""
+        return self.on != "delete" and self.selects(self.on or "insert", None, row)
+
     def selects(self, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> bool:
         if self.on is not None and op != self.on:
             return False

@@ -131,6 +131,30 @@ def test_a_row_goes_to_the_shard_of_each_of_its_keys():
     assert sorted(ship.parts) == sorted({shard_of(f"T{i}", count), shard_of(f"S{i}", count)})
 
 
+def test_the_snapshot_s_last_part_starts_every_shard_s_watch_and_its_rows_explain_their_events():
+    """Issue 42, observation 6, sharded: the shards judge the orphans read before any announced change, and the
+    events of the changes the snapshot shows, as one engine does."""
+    shop, count = Shop(), 3
+    first = dataclasses.replace(shop.tx(100, shipment("S1", "T1"), snapshot=True), snapshot=True, complete=False)
+    last = dataclasses.replace(shop.tx(100, order("O1", "paid"), snapshot=True), snapshot=True)
+    events = [shop.event("shipment.created", 101, entity_id="S1"), shop.event("order.paid", 102, order_no="O1"),
+              shop.event("order.paid", 103, order_no="O-GHOST"), shop.event("shipment.created", 104, entity_id="S9")]
+    one, router = Engine(SETTINGS), Router(SETTINGS, count)
+    shards = [Engine(SETTINGS, Shard(i, count)) for i in range(count)]
+    for tx in (first, last):
+        one.on_transaction(tx)
+        routed(router, shards, tx)
+    assert router.watch_start == 100 and all(s.announcements.marks["watch_start"] == 100 for s in shards)
+    one.on_events(events)
+    for event in events:
+        shards[router.shard_of_event(event)].on_events([event])
+    for engine in (one, *shards):
+        engine.tick(now=200, binlog_time=200, kafka_time=200)
+    expected = {f.id: to_dict(f) for f in one.drain()}
+    assert {(f["rule"], f["keys"]["key"]) for f in expected.values()} == {("F8", "O-GHOST"), ("F8", "S9")}
+    assert {f.id: to_dict(f) for engine in shards for f in engine.drain()} == expected
+
+
 def test_ddl_goes_to_every_shard_and_the_cdc_delivery_to_the_leader_alone():
     """F15 and F16 are the leader's, timed as one engine times them (the newest commit delivered so far)."""
     shop, count = Shop(), 3
