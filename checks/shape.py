@@ -107,7 +107,7 @@ def blinds(standing: Iterable[Mapping[str, Any]], read: Mapping[str, Sequence[st
     out: dict[str, set[str]] = {}
     for p in standing:
         for rule in p["rules"]:
-            tables = out.setdefault(rule, {p["table"]})
+            tables = out.setdefault(rule, set())
             tables.add(p["table"])
             if rule not in PER_TABLE:
                 tables.update(read.get(rule, ()))

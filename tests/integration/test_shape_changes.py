@@ -10,9 +10,10 @@ in tests/unit/test_shape.py shows the same rows giving it).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
-from devservices.shop_monitor import SHORT_RULES, findings, run_until_idle, shop_config, shop_settings
+from devservices.shop_monitor import SHORT_RULES, findings, free_port, run_until_idle, shop_config, shop_settings
 from oncewatch import shop
 from oncewatch.checks.engine import Engine
 from oncewatch.checks.settings import Settings
@@ -22,6 +23,7 @@ from oncewatch.core.names import ENGINE_STATS
 from oncewatch.store import open_reader
 
 from .by_hand import announce, effect_event, execute
+from .recorded_run import metric, start_monitor
 from .shop_monitor import IDLE, prepared
 
 
@@ -86,7 +88,8 @@ def test_a_renamed_orders_status_blinds_the_orders_only_and_f7_still_judges_the_
     raised nothing. Blindness is per rule and table: F7 is found for it, and the health names the orders
     table, not the shipments, as the one F3, F4, F6 and F7-F10 cannot judge."""
     _, topic = prepared(tmp_path)
-    config = shop_config(tmp_path, topic=topic)
+    port = free_port()
+    config = shop_config(tmp_path, topic=topic, metrics_port=port)
     execute("ALTER TABLE orders RENAME COLUMN status TO state",
             *(f"INSERT INTO shipments VALUES ({n}, 'T-{n}', 'O-{n}', 'ABC{n % 1000:03d}', NOW(3))"
               for n in (4201, 4202, 4203)))
@@ -100,6 +103,20 @@ def test_a_renamed_orders_status_blinds_the_orders_only_and_f7_still_judges_the_
                                       "F6": ["owtest.orders", "owtest.payments"]}
     assert "F7" in health["rule_tables"] and "owtest.shipments" in health["rule_tables"]["F7"]
     assert stats["suppressed_total"] == {}
+
+    # A running monitor's /metrics says the same (the run above left a stopped health row: every rule blind).
+    monitor = start_monitor(config, tmp_path / "live.log")
+    try:
+        deadline = time.monotonic() + 60
+        while metric(port, "oncewatch_rule_can_judge", 'rule="F7",table="owtest.shipments"') != 1.0:
+            assert monitor.poll() is None and time.monotonic() < deadline, "no running monitor's health on /metrics"
+            time.sleep(0.5)
+        assert metric(port, "oncewatch_rule_can_judge", 'rule="F7",table="owtest.orders"') == 0.0
+        assert metric(port, "oncewatch_rule_can_judge", 'rule="F3",table="owtest.orders"') == 0.0
+        assert metric(port, "oncewatch_rule_can_judge", 'rule="F1",table="owtest.shipments"') == 1.0
+    finally:
+        monitor.terminate()
+        monitor.wait(timeout=60)
 
 
 def test_a_varbinary_key_and_an_effect_table_without_a_primary_key_from_the_real_binlog(tmp_path):
