@@ -24,12 +24,13 @@ from pathlib import Path
 from kafka import KafkaAdminClient
 
 from devservices.shop_monitor import ROOT, shop_config
+from devservices.stack import STATE
 from oncewatch.core.config import load
 from oncewatch.dashboards import launch
 from oncewatch.shop.schema import prepare_tables, prepare_topic
 from oncewatch.shop.settings import KafkaTarget, MySQLTarget
 
-WORK = ROOT / ".devstack" / "demo"
+WORK = STATE / "demo"
 # Stuck after a minute, not 15 (F3: the demo's clean orders are paid within seconds); a stalled group drifts
 # at 500 records, some 40 s of the demo's traffic, not 5,000 (F11); skew held for 30 s, not 60 (F12).
 DEMO_RULES = {"stuck_pending_seconds": 60, "offset_drift_threshold": 500, "partition_skew_seconds": 30}

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STATE = ROOT / ".devstack"
+# Overridable, with the ports below, so that a second stack runs beside the first (devservices.suite runs two).
+STATE = ROOT / os.environ.get("ONCEWATCH_DEV_STATE", ".devstack")
 KAFKA_POM_DIR = ROOT / "devservices" / "kafka"
 
-# Overridable so that a second checkout can run its own stack beside this one.
+# Overridable so that a second stack (or checkout) can run beside this one.
 MARIADB_PORT = int(os.environ.get("ONCEWATCH_DEV_MARIADB_PORT", "13306"))
 KAFKA_PORT = int(os.environ.get("ONCEWATCH_DEV_KAFKA_PORT", "19092"))
 KAFKA_CONTROLLER_PORT = KAFKA_PORT + 1
