@@ -141,6 +141,7 @@ class KafkaEventsStatus:
     partitions: tuple[PartitionStatus, ...]
     gaps: tuple[Gap, ...]
     held: tuple[str, ...] = ()  # partitions whose end is not vouched for since their broker restarted
+    settle_until: float = 0.0  # the broker was away: no end vouches before this time
 
     @property
     def caught_up(self) -> bool:
@@ -155,6 +156,8 @@ class KafkaEventsStatus:
             return "waiting for topic " + ", ".join(self.waiting_for) + " (does not exist yet)"
         if self.held:
             return "reading; ends not vouched for since the broker restarted: " + ", ".join(self.held)
+        if self.settle_until > time.time():
+            return "reading; the broker was away: its producers may still send what they kept, no end vouches yet"
         return "reading"
 
     def as_dict(self) -> dict[str, Any]:
@@ -163,7 +166,8 @@ class KafkaEventsStatus:
                 "records_read": self.records_read, "events_read": self.events_read,
                 "waiting_for": list(self.waiting_for),
                 "partitions": [p.__dict__.copy() for p in self.partitions],
-                "gaps": [g.__dict__.copy() for g in self.gaps], "caught_up": self.caught_up, "held": list(self.held)}
+                "gaps": [g.__dict__.copy() for g in self.gaps], "caught_up": self.caught_up, "held": list(self.held),
+                "settle_until": self.settle_until}
 
 
 @dataclass
@@ -174,6 +178,7 @@ class _State:
     ends: dict[TopicPartition, tuple[int, float]] = field(default_factory=dict)  # end offset, when learned
     epochs: dict[TopicPartition, int] = field(default_factory=dict)  # each partition's leader epoch as last seen
     held: dict[TopicPartition, int] = field(default_factory=dict)  # ends not vouched for (KafkaEventCollector._learn)
+    settle_until: float = 0.0  # no end vouches before this time: the broker was away (KafkaEventCollector._learn)
     waiting_for: tuple[str, ...] = ()
     connected: bool = False
     ever_connected: bool = False
@@ -255,7 +260,7 @@ class KafkaEventCollector:
                 connected=s.connected, last_error=s.last_error, disconnected_since=s.disconnected_since,
                 reconnects=s.reconnects, records_read=s.records_read, events_read=s.events_read,
                 waiting_for=s.waiting_for, partitions=parts,
-                gaps=tuple(s.gaps), held=tuple(tp_key(tp) for tp in sorted(s.held)))
+                gaps=tuple(s.gaps), held=tuple(tp_key(tp) for tp in sorted(s.held)), settle_until=s.settle_until)
 
     def positions(self) -> dict[str, int]:
         with self._lock:
@@ -286,7 +291,7 @@ class KafkaEventCollector:
             # A partition read before and missing from the answer (a broker starting again reports its topics
             # not ready for a while) is not caught up with: nothing is known of what it holds now.
             unanswered = self._assigned - ends.keys()
-            return not unanswered and not self._s.held and all(
+            return not unanswered and not self._s.held and asked_at >= self._s.settle_until and all(
                 tp in self._assigned and self._s.positions.get(tp, 0) >= end for tp, end in ends.items())
 
     def close(self) -> None:
@@ -501,8 +506,14 @@ class KafkaEventCollector:
         (another epoch) or its end went back: a broker killed and started again reports its partitions' high
         watermark as it last saved it, seconds old, while records it had acknowledged lie above it, unread and
         unreadable until the next record written there moves the watermark on. Such a partition's end is held:
-        its clock stays where it was before, until an end past the held one shows the broker has moved on."""
+        its clock stays where it was before, until an end past the held one shows the broker has moved on.
+
+        And after the broker was away (a reconnect, or a restart seen so), no end vouches for
+        `producer_delivery_seconds`: the shop's producers keep what they could not send meanwhile and append it
+        once the broker is back, stamped (CreateTime) as when it was sent, so an end learned just after the
+        outage does not cover what was stamped before it."""
         s = self._s
+        settling = at < s.settle_until
         for tp, epoch in (epochs or {}).items():
             if tp in ends and s.epochs.get(tp, epoch) != epoch:
                 self._hold(tp, ends[tp], f"new leader epoch {epoch}")
@@ -512,7 +523,7 @@ class KafkaEventCollector:
             if known is not None and end < known[0]:
                 self._hold(tp, end, f"end went back from {known[0]} to {end}")
             held = s.held.get(tp)
-            if held is not None and end <= held:
+            if settling or held is not None and end <= held:
                 s.ends[tp] = (end, known[1] if known is not None else 0.0)
                 continue
             if held is not None:
@@ -522,11 +533,21 @@ class KafkaEventCollector:
             s.ends[tp] = (end, at)
 
     def _hold(self, tp: TopicPartition, end: int, why: str) -> None:
+        self._settle()
         if tp not in self._s.held:
             log.warning("kafka partition's end not vouched for until a new record moves it: the broker may hold "
                         "acknowledged records above it (restarted, or a new leader)", extra={
                             "event": "kafka_end_held", "partition": tp_key(tp), "end": end, "why": why})
         self._s.held[tp] = max(end, self._s.held.get(tp, end))
+
+    def _settle(self) -> None:
+        """The broker was away: no end vouches until its producers may have appended what they kept meanwhile."""
+        until = time.time() + self.cfg.producer_delivery_seconds
+        if until > self._s.settle_until:
+            log.info("kafka's ends vouch for nothing new until the producers may have sent what they kept while "
+                     "the broker was away", extra={"event": "kafka_settling",
+                                                   "seconds": self.cfg.producer_delivery_seconds})
+        self._s.settle_until = until
 
     def _drop_consumer(self) -> None:
         if self._consumer is not None:
@@ -547,6 +568,7 @@ class KafkaEventCollector:
                 return
             if s.ever_connected:
                 s.reconnects += 1
+                self._settle()
             s.connected = s.ever_connected = True
             s.last_error = None
             s.disconnected_since = None

@@ -72,6 +72,9 @@ class KafkaConfig:
     request_timeout_seconds: float
     start_from: str = "latest"  # where partitions without a checkpoint start on the first run
     metadata_refresh_seconds: float = 5.0  # how often new topics/partitions are looked for
+    # After the broker was away: how long its producers may still append records stamped before it came back
+    # (their delivery.timeout.ms); the Kafka clock vouches for nothing new meanwhile (collectors.kafka_events).
+    producer_delivery_seconds: float = 120.0
     lag_history_points: int = 60  # (end offset, time) points kept per partition for lag seconds
 
 
@@ -263,6 +266,7 @@ def _kafka(s: Section) -> KafkaConfig:
         request_timeout_seconds=s.float("request_timeout_seconds", 10.0, minimum=1.0),
         start_from=s.str("start_from", "latest", choices=("earliest", "latest")),
         metadata_refresh_seconds=s.float("metadata_refresh_seconds", 5.0, minimum=0.1),
+        producer_delivery_seconds=s.float("producer_delivery_seconds", 120.0, minimum=0.0),
         lag_history_points=s.int("lag_history_points", 60, minimum=2, maximum=10_000),
     )
     s.done()

@@ -22,6 +22,7 @@ from devservices import stack
 from oncewatch.core.config import PostgresTarget, load
 from oncewatch.core.records import Finding
 from oncewatch.shop import KafkaTarget, MySQLTarget, ShopSettings
+from oncewatch.shop.runner import DELIVERY_SECONDS
 from oncewatch.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,6 +109,7 @@ def shop_config(folder: Path, *, metrics_port: int = 0, rules: dict[str, Any] | 
         data["store"].update(url=postgres.url, password_file=postgres.password.file)
     data["metrics"]["port"] = metrics_port
     data["rules"].update(SHORT_RULES if rules is None else rules)
+    data["kafka"]["producer_delivery_seconds"] = DELIVERY_SECONDS
     data["kafka"].update(kafka)
     if cdc:
         # read after the shop has run (--until-idle): what the connector still has to capture is seconds, not 5

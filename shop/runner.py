@@ -33,6 +33,9 @@ from oncewatch.shop.truth import Fault, GroundTruth, Recorder
 log = logging.getLogger(__name__)
 
 DRAIN_SECONDS = 60.0
+# What the shop's producer keeps a record it cannot send (the broker away) before it gives up on it, a lost send;
+# its monitors' `kafka.producer_delivery_seconds` (devservices.shop_monitor).
+DELIVERY_SECONDS = 30.0
 TAG_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
@@ -170,7 +173,8 @@ def run(settings: ShopSettings) -> GroundTruth:
         stack.callback(downstream.stop)
         downstream.start(timeout=60)
         producer = KafkaProducer(bootstrap_servers=k.bootstrap_servers, client_id="oncewatch-shop",
-                                 acks="all", linger_ms=5)
+                                 acks="all", linger_ms=5, delivery_timeout_ms=int(DELIVERY_SECONDS * 1000),
+                                 request_timeout_ms=int(DELIVERY_SECONDS * 1000) // 3)
         stack.callback(producer.close)
         publisher = Publisher(producer, k.topic, recorder)
         announcer = _announcer(settings, publisher, recorder)
