@@ -16,8 +16,17 @@ A transaction whose END counts records that have not come within `grace_seconds`
 with what came, and counted (`incomplete`): the stream never stops behind a lost record. A record
 that cannot be read exactly is quarantined with its coordinates. `CdcCollector` reads the topics
 from the offsets its caller stored (`positions()`: per partition the first record of a transaction
-not yet handed on), so a restart hands nothing on twice and loses nothing; a transaction already
-handed on that comes again (a connector restart replays) is skipped by its GTID, and counted.
+not yet handed on), so a restart hands nothing on twice and loses nothing.
+
+A Kafka Connect worker restarted (killed, stopped, its task restarted) resumes from its last flushed
+offset and writes again what it wrote since (issue 42). A transaction already handed on, or older
+than one whose BEGIN was read, that comes again is skipped by its GTID, and counted (`replays`). One
+under way comes again from where the offset lies: its BEGIN again, records of rows already held
+(known by what the binlog fixes, `row_of`: skipped and counted), `total_order` from 1 again, and an END
+that counts what the restarted connector wrote alone. Its records are then known to be in once the
+connector has written a later transaction's records in each partition of its tables (a partition is
+written in order; the transaction topic is not in order with the tables' topics, and an END can be on
+it before records sent before it, which a killed worker then sends again), or after the grace.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ import msgspec
 from oncewatch.collectors.binlog import CollectorStatus, commit_time
 from oncewatch.collectors.debezium_rows import Undecodable, column_decoders, image, image_schema, key_columns
 from oncewatch.core.config import CdcConfig, KafkaConfig, MySQLConfig
-from oncewatch.core.gtids import gtid_set, gtid_text, parse
+from oncewatch.core.gtids import GtidSet, gtid_set, gtid_text, parse
 from oncewatch.core.names import UNDECODABLE, UNPARSEABLE
 from oncewatch.core.records import (CLOCK_BINLOG_HEADER, OP_DELETE, OP_INSERT, OP_UPDATE, BinlogPosition, CdcDelivery,
                                     QuarantinedRows, Replay, RowChange, SchemaChange, Transaction)
@@ -46,6 +55,7 @@ log = logging.getLogger("oncewatch.collectors.cdc")
 OPS = {"c": OP_INSERT, "u": OP_UPDATE, "d": OP_DELETE, "r": OP_INSERT}
 NEW_KEY, OLD_KEY = "__debezium.newkey", "__debezium.oldkey"
 GRACE_SECONDS = 30.0
+WITHOUT_END_KEPT = 1000  # transactions handed on without an END whose rows are remembered
 TOPICS_EVERY_SECONDS = 1.0
 
 
@@ -57,7 +67,7 @@ class DataRecord(NamedTuple):
     partition: int
     offset: int
     txid: str
-    order: int  # transaction.total_order
+    order: int  # transaction.total_order: counted from 1 again by a connector restarted inside the transaction
     op: str  # c u d r t
     db: str
     table: str
@@ -71,6 +81,7 @@ class DataRecord(NamedTuple):
     undecodable: str | None = None
     snapshot_last: bool = False  # the connector's snapshot ends with this record
     part: str = ""  # "topic/partition"
+    row: int = 0  # source.row: the row's place in its binlog rows event (file, pos and row say which row it is)
 
 
 _HEAD, _PAYLOAD = b'{"schema":', b',"payload":'
@@ -86,6 +97,7 @@ class _Source(msgspec.Struct):
     ts_ms: int = 0
     gtid: str | None = None
     snapshot: str | bool | None = None  # "true", "last" or "false" (older connectors: a boolean)
+    row: int = 0
 
 
 class _Block(msgspec.Struct):
@@ -235,7 +247,8 @@ def read_record(topic: str, partition: int, offset: int, key: bytes | None, valu
             before = after = None
             undecodable = f"the record key is not Debezium's ({exc})"
     return DataRecord(topic, partition, offset, txid, order, op, source.db, source.table, pk, before, after,
-                      source.file, source.pos, source.ts_ms / 1000, key_changed, undecodable, last, part)
+                      source.file, source.pos, source.ts_ms / 1000, key_changed, undecodable, last, part,
+                      source.row)
 
 
 class Unreadable:
@@ -285,12 +298,41 @@ class ReplayRuns:
         return out
 
 
+def row_of(record: DataRecord) -> tuple[Any, ...]:
+    """Which binlog row a record is: what the binlog fixes for it, the same when a restarted connector writes it
+    again (its `total_order` and Kafka offset are not). A primary-key change's delete and insert share the row."""
+    return record.db, record.table, record.file, record.pos, record.row, record.op
+
+
 @dataclass
 class _Open:
     records: list[DataRecord] = field(default_factory=list)
     expected: int | None = None  # from the END: records of the watched tables; None: no END came
     ended_at: float = 0.0
     over: bool = False  # its END came, or the next transaction's BEGIN: it is in `ends`
+    rows: set[tuple[Any, ...]] = field(default_factory=set)  # row_of each record in `records`
+    # the connector was restarted inside it: its BEGIN came again, or records of it did. The END then counts only
+    # what the last connector run wrote, from `total_order` 1 again, not every record of it (Assembler.ready)
+    restarted: bool = False
+    top_order: int = 0  # the highest total_order of its records, replayed ones too
+    tables: set[str] = field(default_factory=set)  # "schema.table" of the watched tables its END names
+
+    def add(self, record: DataRecord) -> bool:
+        """Holds `record`; False when it holds that row already (the connector wrote it again)."""
+        self.top_order = max(self.top_order, record.order)
+        row = row_of(record)
+        if row in self.rows:
+            self.restarted = True
+            return False
+        self.rows.add(row)
+        self.records.append(record)
+        return True
+
+    def short(self) -> bool:
+        """Records its END counts have not come (yet)."""
+        if self.expected is None:
+            return False
+        return self.top_order < self.expected if self.restarted else len(self.records) < self.expected
 
 
 class Assembler:
@@ -312,7 +354,14 @@ class Assembler:
         self.open: dict[str, _Open] = {}
         self.ends: deque[str] = deque()  # transactions over (an END, or the next one's BEGIN), in commit order
         self.begun: str | None = None  # the newest BEGIN's transaction while its END has not come
-        self.without_end: deque[str] = deque(maxlen=1000)  # recent ones handed on that had no END
+        self.newest: GtidSet = {}  # per GTID domain, the newest transaction whose BEGIN was read (older: replays)
+        # per partition, the newest transaction (domain, sequence) a record of it belongs to: the connector writes a
+        # partition in order, so every record it wrote there of an older transaction is in
+        self.newest_in: dict[str, tuple[int, int]] = {}
+        self.parts_of: dict[str, set[str]] = {}  # "schema.table" -> the partitions its records came in
+        # recent ones handed on that had no END, each with the rows it held (row_of): a record of one that comes later
+        # is late, or written again by a restarted connector
+        self.without_end: OrderedDict[str, set[tuple[Any, ...]]] = OrderedDict()
         self.incomplete = self.late = 0
         self.level_at = float("-inf")  # the last time some topic was not read to its end (ready's `behind`)
         self.replays = ReplayRuns()
@@ -358,6 +407,17 @@ class Assembler:
         gtid = parse(txid)
         return gtid is not None and gtid[0] in self.done and gtid[2] <= self.done[gtid[0]][1]
 
+    def _replayed(self, txid: str) -> bool:
+        """`txid` was handed on, or is older than a transaction whose BEGIN was read while it is neither under way
+        nor waiting: the connector, restarted, reads the binlog again from before it (from before this reader's
+        start, too, where that began from the topics' ends)."""
+        if self._seen(txid):
+            return True
+        gtid = parse(txid)
+        newest = self.newest.get(gtid[0]) if gtid is not None else None
+        return (newest is not None and gtid is not None and gtid[2] < newest[1] and txid != self.begun
+                and txid not in self.open)
+
     def on_transaction(self, payload: dict[str, Any] | _Marker, now: float,
                        where: tuple[str, int] | None = None) -> None:
         """A BEGIN or END of the transaction topic (its payload as read, or as a dict); `where`: its ("topic/partition",
@@ -366,16 +426,26 @@ class Assembler:
         marker = payload if isinstance(payload, _Marker) else msgspec.convert(payload, _Marker)
         txid = marker.id
         if marker.status == "BEGIN":
-            if txid == self.begun:  # written again by a connector restarted inside the transaction
+            again = self.open.get(txid)
+            if txid == self.begun or self._replayed(txid) or (again is not None and again.over):
+                # written again by a restarted connector, which reads the binlog again from its last flushed offset:
+                # the transaction under way comes again from there, and is not over
+                if self.begun is not None:
+                    self.open.setdefault(self.begun, _Open()).restarted = True
+                if again is not None:
+                    again.restarted = True
                 return
             if self.begun is not None:  # DDL, a TRUNCATE, or one no captured table took part in
                 self._over(self.begun, None, now)
-            self.begun = None if self._seen(txid) else txid
+            self.begun = txid
+            gtid = parse(txid)
+            if gtid is not None:
+                self.newest[gtid[0]] = gtid[1:]
             if self.begun is not None and where is not None:
                 self.begins[txid] = where
                 self.pending.setdefault(where[0], OrderedDict())[where[1]] = None
             return
-        if marker.status != "END" or self._seen(txid):
+        if marker.status != "END" or self._replayed(txid):
             return
         if txid == self.begun:
             self.begun = None
@@ -387,9 +457,10 @@ class Assembler:
             if is_watched is None:
                 is_watched = watched[name] = self.cfg.watched.qualified(name) is not None
             expected += (c.event_count or 0) if is_watched else 0
-        self._over(txid, expected, now)
+        self._over(txid, expected, now, {c.data_collection for c in marker.data_collections or ()
+                                         if watched.get(c.data_collection)})
 
-    def _over(self, txid: str, expected: int | None, now: float) -> None:
+    def _over(self, txid: str, expected: int | None, now: float, tables: set[str] | None = None) -> None:
         """`txid` is over: in `ends`, once. A marker of it that comes again (its END after the next BEGIN placed
         it, as the topic's history of connector restarts has it) only gives it the END's count."""
         tx = self.open.setdefault(txid, _Open())
@@ -397,6 +468,7 @@ class Assembler:
             tx.expected = expected if expected is not None else tx.expected
             return
         tx.expected, tx.ended_at, tx.over = expected, now, True
+        tx.tables |= tables or set()
         self.ends.append(txid)
 
     def on_record(self, record: DataRecord) -> Iterator[Transaction]:
@@ -404,19 +476,33 @@ class Assembler:
             yield self._transaction(f"snapshot:{record.db}.{record.table}", [record],
                                     snapshot_last=record.snapshot_last)
             return
-        if record.txid in self.open:
-            self.open[record.txid].records.append(record)
-            self._hold(record)
-        elif record.txid in self.without_end:
+        gtid = parse(record.txid)
+        if gtid is not None:
+            newest = self.newest_in.get(record.part)
+            if newest is None or newest[0] != gtid[0] or newest[1] < gtid[2]:
+                self.newest_in[record.part] = (gtid[0], gtid[2])
+        table = f"{record.db}.{record.table}"
+        if record.part not in self.parts_of.get(table, ()):
+            self.parts_of.setdefault(table, set()).add(record.part)
+        tx = self.open.get(record.txid)
+        handed = self.without_end.get(record.txid) if tx is None else None
+        if tx is not None:
+            if tx.add(record):
+                self._hold(record)
+            else:
+                self.replays.replayed(record.part, record.offset, record.txid)
+        elif handed is not None and row_of(record) not in handed:
             self.late += 1
             log.error("a record of a CDC transaction without an END came after the transactions behind it; handed "
                       "on out of its place", extra={"event": "cdc_record_late", "gtid": record.txid,
                                                     "at": f"{record.topic}/{record.partition}@{record.offset}"})
-            yield self._transaction(record.txid, [record])
-        elif self._seen(record.txid):
+            handed.add(row_of(record))
+            yield self._transaction(record.txid, [record], first_row=len(handed) - 1)
+        elif handed is not None or self._replayed(record.txid):
             self.replays.replayed(record.part, record.offset, record.txid)
         else:
-            self.open[record.txid] = _Open(records=[record])
+            tx = self.open[record.txid] = _Open()
+            tx.add(record)
             self._hold(record)
 
     def replay_notice(self) -> Transaction | None:
@@ -433,15 +519,22 @@ class Assembler:
         while self.ends:
             txid = self.ends[0]
             tx = self.open[txid]
-            if tx.expected is not None and len(tx.records) < tx.expected:
-                if behind or now - max(tx.ended_at, self.level_at) < self.grace:
+            short = tx.short()
+            if short or tx.restarted:
+                # its records may still come: every topic is read to its end, and the connector wrote a later
+                # transaction's records in each partition of its tables, or the grace passed without that
+                waited = now - max(tx.ended_at, self.level_at)
+                if behind or (waited < self.grace and not self._written_past(txid, tx)):
                     return
+            if short:
                 self.incomplete += 1
                 log.error("a CDC transaction's END counts records that did not come; handed on without them",
                           extra={"event": "cdc_transaction_incomplete", "gtid": txid, "expected": tx.expected,
                                  "came": len(tx.records)})
             if tx.expected is None:
-                self.without_end.append(txid)
+                self.without_end[txid] = tx.rows
+                if len(self.without_end) > WITHOUT_END_KEPT:
+                    self.without_end.popitem(last=False)
             self.ends.popleft()
             del self.open[txid]
             for r in tx.records:
@@ -450,7 +543,17 @@ class Assembler:
             if begun is not None:
                 self.pending[begun[0]].pop(begun[1], None)
             self._advance(txid)
-            yield self._transaction(txid, sorted(tx.records, key=lambda r: r.order), expected=tx.expected)
+            # in binlog order: a restarted connector numbers `total_order` from 1 again
+            yield self._transaction(txid, sorted(tx.records, key=lambda r: (r.pos, r.row)), expected=tx.expected)
+
+    def _written_past(self, txid: str, tx: _Open) -> bool:
+        """The connector wrote a transaction after `txid` in every partition of its tables (those of its records and
+        those its END names), so no more of it is to come."""
+        gtid = parse(txid)
+        parts = {r.part for r in tx.records}.union(*(self.parts_of.get(t, {""}) for t in tx.tables))
+        return gtid is not None and bool(parts) and all(
+            (newest := self.newest_in.get(p)) is not None and newest[0] == gtid[0] and newest[1] > gtid[2]
+            for p in parts)
 
     def first_pending(self) -> dict[str, int]:
         """Per partition ("topic/partition"), the offset of its first record of a transaction not handed on yet."""
@@ -469,7 +572,8 @@ class Assembler:
             self.done_text = gtid_text(self.done)
 
     def _transaction(self, txid: str, records: list[DataRecord], snapshot_last: bool = False,
-                     expected: int | None = None) -> Transaction:
+                     expected: int | None = None, first_row: int = 0) -> Transaction:
+        """`first_row`: the first row's row_index (a late record's: after those of its transaction handed on)."""
         rows: list[RowChange] = []
         bad = self.unreadable.take()
         changes: list[SchemaChange] = []
@@ -500,7 +604,8 @@ class Assembler:
             when, clock = commit_time(r.after, columns, r.header_time, CLOCK_BINLOG_HEADER)
             op = r.op  # RowChange's fields in order (positional: one is made per row)
             rows.append(RowChange(r.db, r.table, OPS[op], r.pk, r.before if op == "u" or op == "d" else None,
-                                  r.after if op != "d" else None, txid, r.offset if op == "r" else len(rows), r.file,
+                                  r.after if op != "d" else None, txid,
+                                  r.offset if op == "r" else first_row + len(rows), r.file,
                                   r.pos, when, clock, op == "r"))
         position = BinlogPosition(gtid=self.done_text, file=last.file if last else "",
                                   pos=last.pos if last else 0)

@@ -225,3 +225,40 @@ def test_while_a_topic_is_read_behind_its_end_no_transaction_is_judged_incomplet
     a.on_transaction(begin("0-1-2"), 110.0)
     a.on_transaction(end("0-1-2", orders=1), 110.0)
     assert len(list(a.ready(115.1))) == 1 and a.incomplete == 1  # read to the end, and its record never came
+
+
+def test_a_connector_restarted_inside_a_transaction_gives_each_row_once_in_binlog_order():
+    """Issue 42: the restarted connector writes the transaction's BEGIN again and its rows from its last flushed
+    offset on, `total_order` from 1 again, and an END counting only those. The rows written again are replays; the
+    transaction waits until the connector has written a later one in its table's partition."""
+    a = Assembler(CFG, start_gtid="0-1-6")
+    first = [record("0-1-7", i + 1, offset=i, pos=100, row=i) for i in range(4)]
+    assert feed(a, begin("0-1-7"), *first) == []
+    again = [record("0-1-7", i + 1, offset=4 + i, pos=100, row=2 + i) for i in range(4)]  # rows 2..5
+    assert feed(a, begin("0-1-7"), *again, end("0-1-7", orders=4)) == []
+    assert a.replays.records == 2  # rows 2 and 3 came again
+    (tx,) = feed(a, begin("0-1-8"), record("0-1-8", 1, offset=8, pos=300), end("0-1-8", orders=1))[:1]
+    assert [r.row_index for r in tx.rows] == list(range(6)) and not tx.cdc.incomplete
+    assert [r.end_pos for r in tx.rows] == [100] * 6 and a.incomplete == 0
+
+
+def test_a_begin_of_an_older_transaction_is_a_replay_and_does_not_end_the_one_under_way():
+    """The connector restarted from before the transaction under way: the BEGIN of one before it (handed on, or
+    from before this reader's start) comes first. It must not end the one under way, whose records then come again."""
+    a = Assembler(CFG)
+    assert feed(a, begin("0-1-7"), record("0-1-7", 1, offset=0, pos=100)) == []
+    assert feed(a, begin("0-1-6"), end("0-1-6", orders=1), record("0-1-6", 1, offset=1, pos=50)) == []
+    out = feed(a, begin("0-1-7"), record("0-1-7", 1, offset=2, pos=100), record("0-1-7", 2, offset=3, pos=101),
+               end("0-1-7", orders=2), begin("0-1-8"), record("0-1-8", 1, offset=4, pos=200), end("0-1-8", orders=1))
+    assert [(t.position.gtid, len(t.rows)) for t in out] == [("0-1-7", 2), ("0-1-8", 1)]
+    assert a.replays.records == 2 and a.late == 0  # 0-1-6's record and 0-1-7's first row
+
+
+def test_a_late_record_takes_a_row_index_of_its_own_and_one_written_again_is_a_replay():
+    a = Assembler(CFG)
+    out = feed(a, begin("0-1-4"), record("0-1-4", 1, offset=0, pos=10), begin("0-1-5"), end("0-1-5", orders=1),
+               record("0-1-5", 1, offset=1, pos=20))
+    assert [t.position.gtid for t in out] == ["0-1-4", "0-1-5"]
+    (late,) = feed(a, record("0-1-4", 2, offset=2, pos=11))
+    assert [r.row_index for r in late.rows] == [1] and a.late == 1
+    assert feed(a, record("0-1-4", 2, offset=3, pos=11)) == [] and a.replays.records == 1

@@ -1,0 +1,245 @@
+"""Issue 42, observation 2: Debezium's at-least-once delivery on the real Kafka Connect worker.
+
+A worker that dies (SIGKILL) or is restarted resumes from its last flushed source offset (every second here), so
+whatever it wrote since comes again: whole transactions, or, when the offset lies inside a large transaction, the
+rest of that transaction with its BEGIN written again, `total_order` counted from 1 again and an END that counts
+only what it wrote after the restart. Two monitors read it: one takes the connector's topics as its change source,
+the other checks them against the binlog. Both must run on through every restart, apply each row once, count what
+came again as F15 (info) and find nothing else but the one true duplicate effect the test writes on purpose.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from devservices import kafka_connect
+from devservices.kafka_connect import CDC_SCHEMA, TOPIC_PREFIX, table_topic
+from oncewatch.core.gtids import gtid_set
+from oncewatch.store import Store
+
+from .conftest import admin_connection, cdc_toml, monitor_config_toml, wait_for
+from .test_cdc_source import end_offset, wait_for_topic
+
+EFFECTS = """
+[metrics]
+port = 0
+[rules]
+cdc_lost_grace_seconds = 5
+[[domain.effects]]
+table = "{table}"
+trade_no_column = "trade_no"
+"""
+LOST_GRACE = 5.0
+
+
+class Monitors:
+    """Two `oncewatch run` processes on the effect table: CDC source mode (from the topics' ends) and check mode."""
+
+    def __init__(self, table: str, tmp_path: Path):
+        watched = f"{CDC_SCHEMA}.{table}"
+        effects = EFFECTS.format(table=watched)
+        self.table = table
+        for name in ("source", "check"):
+            (tmp_path / name).mkdir()
+        self.source = monitor_config_toml([watched], tmp_path / "source", store=tmp_path / "source.db", extra=(
+            effects + cdc_toml(TOPIC_PREFIX, start_from="latest")))
+        self.check = monitor_config_toml([watched], tmp_path / "check", store=tmp_path / "check.db", extra=(
+            effects + cdc_toml(TOPIC_PREFIX, mode="check")))
+        self.stores = {"source": tmp_path / "source.db", "check": tmp_path / "check.db"}
+        self.logs = {name: tmp_path / f"{name}.log" for name in self.stores}
+        self.procs = {name: subprocess.Popen([sys.executable, "-m", "oncewatch.cli", "run", "--config", str(cfg)],
+                                             stdout=self.logs[name].open("ab"), stderr=subprocess.STDOUT)
+                      for name, cfg in (("source", self.source), ("check", self.check))}
+
+    def store(self, name: str) -> Store:
+        return Store(str(self.stores[name]), readonly=True)
+
+    def checkpoint(self, name: str, which: str) -> dict | None:
+        if not self.stores[name].exists():
+            return None
+        with closing(self.store(name)) as s:
+            return s.checkpoint(which)
+
+    def started(self) -> bool:
+        """Both have stored where they read the CDC topics from."""
+        return all(self.checkpoint(name, "cdc") is not None for name in self.stores)
+
+    def have(self, gtid: str) -> bool:
+        """Both have taken in the transaction `gtid` from the CDC topics (source mode: its change source's GTID set;
+        check mode: the set its CDC copies delivered)."""
+        domain, _, seq = (int(x) for x in gtid.split("-"))
+        sets = [(self.checkpoint(name, which) or {}).get("gtid") or ""
+                for name, which in (("source", "binlog"), ("check", "cdc_gtid"))]
+        return all(gtid_set(s).get(domain, (0, 0))[1] >= seq for s in sets)
+
+    def alive(self) -> dict[str, int | None]:
+        return {name: p.poll() for name, p in self.procs.items()}
+
+    def output(self, name: str) -> str:
+        return self.logs[name].read_text(errors="replace")[-4000:]
+
+    def stop(self) -> dict[str, int]:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        return {name: p.wait(30) for name, p in self.procs.items()}
+
+
+@pytest.fixture
+def effect_table(cdc_connector, table_name) -> Iterator[str]:
+    admin = admin_connection(CDC_SCHEMA)
+    with admin.cursor() as c:
+        c.execute(f"CREATE TABLE {table_name} (id INT PRIMARY KEY, trade_no VARCHAR(20), note VARCHAR(20)) "
+                  "ENGINE=InnoDB")
+        c.execute(f"INSERT INTO {table_name} VALUES (-1, 'seed', 'x')")  # the connector makes the topic with it
+    admin.close()
+    wait_for_topic(table_topic(table_name))
+    yield table_name
+    kafka_connect.ensure_running()  # whatever the test did to the worker, the next test finds it running
+
+
+def write(table: str, rows: list[tuple[int, str]], per_statement: int = 200) -> str:
+    """One transaction of `rows` (id, trade_no), many to a statement as a batch job writes; its GTID."""
+    conn = admin_connection(CDC_SCHEMA)
+    with conn.cursor() as c:
+        conn.begin()
+        for at in range(0, len(rows), per_statement):
+            part = rows[at:at + per_statement]
+            c.execute(f"INSERT INTO {table} VALUES " + ",".join(["(%s, %s, 'n')"] * len(part)),
+                      [v for row in part for v in row])
+        conn.commit()
+        c.execute("SELECT @@last_gtid")
+        (gtid,), = c.fetchall()
+    conn.close()
+    return gtid
+
+
+class Traffic:
+    """The shop's traffic beside the test's: a row of its own trade_no every 0.3 s (`step`: into `ids`), each its own
+    transaction, until stopped."""
+
+    def __init__(self, table: str, first: int, step: Callable[[int], list[tuple[int, str]]] | None = None,
+                 every: float = 0.3):
+        self.ids: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(table, first, step or (lambda i: [(i, f"S{i}")]),
+                                                                every), daemon=True)
+        self._thread.start()
+
+    def _run(self, table: str, first: int, step: Callable[[int], list[tuple[int, str]]], every: float) -> None:
+        i = first
+        while not self._stop.is_set():
+            rows = step(i)
+            write(table, rows)
+            self.ids += [r[0] for r in rows]
+            i += len(rows)
+            self._stop.wait(every)
+
+    def stop(self) -> set[int]:
+        self._stop.set()
+        self._thread.join(30)
+        return set(self.ids)
+
+
+def kill_worker() -> None:
+    kafka_connect.stop(kafka_connect.CONNECT, sig=signal.SIGKILL)
+
+
+def judge(monitors: Monitors, last_gtid: str, rows: set[int], true_duplicate: str, replayed: bool = True) -> None:
+    """Both monitors caught up to `last_gtid` and still running; each row of `rows` stored once by the source
+    monitor; no finding but the true duplicate's F1 and the replays' F15 (some, where `replayed`: the connector is
+    known to have written records again). Both then stop and end well."""
+    wait_for("both monitors to take in the last transaction", lambda: monitors.have(last_gtid)
+             or any(rc is not None for rc in monitors.alive().values()), timeout=120)
+    # past the grace of F13/F14 on the CDC clock, so that a row a copy lacked would be reported by now
+    time.sleep(LOST_GRACE + 1)
+    ended = {name: rc for name, rc in monitors.alive().items() if rc is not None}
+    assert not ended, {name: (rc, monitors.output(name)) for name, rc in ended.items()}
+    found = {}
+    for name in monitors.stores:
+        with closing(monitors.store(name)) as s:
+            found[name] = s.findings()
+            if name == "source":
+                ids = [r.pk[0] for r in s.row_changes("table_name = ?", (monitors.table,))]
+    doubled = sorted(i for i, n in Counter(ids).items() if n > 1)
+    missing = sorted(rows - set(ids))
+    assert not doubled and not missing, (len(doubled), doubled[:5], len(missing), missing[:5])  # each row once
+    assert monitors.stop() == {"source": 0, "check": 0}
+    for name, fs in found.items():
+        wrong = [(f.rule, f.summary) for f in fs if f.rule not in ("F1", "F15")]
+        assert not wrong, (name, len(wrong), wrong[:5])
+        assert [f.keys.get("trade_no") for f in fs if f.rule == "F1"] == [true_duplicate], name
+        replays = [f for f in fs if f.rule == "F15"]
+        assert (replays or not replayed) and all(f.severity == "info" for f in replays), name
+
+
+def test_a_worker_killed_while_it_streams_a_large_transaction_out_replays_it_and_the_monitors_apply_it_once(
+        effect_table, tmp_path):
+    """The issue's case: a transaction of thousands of rows into a watched effect table, the worker SIGKILLed while
+    Debezium streams it out, with the shop's small transactions going on beside. Twice: as its first records come
+    out (its last flushed offset mostly before the transaction: it comes again whole, after a BEGIN of one before
+    it), and with more than half of a second one out (the offset mostly inside it: the rest comes again, counted
+    from 1 again, its END counting only that). Before the fix the source monitor exited 1 on a UNIQUE failure of
+    row_changes after thousands of `cdc_record_late` errors, and check mode reported thousands of F13 and F14."""
+    monitors = Monitors(effect_table, tmp_path)
+    traffic = None
+    try:
+        wait_for("both monitors started", monitors.started, timeout=60)
+        traffic = Traffic(effect_table, 1_000_000)
+        size = 6_000
+        records_at_kill = []
+        for n, share in enumerate((0.02, 0.6)):
+            topic = table_topic(effect_table)
+            topic_at = end_offset(topic)
+            gtid = write(effect_table, [(n * size + i, f"T{n * size + i}") for i in range(size)])
+            wait_for("the transaction streamed out in part", lambda: end_offset(topic) - topic_at >= share * size,
+                     every=0.05)
+            kill_worker()
+            records_at_kill.append(end_offset(topic) - topic_at)
+            kafka_connect.up()
+            wait_for("both monitors to take it in", lambda: monitors.have(gtid), timeout=120)
+        # the kills landed inside the stream-out (else this test shows nothing)
+        assert all(0 < n < size for n in records_at_kill), records_at_kill
+        write(effect_table, [(-2, "DUP")])
+        last = write(effect_table, [(-3, "DUP")])  # one true duplicate effect: F1, found by both as always
+        judge(monitors, last, set(range(2 * size)) | {-2, -3} | traffic.stop(), "DUP")
+    finally:
+        if traffic is not None:
+            traffic.stop()
+        monitors.stop()
+
+
+def test_a_worker_killed_between_small_transactions_replays_them_and_the_monitors_apply_them_once(
+        effect_table, tmp_path):
+    """The shop's traffic, one small transaction after another, the worker SIGKILLed twice while it runs: what it
+    wrote since its last offset flush comes again whole."""
+    monitors = Monitors(effect_table, tmp_path)
+    traffic = None
+    try:
+        wait_for("both monitors started", monitors.started, timeout=60)
+        traffic = Traffic(effect_table, 1_000_000, lambda i: [(i, f"S{i}"), (i + 1, f"R{i}")], every=0.02)
+        for _ in range(2):
+            time.sleep(2.5)
+            kill_worker()
+            time.sleep(1.0)
+            kafka_connect.up()
+        time.sleep(2.0)
+        written = traffic.stop()
+        write(effect_table, [(-2, "DUP")])
+        last = write(effect_table, [(-3, "DUP")])
+        # a kill between transactions may find the offsets flushed up to the last record written: nothing comes again
+        judge(monitors, last, written | {-2, -3}, "DUP", replayed=False)
+    finally:
+        if traffic is not None:
+            traffic.stop()
+        monitors.stop()
