@@ -26,7 +26,9 @@ under way comes again from where the offset lies: its BEGIN again, records of ro
 that counts what the restarted connector wrote alone. Its records are then known to be in once the
 connector has written a later transaction's records in each partition of its tables (a partition is
 written in order; the transaction topic is not in order with the tables' topics, and an END can be on
-it before records sent before it, which a killed worker then sends again), or after the grace.
+it before records sent before it, which a killed worker then sends again), or after the grace. The
+grace of a transaction whose records have not come runs while the connector writes (WRITING_SECONDS),
+not while it is away: a worker's restart took 35 s here, and what it had not sent came after it.
 """
 
 from __future__ import annotations
@@ -55,7 +57,12 @@ log = logging.getLogger("oncewatch.collectors.cdc")
 OPS = {"c": OP_INSERT, "u": OP_UPDATE, "d": OP_DELETE, "r": OP_INSERT}
 NEW_KEY, OLD_KEY = "__debezium.newkey", "__debezium.oldkey"
 GRACE_SECONDS = 30.0
+# the connector counts as writing for this long after the last record read of its topics: the grace of a transaction
+# whose records have not come runs only while it writes (a worker restarting, which can take longer than the grace,
+# writes nothing, and then writes again what it had not sent)
+WRITING_SECONDS = 5.0
 WITHOUT_END_KEPT = 1000  # transactions handed on without an END whose rows are remembered
+HEARTBEATS = "__debezium-heartbeat"  # Debezium's topic.heartbeat.prefix
 TOPICS_EVERY_SECONDS = 1.0
 
 
@@ -309,6 +316,7 @@ class _Open:
     records: list[DataRecord] = field(default_factory=list)
     expected: int | None = None  # from the END: records of the watched tables; None: no END came
     ended_at: float = 0.0
+    ended_writing: float = 0.0  # the Assembler's `writing` then
     over: bool = False  # its END came, or the next transaction's BEGIN: it is in `ends`
     rows: set[tuple[Any, ...]] = field(default_factory=set)  # row_of each record in `records`
     # the connector was restarted inside it: its BEGIN came again, or records of it did. The END then counts only
@@ -348,6 +356,7 @@ class Assembler:
         self.grace = grace_seconds
         self.prefix = prefix
         self.transaction_topic = f"{prefix}.transaction"
+        self.heartbeat_topic = f"{HEARTBEATS}.{prefix}"
         self.schemas = _Schemas()
         self.done = gtid_set(start_gtid)
         self.done_text = gtid_text(self.done)  # kept with `done`: every transaction's position carries it
@@ -362,8 +371,12 @@ class Assembler:
         # recent ones handed on that had no END, each with the rows it held (row_of): a record of one that comes later
         # is late, or written again by a restarted connector
         self.without_end: OrderedDict[str, set[tuple[Any, ...]]] = OrderedDict()
-        self.incomplete = self.late = 0
+        self.incomplete = self.late = self.resnapshots = 0
+        self.resnapshotting = False  # the records read last were of a new snapshot (logged at its first)
         self.level_at = float("-inf")  # the last time some topic was not read to its end (ready's `behind`)
+        self.fed_at = float("-inf")  # the last time a record was read
+        self.writing = 0.0  # seconds the connector has been writing (WRITING_SECONDS), as of `writing_at`
+        self.writing_at: float | None = None
         self.replays = ReplayRuns()
         # per partition, offsets of records held in `open`, and of the BEGINs of transactions not handed on yet
         self.pending: dict[str, OrderedDict[int, None]] = {}
@@ -375,7 +388,9 @@ class Assembler:
         self.offsets: Callable[[], dict[str, int]] = dict
 
     def topics(self) -> list[str]:
-        return [f"{self.prefix}.transaction"] + [f"{self.prefix}.{e}" for e in self.cfg.tables]
+        """The transaction topic, the watched tables' and the connector's heartbeats' (`heartbeat.interval.ms`; read
+        where the connector writes them: an idle connector's records that it is alive, WRITING_SECONDS)."""
+        return [self.transaction_topic, self.heartbeat_topic] + [f"{self.prefix}.{e}" for e in self.cfg.tables]
 
     def counts(self) -> dict[str, int]:
         """What the source's health row and /metrics count."""
@@ -386,6 +401,9 @@ class Assembler:
     def feed(self, topic: str, partition: int, rec: Any, now: float, part: str = "") -> list[Transaction]:
         """One Kafka record of the topics (kafka-python's ConsumerRecord): what it lets go on at once; `part`: its
         "topic/partition", where the caller has it made already."""
+        self.fed_at = now
+        if topic == self.heartbeat_topic:
+            return []
         try:
             if topic == self.transaction_topic:
                 if rec.value is not None:
@@ -425,15 +443,14 @@ class Assembler:
         its records are, and a restart from past it would wait for that END for good."""
         marker = payload if isinstance(payload, _Marker) else msgspec.convert(payload, _Marker)
         txid = marker.id
+        self.fed_at = now
         if marker.status == "BEGIN":
             again = self.open.get(txid)
             if txid == self.begun or self._replayed(txid) or (again is not None and again.over):
                 # written again by a restarted connector, which reads the binlog again from its last flushed offset:
                 # the transaction under way comes again from there, and is not over
-                if self.begun is not None:
-                    self.open.setdefault(self.begun, _Open()).restarted = True
-                if again is not None:
-                    again.restarted = True
+                for under_way in {self.begun, txid if again is not None else None} - {None}:
+                    self._restarted(self.open.setdefault(under_way, _Open()), now)
                 return
             if self.begun is not None:  # DDL, a TRUNCATE, or one no captured table took part in
                 self._over(self.begun, None, now)
@@ -466,16 +483,33 @@ class Assembler:
         tx = self.open.setdefault(txid, _Open())
         if tx.over:
             tx.expected = expected if expected is not None else tx.expected
+            self._restarted(tx, now)
             return
-        tx.expected, tx.ended_at, tx.over = expected, now, True
+        tx.expected, tx.ended_at, tx.ended_writing, tx.over = expected, now, self.writing, True
         tx.tables |= tables or set()
         self.ends.append(txid)
 
+    def _restarted(self, tx: _Open, now: float) -> None:
+        """A marker of `tx` came again: the connector, restarted, writes it again, so its grace begins again."""
+        tx.restarted = True
+        tx.ended_at, tx.ended_writing = now, self.writing
+
     def on_record(self, record: DataRecord) -> Iterator[Transaction]:
         if record.op == "r":  # the connector's snapshot: no transaction, a row of the tables as they were
-            yield self._transaction(f"snapshot:{record.db}.{record.table}", [record],
-                                    snapshot_last=record.snapshot_last)
+            name = f"snapshot:{record.db}.{record.table}"
+            if self.done:  # a new snapshot of tables whose changes were streamed since the first: rows known
+                if not self.resnapshotting:
+                    self.resnapshotting = True
+                    log.warning("the connector takes a new snapshot of tables it streamed (its offsets lost, or "
+                                "snapshot.mode when_needed); its rows are taken as known, and counted as replays: "
+                                "a change it did not stream before the snapshot is not applied",
+                                extra={"event": "cdc_snapshot_again", "at": f"{record.part}@{record.offset}"})
+                self.resnapshots += 1
+                self.replays.replayed(record.part, record.offset, name)
+                return
+            yield self._transaction(name, [record], snapshot_last=record.snapshot_last)
             return
+        self.resnapshotting = False
         gtid = parse(record.txid)
         if gtid is not None:
             newest = self.newest_in.get(record.part)
@@ -516,6 +550,9 @@ class Assembler:
         topic far ahead of the tables' topics, and its transactions would all go incomplete)."""
         if behind:
             self.level_at = now
+        if self.writing_at is not None:
+            self.writing += max(0.0, min(now, self.fed_at + WRITING_SECONDS) - self.writing_at)
+        self.writing_at = now
         while self.ends:
             txid = self.ends[0]
             tx = self.open[txid]
@@ -523,7 +560,7 @@ class Assembler:
             if short or tx.restarted:
                 # its records may still come: every topic is read to its end, and the connector wrote a later
                 # transaction's records in each partition of its tables, or the grace passed without that
-                waited = now - max(tx.ended_at, self.level_at)
+                waited = min(now - max(tx.ended_at, self.level_at), self.writing - tx.ended_writing)
                 if behind or (waited < self.grace and not self._written_past(txid, tx)):
                     return
             if short:
@@ -548,10 +585,10 @@ class Assembler:
 
     def _written_past(self, txid: str, tx: _Open) -> bool:
         """The connector wrote a transaction after `txid` in every partition of its tables (those of its records and
-        those its END names), so no more of it is to come."""
-        gtid = parse(txid)
+        those its END names), so no more of it is to come; true at once of one with nothing of the watched tables."""
         parts = {r.part for r in tx.records}.union(*(self.parts_of.get(t, {""}) for t in tx.tables))
-        return gtid is not None and bool(parts) and all(
+        gtid = parse(txid)
+        return not parts or gtid is not None and all(
             (newest := self.newest_in.get(p)) is not None and newest[0] == gtid[0] and newest[1] > gtid[2]
             for p in parts)
 

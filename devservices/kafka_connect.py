@@ -103,6 +103,8 @@ def connector_config() -> dict[str, str]:
         "errors.max.retries": "-1",
         "connect.keep.alive.interval.ms": "1000",  # a MariaDB restart noticed within a second (default: a minute)
         "poll.interval.ms": "20",
+        # the connector says it is alive while nothing changes: the monitor's grace for records not come runs on it
+        "heartbeat.interval.ms": "1000",
         "include.schema.changes": "false",
         # what the monitor needs to read every row exactly (collectors.debezium): a TRUNCATE as a record (skipped by
         # default), and BIGINT UNSIGNED as a decimal (by default an int64, where 2**64-1 reads as -1)

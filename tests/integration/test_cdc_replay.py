@@ -3,9 +3,12 @@
 A worker that dies (SIGKILL) or is restarted resumes from its last flushed source offset (every second here), so
 whatever it wrote since comes again: whole transactions, or, when the offset lies inside a large transaction, the
 rest of that transaction with its BEGIN written again, `total_order` counted from 1 again and an END that counts
-only what it wrote after the restart. Two monitors read it: one takes the connector's topics as its change source,
-the other checks them against the binlog. Both must run on through every restart, apply each row once, count what
-came again as F15 (info) and find nothing else but the one true duplicate effect the test writes on purpose.
+only what it wrote after the restart; and an END can be on its topic before records sent before it, which the
+restarted worker sends then. Two monitors read it: one takes the connector's topics as its change source, the other
+checks them against the binlog. Both must run on through every restart, apply each row once, count what came again
+as F15 (info) and find nothing else but the one true duplicate effect each test writes on purpose. The forms: the
+worker SIGKILLed inside a large transaction's stream-out and between small ones, stopped gracefully, the task
+restarted, the connector deleted and created again with its offsets, and a new snapshot of tables already streamed.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from oncewatch.core.gtids import gtid_set
 from oncewatch.store import Store
 
 from .conftest import admin_connection, cdc_toml, monitor_config_toml, wait_for
-from .test_cdc_source import end_offset, wait_for_topic
+from .test_cdc_source import end_offset, records_of, wait_for_topic
 
 EFFECTS = """
 [metrics]
@@ -43,18 +46,19 @@ LOST_GRACE = 5.0
 
 
 class Monitors:
-    """Two `oncewatch run` processes on the effect table: CDC source mode (from the topics' ends) and check mode."""
+    """Two `oncewatch run` processes on the effect table: CDC source mode (from the topics' ends, or as
+    `source_from` says) and check mode, both on the topics of `prefix`."""
 
-    def __init__(self, table: str, tmp_path: Path):
+    def __init__(self, table: str, tmp_path: Path, prefix: str = TOPIC_PREFIX, source_from: str = "latest"):
         watched = f"{CDC_SCHEMA}.{table}"
         effects = EFFECTS.format(table=watched)
         self.table = table
         for name in ("source", "check"):
             (tmp_path / name).mkdir()
         self.source = monitor_config_toml([watched], tmp_path / "source", store=tmp_path / "source.db", extra=(
-            effects + cdc_toml(TOPIC_PREFIX, start_from="latest")))
+            effects + cdc_toml(prefix, start_from=source_from)))
         self.check = monitor_config_toml([watched], tmp_path / "check", store=tmp_path / "check.db", extra=(
-            effects + cdc_toml(TOPIC_PREFIX, mode="check")))
+            effects + cdc_toml(prefix, mode="check")))
         self.stores = {"source": tmp_path / "source.db", "check": tmp_path / "check.db"}
         self.logs = {name: tmp_path / f"{name}.log" for name in self.stores}
         self.procs = {name: subprocess.Popen([sys.executable, "-m", "oncewatch.cli", "run", "--config", str(cfg)],
@@ -243,3 +247,97 @@ def test_a_worker_killed_between_small_transactions_replays_them_and_the_monitor
         if traffic is not None:
             traffic.stop()
         monitors.stop()
+
+
+def large_transactions_restarted(table: str, monitors: Monitors, restarts: list[Callable[[], None]],
+                                 size: int = 6_000) -> set[int]:
+    """One transaction of `size` rows per restart, each restart done with about half of it streamed out; the rows
+    written."""
+    for n, restart in enumerate(restarts):
+        topic = table_topic(table)
+        topic_at = end_offset(topic)
+        gtid = write(table, [(n * size + i, f"T{n * size + i}") for i in range(size)])
+        wait_for("the transaction streamed out in part", lambda: end_offset(topic) - topic_at >= size // 2,
+                 every=0.05)
+        restart()
+        wait_for("both monitors to take it in", lambda: monitors.have(gtid), timeout=120)
+    return set(range(len(restarts) * size))
+
+
+def test_a_graceful_worker_restart_and_a_task_restart_inside_a_large_transaction_change_nothing(
+        effect_table, tmp_path):
+    """The worker stopped (SIGTERM) and started again, and the connector's task restarted through the REST API,
+    each while a large transaction streams out: whatever comes again is applied once."""
+    def graceful() -> None:
+        kafka_connect.stop(kafka_connect.CONNECT)
+        kafka_connect.up()
+
+    def task() -> None:
+        kafka_connect.rest("POST", f"/connectors/{kafka_connect.CONNECTOR}/tasks/0/restart")
+        kafka_connect.ensure_running()
+
+    monitors = Monitors(effect_table, tmp_path)
+    traffic = None
+    try:
+        wait_for("both monitors started", monitors.started, timeout=60)
+        traffic = Traffic(effect_table, 1_000_000)
+        rows = large_transactions_restarted(effect_table, monitors, [graceful, task])
+        write(effect_table, [(-2, "DUP")])
+        last = write(effect_table, [(-3, "DUP")])
+        judge(monitors, last, rows | {-2, -3} | traffic.stop(), "DUP", replayed=False)
+    finally:
+        if traffic is not None:
+            traffic.stop()
+        monitors.stop()
+
+
+def test_a_connector_deleted_and_created_again_and_a_new_snapshot_of_streamed_tables_change_nothing(
+        effect_table, tmp_path):
+    """A connector of its own on the effect table: its snapshot, then traffic; deleted and created again under its
+    name (it resumes from its offsets) while a large transaction streams out; then created under another name with
+    the same topics (no offsets: a new snapshot of the table, every row as `op: r` again). The source monitor reads
+    its topics from the start: the first snapshot seeds it, the second is known rows, counted as replays."""
+    prefix = f"re{effect_table[2:]}"
+    watched = f"{CDC_SCHEMA}.{effect_table}"
+    config = {"topic.prefix": prefix, "table.include.list": watched, "snapshot.mode": "initial",
+              "database.server.id": str(kafka_connect.DEBEZIUM_SERVER_ID + 2),
+              "schema.history.internal.file.filename": str(tmp_path / "history.dat")}
+    names = [f"oncewatch-replay-{effect_table}", f"oncewatch-replay-{effect_table}-again"]
+    write(effect_table, [(-10 - i, f"P{i}") for i in range(20)])  # rows the first snapshot takes
+    kafka_connect.register(names[0], **config)
+    monitors = None
+    traffic = None
+    try:
+        wait_for_topic(f"{prefix}.{watched}")
+        monitors = Monitors(effect_table, tmp_path, prefix=prefix, source_from="earliest")
+        wait_for("both monitors started", monitors.started, timeout=60)
+        traffic = Traffic(effect_table, 1_000_000)
+
+        def deleted_and_created_again() -> None:
+            kafka_connect.unregister(names[0])
+            kafka_connect.register(names[0], **config)
+
+        rows = large_transactions_restarted(effect_table, monitors, [deleted_and_created_again])
+        # a change between the old connector's last record and the new snapshot would be in the snapshot alone, which
+        # the monitor takes as rows known (collectors.cdc): not this test's case, so the traffic stops meanwhile
+        rows |= traffic.stop()
+        kafka_connect.unregister(names[0])
+        topic = f"{prefix}.{watched}"
+        snapshot_at = end_offset(topic)
+        kafka_connect.register(names[1], **config)  # no offsets of its own: a new snapshot
+        # its snapshot done before the next change: one taken after changes it never streamed is another matter
+        wait_for("the new snapshot", lambda: any(b'"snapshot":"last"' in (r.value or b"")
+                                                 for r in records_of(topic)[snapshot_at:]), timeout=60, every=1.0)
+        write(effect_table, [(-2, "DUP")])
+        last = write(effect_table, [(-3, "DUP")])
+        judge(monitors, last, rows | {-2, -3} | {-10 - i for i in range(20)}, "DUP")
+    finally:
+        if traffic is not None:
+            traffic.stop()
+        if monitors is not None:
+            monitors.stop()
+        for name in names:
+            try:
+                kafka_connect.unregister(name)
+            except OSError:
+                pass

@@ -262,3 +262,25 @@ def test_a_late_record_takes_a_row_index_of_its_own_and_one_written_again_is_a_r
     (late,) = feed(a, record("0-1-4", 2, offset=2, pos=11))
     assert [r.row_index for r in late.rows] == [1] and a.late == 1
     assert feed(a, record("0-1-4", 2, offset=3, pos=11)) == [] and a.replays.records == 1
+
+
+def test_the_grace_of_records_not_come_runs_only_while_the_connector_writes():
+    """A worker killed after its END went out, before the records sent before it did, restarts (35 s once here) and
+    sends them then: while it writes nothing its transaction is not judged incomplete."""
+    a = Assembler(CFG, grace_seconds=10)
+    assert feed(a, begin("0-1-1"), end("0-1-1", orders=2), record("0-1-1", 1, offset=0), now=0.0) == []
+    assert feed(a, now=60.0) == [] and a.incomplete == 0  # away a minute: it wrote for 5 s of it
+    # written again after its restart: its BEGIN, the record that came, the one that did not
+    assert feed(a, begin("0-1-1"), record("0-1-1", 1, offset=1), record("0-1-1", 2, offset=2), now=61.0) == []
+    out = feed(a, begin("0-1-2"), end("0-1-2", orders=1), record("0-1-2", 1, offset=3), now=62.0)
+    assert [(t.position.gtid, len(t.rows)) for t in out] == [("0-1-1", 2), ("0-1-2", 1)]
+    assert a.incomplete == 0 and a.replays.records == 1
+
+
+def test_a_new_snapshot_of_tables_already_streamed_is_counted_as_replays_and_not_applied():
+    a = Assembler(CFG)
+    (first,) = feed(a, record("", 1, op="r", offset=0))
+    assert first.snapshot and len(first.rows) == 1
+    assert len(feed(a, begin("0-1-5"), end("0-1-5", orders=1), record("0-1-5", 2, offset=1))) == 1
+    assert feed(a, record("", 1, op="r", offset=2), record("", 2, op="r", offset=3, snapshot_last=True)) == []
+    assert a.replays.records == 2 and a.resnapshots == 2
