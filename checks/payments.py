@@ -68,6 +68,9 @@ class PaymentChecks:
             self.trade_orders = memory.aging("trade_orders", BINLOG, spill=True)
             # order key -> {trade_no: evidence of a success callback}, for F5 on the amount the channel sent
             self.callback_amounts = memory.aging("callback_amounts", BINLOG, spill=True)
+            # trade_no -> evidence of a success callback read before any row of its payment: a snapshot's tables
+            # come in any order (a connector's may give the log first), and a log row may be written first
+            self.callbacks_waiting = memory.aging("callbacks_waiting", BINLOG, spill=True)
         self.findings = findings
 
     def on_payment(self, change: RowChange) -> None:
@@ -76,6 +79,9 @@ class PaymentChecks:
         order, trade_no = key_of(change.row, self.p.order_columns), change.row.get(self.p.trade_no_column)
         if self.log is not None and order is not None and trade_no is not None:
             self.trade_orders.put(key_text(trade_no), key_text(order), change.commit_time)
+            waiting = self.callbacks_waiting.pop(key_text(trade_no)) if self.compare_callbacks else None
+            if waiting is not None:
+                self._callback_sent(key_text(order), key_text(trade_no), waiting, change.commit_time)
         if change.row.get(self.p.status_column) not in self.success:
             return
         if order is None or trade_no is None:
@@ -101,14 +107,22 @@ class PaymentChecks:
                 or change.row.get(c.status_column) not in self.log_success:
             return
         trade_no = change.row.get(c.trade_no_column)
-        order = self.trade_orders.get(key_text(trade_no)) if trade_no is not None else None
-        if order is None:
-            warn_null_key("success callback whose payment was not read", change.coordinates)
+        if trade_no is None:
+            warn_null_key("success callback", change.coordinates)
             return
         trade_no = key_text(trade_no)
+        evidence = row_evidence(change, self.log_columns)
+        order = self.trade_orders.get(trade_no)
+        if order is None:  # judged when a row of its payment comes (on_payment)
+            self.callbacks_waiting.put(trade_no, evidence, change.commit_time)
+            return
+        self._callback_sent(order, trade_no, evidence, change.commit_time)
+
+    def _callback_sent(self, order: str, trade_no: str, evidence: EvidenceItem, time: float) -> None:
+        """A success callback linked to its order: kept, and compared with the order's amount if it is known."""
         sent = self.callback_amounts.get(order) or {}
-        evidence = sent[trade_no] = row_evidence(change, self.log_columns)
-        self.callback_amounts.put(order, sent, change.commit_time)
+        sent[trade_no] = evidence
+        self.callback_amounts.put(order, sent, time)
         known = self.order_amounts.get(order)
         if known is not None:
             self._compare(order, trade_no, evidence, self._sent(evidence), known)
