@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from oncewatch.core.gtids import GtidSet
-from oncewatch.core.records import PartitionStatus
+from oncewatch.core.records import Heartbeat, PartitionStatus
 
 
 def kafka_watermark(partitions: Iterable[PartitionStatus], applied: dict[str, int], newest_ms: dict[str, int],
@@ -56,3 +56,29 @@ def binlog_watermark(ends: list[BinlogEnd], applied: GtidSet) -> tuple[float | N
             return covered, ends[i:]
         covered = at
     return covered, []
+
+
+def heartbeat_watermark(beats: Iterable[Heartbeat],
+                        previous: Heartbeat | None) -> tuple[float | None, Heartbeat | None]:
+    """(the newest time a CDC connector's heartbeats vouch for, None if they vouch for none; the last heartbeat, to
+    pass as `previous` next time). The change clock of CDC source mode while its topics are quiet.
+
+    A heartbeat's time alone vouches for nothing: Debezium writes one after any binlog event once its interval is
+    up, also while it reads far behind the binlog's end (a task restarted, a paused connector resumed), and it
+    carries no binlog position. What it does say is where it stands among the connector's records. Two heartbeats
+    in a row with nothing of the connector's between them, and no transaction of it open, mean its binlog reader
+    handled no transaction in between: it was at the binlog's end, waiting (the server sends it heartbeats then),
+    unless it was cut off from the server the whole time. Two such gaps in a row, around heartbeat k-1, would need
+    it cut off twice in a row with a reconnect between that read nothing, so every commit before heartbeat k-1's
+    time was read before it, and (the caller's part) applied: that time is vouched for. A backlog read after a
+    reconnect or a resume puts its records between the heartbeats, and nothing is vouched for until it is read."""
+    vouched = None
+    for beat in beats:
+        if previous is not None and _quiet(previous) and _quiet(beat):
+            vouched = previous.at
+        previous = beat
+    return vouched, previous
+
+
+def _quiet(beat: Heartbeat) -> bool:
+    return beat.between == 0 and not beat.open

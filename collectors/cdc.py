@@ -46,11 +46,12 @@ import msgspec
 
 from oncewatch.collectors.binlog import CollectorStatus, commit_time
 from oncewatch.collectors.debezium_rows import Undecodable, column_decoders, image, image_schema, key_columns
+from oncewatch.collectors.heartbeats import HeartbeatReader
 from oncewatch.core.config import CdcConfig, KafkaConfig, MySQLConfig
 from oncewatch.core.gtids import GtidSet, gtid_set, gtid_text, parse
 from oncewatch.core.names import UNDECODABLE, UNPARSEABLE
 from oncewatch.core.records import (CLOCK_BINLOG_HEADER, OP_DELETE, OP_INSERT, OP_UPDATE, BinlogPosition, CdcDelivery,
-                                    QuarantinedRows, Replay, RowChange, SchemaChange, Transaction)
+                                    Heartbeat, QuarantinedRows, Replay, RowChange, SchemaChange, Transaction)
 
 log = logging.getLogger("oncewatch.collectors.cdc")
 
@@ -62,7 +63,9 @@ GRACE_SECONDS = 30.0
 # writes nothing, and then writes again what it had not sent)
 WRITING_SECONDS = 5.0
 WITHOUT_END_KEPT = 1000  # transactions handed on without an END whose rows are remembered
-HEARTBEATS = "__debezium-heartbeat"  # Debezium's topic.heartbeat.prefix
+NO_HEARTBEATS = ("no heartbeat of the CDC connector is read: the change clock (F3, F8, F9) moves only with the "
+                 "commits it delivers, and waits for the next one while the tables are quiet; give the connector "
+                 "heartbeat.interval.ms and name its topic in cdc.heartbeat_topic (README, [cdc])")
 TOPICS_EVERY_SECONDS = 1.0
 
 
@@ -351,12 +354,13 @@ class Assembler:
     comes later still goes on, at once and out of its place, counted in `late`."""
 
     def __init__(self, cfg: MySQLConfig, start_gtid: str = "", grace_seconds: float = GRACE_SECONDS,
-                 prefix: str = ""):
+                 prefix: str = "", heartbeat_topic: str = ""):
+        """`heartbeat_topic`: the connector's heartbeats (cdc.heartbeat_topic), read as a sign that it writes."""
         self.cfg = cfg
         self.grace = grace_seconds
         self.prefix = prefix
         self.transaction_topic = f"{prefix}.transaction"
-        self.heartbeat_topic = f"{HEARTBEATS}.{prefix}"
+        self.heartbeat_topic = heartbeat_topic
         self.schemas = _Schemas()
         self.done = gtid_set(start_gtid)
         self.done_text = gtid_text(self.done)  # kept with `done`: every transaction's position carries it
@@ -390,7 +394,8 @@ class Assembler:
     def topics(self) -> list[str]:
         """The transaction topic, the watched tables' and the connector's heartbeats' (`heartbeat.interval.ms`; read
         where the connector writes them: an idle connector's records that it is alive, WRITING_SECONDS)."""
-        return [self.transaction_topic, self.heartbeat_topic] + [f"{self.prefix}.{e}" for e in self.cfg.tables]
+        beats = [self.heartbeat_topic] if self.heartbeat_topic else []
+        return [self.transaction_topic, *beats] + [f"{self.prefix}.{e}" for e in self.cfg.tables]
 
     def counts(self) -> dict[str, int]:
         """What the source's health row and /metrics count."""
@@ -679,7 +684,10 @@ class CdcCollector:
     beginnings, the connector's snapshot first), `start_gtid` the GTID set handed on by then. The format's
     assembler (`ASSEMBLERS`: Debezium's here, Canal's in collectors.canal) makes transactions of the records.
     `status` says what the pages and /metrics show (CollectorStatus, the binlog collector's, with this
-    source's counts in `cdc`). Call `stop()` from another thread to end `transactions()`."""
+    source's counts in `cdc`). Call `stop()` from another thread to end `transactions()`.
+
+    With `cdc.heartbeat_topic` the connector's heartbeats are read too (collectors.heartbeats): those read by the
+    time every topic is read to its end and every transaction of the poll handed on wait in `take_heartbeats()`."""
 
     def __init__(self, cfg: MySQLConfig, kafka: KafkaConfig, cdc: CdcConfig, *,
                  positions: dict[str, int] | None = None, start_gtid: str = ""):
@@ -691,11 +699,18 @@ class CdcCollector:
         self.from_latest = cdc.start_from == "latest" and not positions  # a first start, at the topics' ends
         self.assembler: Assembler | CanalAssembler = (
             CanalAssembler(cfg, cdc.topics, cdc.transaction_grace_seconds, cdc.time_zone) if cdc.format == "canal"
-            else Assembler(cfg, start_gtid, cdc.transaction_grace_seconds, cdc.topic_prefix))
+            else Assembler(cfg, start_gtid, cdc.transaction_grace_seconds, cdc.topic_prefix,
+                           cdc.heartbeat_topic if cdc.format == "debezium" else ""))
         self.next: dict[str, int] = dict(positions or {})  # per "topic/partition": the next offset to read
         self.assembler.offsets = self.positions
         self.status = CollectorStatus(last_position=BinlogPosition(gtid=start_gtid) if start_gtid else None)
         self.caught_up = False  # every partition read to its end and no transaction waiting for records
+        self.heartbeats = HeartbeatReader(cdc.heartbeat_topic) if cdc.heartbeat_topic and cdc.format == "debezium" \
+            else None
+        if self.heartbeats is None:
+            log.warning(NO_HEARTBEATS, extra={"event": "cdc_without_heartbeats", "format": cdc.format})
+        self._heartbeats_seen = False  # the heartbeat topic exists (until it does, a warning at each start)
+        self._beats: list[Heartbeat] = []  # placed, not yet taken by the caller
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -707,13 +722,21 @@ class CdcCollector:
     def topics(self) -> list[str]:
         return self.assembler.topics()
 
+    def take_heartbeats(self) -> list[Heartbeat]:
+        """The heartbeats placed since the last call: every transaction the connector wrote before them is handed
+        on already (they come once `transactions()` has yielded the last of its poll)."""
+        beats, self._beats = self._beats, []
+        return beats
+
     def positions(self) -> dict[str, int]:
         """Per partition, where a restart reads from: the first record of a transaction not handed on yet."""
         return {**self.next, **self.assembler.first_pending()}
 
     def health(self) -> dict[str, Any]:
+        hb = self.heartbeats
         return {**self.status.as_dict(), "source": self.format, "topics": self.topics(),
-                "cdc": self.assembler.counts()}
+                "cdc": self.assembler.counts(), "heartbeat_topic": hb.topic if hb else None,
+                "heartbeats_read": hb.read if hb else 0, "heartbeats_unreadable": hb.unreadable if hb else 0}
 
     def transactions(self, poll_ms: int = 200, idle: bool = False) -> Iterator[Transaction | None]:
         """`idle`: also None after every poll that handed nothing on (a caller that marks its clock while the
@@ -725,6 +748,7 @@ class CdcCollector:
                                  group_id=None, auto_offset_reset="earliest", client_id=f"{self.kafka.client_id}-cdc",
                                  request_timeout_ms=int(self.kafka.request_timeout_seconds * 1000) + 1000)
         a = self.assembler
+        hb = self.heartbeats
         try:
             assigned: set[Any] = set()
             checked = 0.0
@@ -750,9 +774,15 @@ class CdcCollector:
                     self.status.events_read += len(records)
                     for rec in records:
                         self.next[key] = rec.offset + 1  # before feed: what it hands on is stored with it
+                        if hb is not None and topic == hb.topic:
+                            hb.on_heartbeat(rec)
+                            feed(topic, partition, rec, now, key)  # the connector writes: a grace runs on
+                            continue
                         out = feed(topic, partition, rec, now, key)
                         if out:
                             handed += out
+                        if hb is not None:
+                            hb.on_record(rec.timestamp, self._open_after(topic))
                 # a partition's high watermark is known once a fetch of it has come back: before that (just
                 # started, or just assigned) nothing says it is read to its end
                 read_to_end = all((end := consumer.highwater(tp)) is not None and consumer.position(tp) >= end
@@ -768,6 +798,8 @@ class CdcCollector:
                 for tx in handed:
                     yield self._handed_on(tx, now)
                 self.caught_up = caught_up
+                if caught_up and hb is not None:
+                    self._beats += hb.take()
                 if idle and not handed:
                     yield None
         finally:
@@ -780,6 +812,11 @@ class CdcCollector:
         s.rows_read += len(tx.rows)
         s.transactions_read += tx.complete
         return tx if tx.cdc is not None else dataclasses.replace(tx, cdc=CdcDelivery(self.positions()))
+
+    def _open_after(self, topic: str) -> bool | None:
+        """After a record of `topic` fed: whether a transaction of the connector is open, if it was a marker."""
+        a = self.assembler
+        return a.begun is not None if isinstance(a, Assembler) and topic == a.transaction_topic else None
 
     def _disconnected(self, exc: BaseException) -> None:
         if self.status.connected or self.status.disconnected_since is None:
@@ -796,6 +833,11 @@ class CdcCollector:
         latest, self.from_latest = self.from_latest, False  # only what is there at the first look
         consumer.topics()  # refreshes the client's metadata: topics made since
         parts = {TopicPartition(t, p) for t in self.topics() for p in consumer.partitions_for_topic(t) or ()}
+        hb = self.heartbeats
+        if hb is not None and not self._heartbeats_seen:
+            self._heartbeats_seen = any(tp.topic == hb.topic for tp in parts)
+            if not self._heartbeats_seen and not assigned:  # once a start, not at every look
+                log.warning(NO_HEARTBEATS, extra={"event": "cdc_without_heartbeats", "topic": hb.topic})
         if parts == assigned:
             return assigned
         consumer.assign(sorted(parts))

@@ -93,9 +93,9 @@ class CdcConfig:
     mode: str = "source"
     topics: tuple[str, ...] = ()  # canal: the topics its MQ producer writes the watched tables' FlatMessages to
     time_zone: str = "UTC"  # canal: the zone its server writes TIMESTAMP values in (its JVM's default zone)
-    # how long the connector may take to put a commit on its topics: once they are read to their ends, the change
-    # clock (F3's, F8's) vouches for the commits up to this long ago, not up to now
-    capture_seconds: float = 5.0
+    # debezium: the topic of the connector's heartbeats (its heartbeat.interval.ms), which move the change clock
+    # (F3's, F8's, F9's) while the topics are quiet; "": none, the clock moves only with the commits delivered
+    heartbeat_topic: str = ""
 
 
 @dataclass(frozen=True)
@@ -274,6 +274,11 @@ def _kafka(s: Section) -> KafkaConfig:
 
 
 CDC_FORMATS = ("debezium", "canal")
+
+
+def heartbeat_topic(prefix: str) -> str:
+    """Debezium's default heartbeat topic for a connector's `topic.prefix`."""
+    return f"__debezium-heartbeat.{prefix}"
 CDC_MODES = ("source", "check")
 
 
@@ -287,8 +292,15 @@ def _cdc(s: Section, kafka: KafkaConfig | None, mysql: MySQLConfig) -> CdcConfig
                     mode=s.str("mode", "source", choices=CDC_MODES),
                     topics=tuple(s.str_list("topics", required=canal, nonempty=canal)),
                     time_zone=s.str("time_zone", "UTC"),
-                    capture_seconds=s.float("capture_seconds", CdcConfig.capture_seconds, minimum=0.0))
+                    heartbeat_topic=s.str("heartbeat_topic",
+                                          "" if canal else heartbeat_topic(str(s.data.get("topic_prefix", "")))))
+    if "capture_seconds" in s.data:
+        raise ConfigError(f"{s.key('capture_seconds')}: no longer read: the change clock is what the connector "
+                          f"vouches for, its heartbeats (cdc.heartbeat_topic; README, [cdc]), never the host's clock "
+                          f"minus a guess; remove the key and give the connector heartbeat.interval.ms")
     s.done()
+    if canal and cfg.heartbeat_topic:
+        raise ConfigError(f"{s.key('heartbeat_topic')}: Canal writes no heartbeats to Kafka; leave it out")
     if canal and cfg.topic_prefix:
         raise ConfigError(f"{s.key('topic_prefix')}: Canal's topics are named by its canal.mq.topic, not a prefix; "
                           f"list them in cdc.topics")

@@ -190,6 +190,27 @@ class CdcCopy:
     tx: Transaction
 
 
+@dataclass(frozen=True)
+class Heartbeat:
+    """A CDC connector's heartbeat (Debezium's `__debezium-heartbeat.<prefix>`), read once every record the
+    connector wrote before it is read: the time it was written (its `ts_ms`, the connector's clock), how many
+    records of the topics read were written between the heartbeat before it and it (by their Kafka timestamps, a
+    tie counted in; -1 when no heartbeat before it was read), and whether a transaction of the connector was begun
+    and not ended when it was written."""
+
+    at: float
+    between: int
+    open: bool
+
+
+@dataclass(frozen=True)
+class Heartbeats:
+    """CDC source mode: heartbeats read, queued behind every transaction handed on before them (checks.clocks
+    turns them into the change clock)."""
+
+    beats: tuple[Heartbeat, ...]
+
+
 @dataclass(frozen=True, init=False)
 class EmittedEvent:
     """One Kafka record, parsed, with the entity keys extracted through the config.

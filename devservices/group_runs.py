@@ -35,12 +35,11 @@ class JudgedTooLate(AssertionError):
 
 def group_config(folder: Path, topic: str, store: PostgresTarget, shards: int, rules: dict[str, Any],
                  commit_seconds: float = 0.3) -> Path:
-    """The shop's config in CDC mode, read live (`cdc.capture_seconds` at its default), as a group of `shards`
-    (committed every `commit_seconds`: a test's verdicts are in the store sooner than by default)."""
+    """The shop's config in CDC mode, read live (its change clock the dev connector's heartbeats), as a group of
+    `shards` (committed every `commit_seconds`: a test's verdicts are in the store sooner than by default)."""
     folder.mkdir()
     path = shop_config(folder, topic=topic, rules=rules, cdc=True, postgres=store)
     data = tomllib.loads(path.read_text())
-    data["cdc"]["capture_seconds"] = 5.0
     data["group"] = {"name": f"owtest-{uuid.uuid4().hex[:8]}", "shards": shards, "commit_seconds": commit_seconds,
                      "mark_seconds": 0.2}
     path.write_text(tomli_w.dumps(data))

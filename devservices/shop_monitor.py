@@ -112,9 +112,8 @@ def shop_config(folder: Path, *, metrics_port: int = 0, rules: dict[str, Any] | 
     data["kafka"]["producer_delivery_seconds"] = DELIVERY_SECONDS
     data["kafka"].update(kafka)
     if cdc:
-        # read after the shop has run (--until-idle): what the connector still has to capture is seconds, not 5
-        data["cdc"] = {"format": "debezium", "topic_prefix": TOPIC_PREFIX, "start_from": "latest",
-                       "capture_seconds": 1.0}
+        # the change clock: the dev connector's heartbeats (on the default topic, __debezium-heartbeat.<prefix>)
+        data["cdc"] = {"format": "debezium", "topic_prefix": TOPIC_PREFIX, "start_from": "latest"}
     path = folder / "oncewatch.toml"
     path.write_text(tomli_w.dumps(data))
     return path

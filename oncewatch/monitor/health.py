@@ -152,9 +152,12 @@ class Health:
 
     def lag_seconds(self, now: float) -> dict[str, float]:
         """How far behind each stream is applied: 0 when read to its end, else the age of the commit time
-        (binlog) or of the Kafka clock reached."""
+        (binlog) or of the Kafka clock reached. A CDC source's is always its change clock's age: its topics read
+        to their ends say nothing of the database while the connector is paused or behind."""
         p = self.progress
-        lags = {"binlog": 0.0 if p.binlog_caught_up else max(0.0, now - p.binlog_time)}
+        reader = self.readers.get(BINLOG)
+        vouched = reader is not None and isinstance(reader.source, CdcSource)
+        lags = {"binlog": 0.0 if p.binlog_caught_up and not vouched else max(0.0, now - p.binlog_time)}
         if KAFKA_EVENTS in self.readers:
             lags["kafka"] = 0.0 if p.kafka_caught_up else max(0.0, now - p.kafka_time)
         return lags

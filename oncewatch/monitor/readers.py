@@ -35,7 +35,7 @@ from oncewatch.collectors.cdc import CdcCollector
 from oncewatch.collectors.kafka_events import EventBatch, KafkaEventCollector, KafkaEventsError
 from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector
 from oncewatch.core.config import MySQLConfig
-from oncewatch.core.records import CdcCopy, OffsetsSnapshot, Transaction
+from oncewatch.core.records import CdcCopy, Heartbeats, OffsetsSnapshot, Transaction
 
 log = logging.getLogger("oncewatch.monitor.readers")
 
@@ -64,7 +64,7 @@ class ReaderFailed:
         return isinstance(self.error, FATAL)
 
 
-Item = Transaction | CdcCopy | EventBatch | OffsetsSnapshot | ReaderFailed
+Item = Transaction | CdcCopy | Heartbeats | EventBatch | OffsetsSnapshot | ReaderFailed
 
 
 class ReaderFailedError(RuntimeError):
@@ -122,16 +122,21 @@ class BinlogSource:
 
 
 class CdcSource:
-    """Reads the CDC collector: CDC source mode's change source, in the binlog reader's place, or (`copies`) in
-    check mode its transactions as `CdcCopy`s, to be checked against the binlog's."""
+    """Reads the CDC collector: CDC source mode's change source, in the binlog reader's place, with the connector's
+    heartbeats behind the transactions handed on before them (the change clock), or (`copies`) in check mode its
+    transactions as `CdcCopy`s, to be checked against the binlog's (whose clock the server's binlog end gives)."""
 
     def __init__(self, collector: CdcCollector, copies: bool = False):
         self.collector = collector
         self.copies = copies
 
     def items(self, stop: threading.Event) -> Iterator[Item]:
-        for tx in self.collector.transactions():
-            yield CdcCopy(tx) if self.copies else tx
+        for tx in self.collector.transactions(idle=True):
+            if tx is not None:
+                yield CdcCopy(tx) if self.copies else tx
+            beats = self.collector.take_heartbeats()
+            if beats and not self.copies:
+                yield Heartbeats(tuple(beats))
 
     def alive_at(self) -> float | None:
         return self.collector.status.last_alive

@@ -35,6 +35,15 @@ STOPPED_REASON = "stopped: nothing is read until `oncewatch run` starts again"
 STALE_SECONDS = 60.0
 
 
+NO_HEARTBEATS = ("; no heartbeat of the CDC connector is read (cdc.heartbeat_topic): its change clock moves only "
+                 "with the commits it delivers, so F3, F8 and F9 wait for the next one")
+
+
+def _without_heartbeats(row: Mapping[str, Any] | None) -> bool:
+    """A CDC source (its health row) that has read no heartbeat of its connector."""
+    return row is not None and row.get("source") in ("debezium", "canal") and not row.get("heartbeats_read")
+
+
 @dataclass(frozen=True)
 class Verdict:
     verdict: str
@@ -89,9 +98,11 @@ def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: 
                                 f"now {value.get('bootstrap_table') or 'starting'}; the binlog tail starts after it")
             continue
         down.add(name)
+    why_behind = {BINLOG: NO_HEARTBEATS} if _without_heartbeats(components.get(BINLOG)) else {}
     for stream, lag in sorted(lag_seconds.items()):
         if lag > caught_up_seconds:
-            degraded.append(f"{stream} read {lag:.1f} s behind (caught up means within {caught_up_seconds:g} s)")
+            degraded.append(f"{stream} read {lag:.1f} s behind (caught up means within {caught_up_seconds:g} s)"
+                            + why_behind.get(stream, ""))
     for group in offsets.groups if offsets else ():
         if group.total_lag > drift_threshold:
             degraded.append(f"consumer group {group.group} is {group.total_lag} records behind "

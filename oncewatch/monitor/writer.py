@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from oncewatch.checks.clocks import BinlogEnd, binlog_watermark, kafka_watermark
+from oncewatch.checks.clocks import BinlogEnd, binlog_watermark, heartbeat_watermark, kafka_watermark
 from oncewatch.checks.engine import Engine
 from oncewatch.collectors.binlog import bootstrap
 from oncewatch.collectors.kafka_events import EventBatch
@@ -27,13 +27,14 @@ from oncewatch.core.config import Config
 from oncewatch.core.gtids import gtid_set
 from oncewatch.core.names import (BINLOG_CHECKPOINT, BOOTSTRAP, CDC_CHECKPOINT, CDC_GTID_CHECKPOINT, ENGINE_STATS,
                                   KAFKA_CHECKPOINT, partition_key)
-from oncewatch.core.records import BinlogPosition, CdcCopy, OffsetsSnapshot, PartitionStatus, RowChange, Transaction
+from oncewatch.core.records import (BinlogPosition, CdcCopy, Heartbeat, Heartbeats, OffsetsSnapshot, PartitionStatus,
+                                    RowChange, Transaction)
 from oncewatch.monitor.entities import EntityIndex
 from oncewatch.store import Batch, Store, engine_state, retention, reviews
 
 log = logging.getLogger("oncewatch.monitor.writer")
 
-Applied = Transaction | CdcCopy | EventBatch | OffsetsSnapshot
+Applied = Transaction | CdcCopy | Heartbeats | EventBatch | OffsetsSnapshot
 
 
 @dataclass
@@ -53,6 +54,7 @@ class Progress:
     offsets: OffsetsSnapshot | None = None  # the last offsets snapshot applied
     binlog_ends: list[BinlogEnd] = field(default_factory=list)  # the server's binlog ends probed, not yet applied
     bootstrapped_rows: int = 0  # rows of the watched tables applied by the bootstrap under way
+    heartbeat: Heartbeat | None = None  # CDC source mode: the connector's last heartbeat applied
 
 
 class Writer:
@@ -134,6 +136,9 @@ class Writer:
                         log.info("bootstrap done", extra={"event": "bootstrap_done", "gtid": item.position.gtid,
                                                           "rows": p.bootstrapped_rows})
                     binlog_at = p.binlog = item.position
+                elif isinstance(item, Heartbeats):
+                    vouched, p.heartbeat = heartbeat_watermark(item.beats, p.heartbeat)
+                    p.binlog_time = max(p.binlog_time, vouched or 0.0)
                 elif isinstance(item, CdcCopy):
                     self.engine.on_cdc_copy(item.tx)
                     tx.add_binlog_quarantined(item.tx.quarantined)
@@ -177,10 +182,12 @@ class Writer:
         return any(pruned.values())
 
     def caught_up_clock(self, now: float) -> float:
-        """The change clock once the change source is read to its end: now from the binlog; from a CDC pipeline's
-        topics, `cdc.capture_seconds` ago (a commit takes that long at most to reach them)."""
+        """The change clock once the change source is read to its end: now from the binlog (its end was just asked
+        of the server); from a CDC pipeline's topics, only what the connector vouched for, the commits it delivered
+        and its heartbeats (checks.clocks.heartbeat_watermark): topics read to their ends say nothing of the
+        database when the connector is paused or behind, and the host's clock is never taken for it."""
         cdc = self.cfg.cdc
-        return now - cdc.capture_seconds if cdc is not None and cdc.mode == "source" else now
+        return self.progress.binlog_time if cdc is not None and cdc.mode == "source" else now
 
     def _tick(self, kafka_partitions: Callable[[], Sequence[PartitionStatus]] | None) -> None:
         now = time.time()

@@ -10,8 +10,9 @@ only once what it handed on is acknowledged by Kafka: an instance that dies leav
 point, and what they write again the judges apply once (wire: each source's `seq`).
 
 Marks: every `mark_seconds`, after what it vouches for, a router writes to every shard how far each of its
-sources is read (the change source: the newest commit handed on, or now when read to the end; an event
-partition: now when read to its end, else its newest event's time).
+sources is read (the change source: the newest commit handed on, or what the connector's heartbeats vouch for,
+checks.clocks.heartbeat_watermark, never the host's clock: a paused connector's topics are read to their ends
+too; an event partition: now when read to its end, else its newest event's time).
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ import threading
 import time
 from typing import Any
 
+from oncewatch.checks.clocks import heartbeat_watermark
 from oncewatch.checks.settings import Settings
 from oncewatch.checks.shards import Router
 from oncewatch.collectors.cdc import CdcCollector
 from oncewatch.collectors.kafka_events import KafkaEventCollector, tp_key
 from oncewatch.core.config import Config
 from oncewatch.core.gtids import parse
-from oncewatch.core.records import Transaction
+from oncewatch.core.records import Heartbeat, Transaction
 from oncewatch.monitor.group.membership import Rebalance, join
 from oncewatch.monitor.group.wire import (CDC_SOURCE, LEASE, RECORDS, ROUTERS, Event, Mark, Message, Part, batch,
                                           encode, group_name)
@@ -114,7 +116,8 @@ class ChangeRouter:
         self.collector = CdcCollector(cfg.mysql, cfg.kafka, cfg.cdc, positions=stored.get("positions"),
                                       start_gtid=stored.get("gtid", ""))
         self.router = Router(settings, cfg.group.shards)
-        self.newest = 0.0
+        self.newest = 0.0  # the change clock: the newest commit handed on, or the newest time heartbeats vouch for
+        self.heartbeat: Heartbeat | None = None  # the last heartbeat taken
         self.handed = 0
         self.error: BaseException | None = None
 
@@ -138,15 +141,17 @@ class ChangeRouter:
                     self.output.send(shard, Part(seq, part, split.watch_start, source))
                 self.newest, last = max(self.newest, tx.commit_time), tx
                 self.handed += 1
+            # taken after the transaction the collector yielded: it gives the heartbeats only once every transaction
+            # of their poll was yielded, and so sent
+            vouched, self.heartbeat = heartbeat_watermark(self.collector.take_heartbeats(), self.heartbeat)
+            self.newest = max(self.newest, vouched or 0.0)
             if time.monotonic() - last_mark >= every:
                 self._mark(last)
                 last_mark = time.monotonic()
         self._mark(last)
 
     def _mark(self, last: Transaction | None) -> None:
-        # read to the end: the commits up to cdc.capture_seconds ago are all on the topics
-        at = max(time.time() - self.cfg.cdc.capture_seconds, self.newest) if self.collector.caught_up else self.newest
-        self.output.mark(CDC_SOURCE, at)
+        self.output.mark(CDC_SOURCE, self.newest)
         self.output.flush()
         if last is not None and last.cdc is not None:
             with self.store.batch() as tx:
