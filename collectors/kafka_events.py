@@ -542,8 +542,9 @@ class KafkaEventCollector:
 
     def _settle(self) -> None:
         """The broker was away: no end vouches until its producers may have appended what they kept meanwhile."""
-        until = time.time() + self.cfg.producer_delivery_seconds
-        if until > self._s.settle_until:
+        now = time.time()
+        until = now + self.cfg.producer_delivery_seconds
+        if now >= self._s.settle_until:  # once an outage, not at each partition found held
             log.info("kafka's ends vouch for nothing new until the producers may have sent what they kept while "
                      "the broker was away", extra={"event": "kafka_settling",
                                                    "seconds": self.cfg.producer_delivery_seconds})

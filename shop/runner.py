@@ -18,6 +18,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 
 from kafka import KafkaAdminClient, KafkaProducer
+from kafka.errors import KafkaTimeoutError
 
 from oncewatch.shop import plan as plans
 from oncewatch.shop.announce import Announcer, KafkaAnnouncer, OutboxAnnouncer, Publisher
@@ -154,6 +155,16 @@ def _consumer_faults(settings: ShopSettings, admin: KafkaAdminClient, downstream
     return consumers
 
 
+def close_producer(producer: KafkaProducer) -> None:
+    """Close the shop's producer within DELIVERY_SECONDS. kafka-python 3.0 can leave a batch that was in flight when
+    the broker died unfinished for good, and its close() then waits for it forever."""
+    try:
+        producer.close(timeout=DELIVERY_SECONDS)
+    except KafkaTimeoutError:
+        log.warning("the shop's producer did not finish its last sends within %.0f s; closed without them",
+                    DELIVERY_SECONDS)
+
+
 def run(settings: ShopSettings) -> GroundTruth:
     """Play one shop run against the configured MariaDB and Kafka and return its ground truth."""
     mix = FaultMix.parse(settings.faults, settings.style).placed(settings.seed, settings.order_count)
@@ -175,7 +186,7 @@ def run(settings: ShopSettings) -> GroundTruth:
         producer = KafkaProducer(bootstrap_servers=k.bootstrap_servers, client_id="oncewatch-shop",
                                  acks="all", linger_ms=5, delivery_timeout_ms=int(DELIVERY_SECONDS * 1000),
                                  request_timeout_ms=int(DELIVERY_SECONDS * 1000) // 3)
-        stack.callback(producer.close)
+        stack.callback(close_producer, producer)
         publisher = Publisher(producer, k.topic, recorder)
         announcer = _announcer(settings, publisher, recorder)
         stack.callback(announcer.close)

@@ -34,7 +34,7 @@ def installed(tmp_path_factory) -> Path:
     # and a build/ left there by an earlier run would ship files the tree no longer has.
     source = work / "src"
     shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", ".venv", ".devstack", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis",
+        ".git", ".venv", ".devstack*", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis",
         "*.jar"))  # the dev services' jars are no part of the package
     subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(work / "dist"), str(source)],
                    check=True, capture_output=True, timeout=600)
