@@ -198,6 +198,11 @@ class Layout:
             return (self.database,)
         return tuple(f"{self.database}_{i}" for i in range(MALL_SCHEMAS))
 
+    @property
+    def commit_marks(self) -> str:
+        """The table of committed transactions' ids (ShopSettings.commit_marks); no monitor watches it."""
+        return f"`{self.schemas[0]}`.`shop_commits`"
+
     def tables(self) -> dict[str, str]:
         """Every table's qualified name and column definitions."""
         if self.shape == SHAPE_SHOP:

@@ -172,7 +172,7 @@ def run(settings: ShopSettings) -> GroundTruth:
     k = settings.kafka
     recorder = Recorder()
     layout = Layout(settings.shape, settings.mysql.database)
-    prepare_tables(settings.mysql, reset=settings.reset, shape=settings.shape)
+    prepare_tables(settings.mysql, reset=settings.reset, shape=settings.shape, commit_marks=settings.commit_marks)
     with ExitStack() as stack:
         admin = KafkaAdminClient(bootstrap_servers=k.bootstrap_servers, client_id="oncewatch-shop")
         stack.callback(admin.close)
@@ -191,7 +191,8 @@ def run(settings: ShopSettings) -> GroundTruth:
         announcer = _announcer(settings, publisher, recorder)
         stack.callback(announcer.close)
         scheduler = Scheduler(settings.workers, lambda: PaymentService(
-            connect(settings.mysql, database=layout.shape == SHAPE_SHOP), announcer, layout))
+            lambda: connect(settings.mysql, database=layout.shape == SHAPE_SHOP), announcer, layout,
+            layout.commit_marks if settings.commit_marks else None))
         stack.callback(scheduler.stop)
         traffic = _Traffic(settings, mix, tag, scheduler, recorder, _stall_triggers(settings, mix, downstream))
 

@@ -22,14 +22,17 @@ def connect(target: MySQLTarget, *, autocommit: bool = False, database: bool = T
                            connect_timeout=10, init_command="SET time_zone = '+00:00'")
 
 
-def prepare_tables(target: MySQLTarget, *, reset: bool, shape: str = SHAPE_SHOP) -> None:
+def prepare_tables(target: MySQLTarget, *, reset: bool, shape: str = SHAPE_SHOP, commit_marks: bool = False) -> None:
     layout = Layout(shape, target.database)
+    tables = layout.tables()
+    if commit_marks:
+        tables[layout.commit_marks] = "\n        tx_id CHAR(32) NOT NULL PRIMARY KEY"
     conn = connect(target, autocommit=True, database=False)
     try:
         with conn.cursor() as cur:
             for schema in layout.schemas:
                 cur.execute(f"CREATE DATABASE IF NOT EXISTS `{schema}`")
-            for name, columns in layout.tables().items():
+            for name, columns in tables.items():
                 if reset:
                     cur.execute(f"DROP TABLE IF EXISTS {name}")
                 cur.execute(f"CREATE TABLE IF NOT EXISTS {name} ({columns}\n) ENGINE=InnoDB")

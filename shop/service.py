@@ -35,6 +35,19 @@ log = logging.getLogger(__name__)
 ALLOWED = {"pending": ("paid", "closed"), "paid": ("shipped", "refunded"), "shipped": ("refunded",)}
 ANNOUNCED = {"paid": ORDER_PAID, "refunded": ORDER_REFUNDED}
 ER_DUP_ENTRY = 1062
+# The connection broke or cannot be made (MariaDB killed, restarting, shutting down): the transaction is retried on
+# a new one. Any other error is the service's own and stops the run.
+CONNECTION_LOST = {2003, 2006, 2013, 2014, 1053, 1927}
+OUTAGE_SECONDS = 180.0  # how long a worker keeps reconnecting before the run gives up
+
+
+class ShopOutage(RuntimeError):
+    """MariaDB stayed unreachable past OUTAGE_SECONDS, or a commit's outcome cannot be known (no commit marks)."""
+
+
+def connection_lost(exc: BaseException) -> bool:
+    return isinstance(exc, pymysql.err.InterfaceError) or (
+        isinstance(exc, pymysql.err.OperationalError) and bool(exc.args) and exc.args[0] in CONNECTION_LOST)
 
 
 class OrderRun:
@@ -55,6 +68,13 @@ class OrderRun:
         self._event_fault = None
         return fault
 
+    def event_fault(self) -> EventFault | None:
+        return self._event_fault
+
+    def give_back(self, fault: EventFault | None) -> None:
+        """A transaction that did not commit took the fault: its retry takes it again."""
+        self._event_fault = fault
+
 
 def utc_now() -> dt.datetime:
     now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
@@ -66,14 +86,20 @@ def epoch_ms(at: dt.datetime) -> int:
 
 
 class Tx:
-    """One transaction of the service and what it announces: sent, written or queued by style."""
+    """One transaction of the service and what it announces: sent, written or queued by style.
 
-    def __init__(self, conn: pymysql.connections.Connection, announcer: Announcer, run: OrderRun):
+    With a `mark` (commit marks on), the transaction writes its id to the marks table last, so a commit whose answer
+    never came (the server killed while it committed) can be looked up after the reconnect."""
+
+    def __init__(self, conn: pymysql.connections.Connection, announcer: Announcer, run: OrderRun,
+                 mark: tuple[str, str] | None = None):
         self._conn = conn
         self._announcer = announcer
         self._run = run
         self._announced: list[tuple[Event, EventFault | None]] = []
         self._on_commit: list[Callable[[], None]] = []
+        self.mark = mark  # (the marks table, this transaction's id in it)
+        self.committing = False  # COMMIT was sent: if its answer is lost, the outcome is in doubt
         self.cursor: Any = None
 
     def __enter__(self) -> Tx:
@@ -82,11 +108,20 @@ class Tx:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self.cursor.close()
         if exc_type is not None:
-            self._conn.rollback()
+            self.cursor.close()
+            if exc is not None and not connection_lost(exc):  # a lost connection's server rolled it back
+                self._conn.rollback()
             return
+        if self.mark is not None:
+            self.cursor.execute(f"INSERT INTO {self.mark[0]} (tx_id) VALUES (%s)", (self.mark[1],))
+        self.cursor.close()
+        self.committing = True
         self._conn.commit()
+        self.committed()
+
+    def committed(self) -> None:
+        """What follows a commit: the order's bookkeeping and, by style, the announcements."""
         for action in self._on_commit:
             action()
         for event, fault in self._announced:
@@ -109,11 +144,16 @@ class Tx:
 
 
 class PaymentService:
-    def __init__(self, conn: pymysql.connections.Connection, announcer: Announcer, layout: Layout):
-        self._conn = conn
+    """`connect` makes the worker's connection, again after MariaDB went away; `marks`: the commit marks table."""
+
+    def __init__(self, connect: Callable[[], pymysql.connections.Connection], announcer: Announcer, layout: Layout,
+                 marks: str | None = None):
+        self._connect = connect
+        self._conn = connect()
         self._announcer = announcer
         self._layout = layout
         self._sql = layout.sql
+        self._marks = marks
 
     def close(self) -> None:
         self._conn.close()
@@ -135,8 +175,58 @@ class PaymentService:
             case _:
                 raise TypeError(f"unknown step {type(step).__name__}")
 
-    def _tx(self, run: OrderRun) -> Tx:
-        return Tx(self._conn, self._announcer, run)
+    def _transact(self, run: OrderRun, work: Callable[[Tx], object]) -> None:
+        """`work` in one transaction, committed; retried on a new connection while MariaDB is away, as a service
+        does. A commit whose answer was lost is looked up in the marks, never guessed: done once, or redone."""
+        deadline = time.monotonic() + OUTAGE_SECONDS
+        while True:
+            fault = run.event_fault()
+            tx = Tx(self._conn, self._announcer, run, (self._marks, uuid.uuid4().hex) if self._marks else None)
+            try:
+                with tx:
+                    work(tx)
+                return
+            except pymysql.err.MySQLError as exc:
+                if not connection_lost(exc):
+                    raise
+                lost = exc
+            if time.monotonic() > deadline:
+                raise ShopOutage(f"transactions kept losing their connection for {OUTAGE_SECONDS:.0f} s: "
+                                 f"{lost!r}") from lost
+            run.give_back(fault)
+            self._reconnect(deadline, lost)
+            if tx.committing and self._was_committed(tx, lost):
+                tx.committed()
+                return
+            log.info("transaction retried on a new connection", extra={
+                "event": "shop_tx_retried", "order_no": run.plan.order_no, "error": repr(lost)})
+
+    def _reconnect(self, deadline: float, lost: BaseException) -> None:
+        try:
+            self._conn.close()
+        except pymysql.err.Error:
+            pass  # already broken
+        while True:
+            try:
+                self._conn = self._connect()
+                return
+            except pymysql.err.MySQLError as exc:
+                if not connection_lost(exc):
+                    raise
+                if time.monotonic() > deadline:
+                    raise ShopOutage(f"MariaDB unreachable for {OUTAGE_SECONDS:.0f} s since {lost!r}: {exc!r}") from exc
+            time.sleep(0.5)
+
+    def _was_committed(self, tx: Tx, lost: BaseException) -> bool:
+        if tx.mark is None:
+            raise ShopOutage(f"a commit's answer was lost ({lost!r}) and its outcome cannot be known: run the shop "
+                             "with commit marks (ShopSettings.commit_marks) where MariaDB may be killed") from lost
+        with self._conn.cursor() as cur:
+            cur.execute(f"SELECT 1 FROM {tx.mark[0]} WHERE tx_id = %s", (tx.mark[1],))
+            found = cur.fetchone() is not None
+        self._conn.rollback()  # the lookup's snapshot ends here
+        log.info("commit in doubt looked up", extra={"event": "shop_commit_in_doubt", "committed": found})
+        return found
 
     def _event(self, run: OrderRun, event_type: str, trade_no: str, entity_id: str, status: str,
                at: dt.datetime, role: str) -> Event:
@@ -151,18 +241,20 @@ class PaymentService:
     # ------------------------------------------------------------ orders and payments
 
     def _create_order(self, run: OrderRun) -> None:
-        plan, at = run.plan, utc_now()
-        with self._tx(run) as tx:
+        def work(tx: Tx) -> None:
+            plan, at = run.plan, utc_now()
             self._run_sql(tx, run, "create_order", (plan.order_no, plan.user_id, plan.amount,
                                                     self._layout.order_status("pending"), at, at))
+        self._transact(run, work)
         run.created_at = time.monotonic()
 
     def _start_payment(self, run: OrderRun, step: StartPayment) -> None:
-        at, layout = utc_now(), self._layout
-        with self._tx(run) as tx:
+        def work(tx: Tx) -> None:
+            at, layout = utc_now(), self._layout
             self._run_sql(tx, run, "start_payment", (step.trade_no, run.plan.order_no, step.channel,
                                                      layout.payment_amount(run.plan.amount),
                                                      layout.payment_status("pending"), at, at))
+        self._transact(run, work)
 
     def _lock_order(self, tx: Tx, run: OrderRun) -> tuple[str, Decimal]:
         tables = self._layout.of(run.plan.order_no)
@@ -181,17 +273,19 @@ class PaymentService:
             tx.announce(self._event(run, ANNOUNCED[to], trade_no, run.plan.order_no, to, at, "orders"))
 
     def _move_locked(self, run: OrderRun, to: str) -> None:
-        with self._tx(run) as tx:
+        def work(tx: Tx) -> None:
             status, _ = self._lock_order(tx, run)
             self._move(tx, run, status, to, trade_no="")
+        self._transact(run, work)
 
     def _refund(self, run: OrderRun, step: Refund) -> None:
-        with self._tx(run) as tx:
+        def work(tx: Tx) -> None:
             status, amount = self._lock_order(tx, run)
             if "refunded" not in ALLOWED.get(status, ()):
                 return
             self._run_sql(tx, run, "refund", (run.plan.order_no, step.trade_no, amount, utc_now()))
             self._move(tx, run, status, "refunded", step.trade_no)
+        self._transact(run, work)
 
     # ------------------------------------------------------------ the notification handler
 
@@ -206,10 +300,8 @@ class PaymentService:
             return
         try:
             if success and policy.ship_first:
-                with self._tx(run) as tx:
-                    self._ship(tx, run, step.trade_no)
-            with self._tx(run) as tx:
-                self._handle(tx, run, step, success)
+                self._transact(run, lambda tx: self._ship(tx, run, step.trade_no))
+            self._transact(run, lambda tx: self._handle(tx, run, step, success))
         except InjectedFailure as exc:
             log.info("notification failed, the channel will retry",
                      extra={"trade_no": step.trade_no, "reason": str(exc)})

@@ -59,6 +59,9 @@ class ShopSettings:
     workers: int = 8  # service threads, one database connection each (commits wait on the disk)
     slow_send_seconds: float = 2.0  # how late a slow send (F10) reaches Kafka
     run_tag: str | None = None  # prefix of order and trade numbers; a fresh one per run by default
+    # Each transaction also writes its id to a table of its own (Layout.commit_marks), so that a commit whose answer
+    # was lost to a MariaDB crash is looked up after the reconnect, not guessed (bench/chaos.py kills MariaDB).
+    commit_marks: bool = False
     mysql: MySQLTarget = MySQLTarget()
     kafka: KafkaTarget = KafkaTarget()
 
