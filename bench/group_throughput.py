@@ -25,12 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kafka import KafkaConsumer, TopicPartition  # noqa: E402
-
-from devservices import postgres, stack  # noqa: E402
-from devservices.group_runs import (Member, change_source_holder, compared, difference, group_config,  # noqa: E402
-                                    members_of, started, wait_judged_past)
-from devservices.kafka_connect import CDC_SCHEMA, TRANSACTION_TOPIC, table_topic  # noqa: E402
+from devservices import postgres  # noqa: E402
+from devservices.group_runs import (Member, change_source_holder, compared, difference, first_start,  # noqa: E402
+                                    group_config, members_of, wait_judged_past)
+from devservices.kafka_connect import CDC_SCHEMA, captured, ends, table_topic  # noqa: E402
 from devservices.shop_monitor import SHORT_RULES, findings, new_topic, shop_settings  # noqa: E402
 from oncewatch import shop  # noqa: E402
 from oncewatch.core.config import load  # noqa: E402
@@ -39,45 +37,6 @@ from oncewatch.core.config import load  # noqa: E402
 # machine, F11 at 1,000 records.
 RULES = {**SHORT_RULES, "event_delay_seconds": 1.5, "offset_drift_threshold": 1000}
 VERDICTS_DUE = max(RULES["stuck_pending_seconds"], RULES["missing_event_grace_seconds"]) + 2
-
-
-def ends(topics: list[str]) -> int:
-    """The sum of the end offsets of `topics` (one partition each, as the connector makes them; one it has not
-    made yet, on a new stack before it captured a row of its table, holds none)."""
-    consumer = KafkaConsumer(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}")
-    try:
-        tps = [TopicPartition(t, 0) for t in set(topics) & consumer.topics()]
-        return sum(consumer.end_offsets(tps).values())
-    finally:
-        consumer.close()
-
-
-def transaction_topic_end() -> int:
-    return ends([TRANSACTION_TOPIC])
-
-
-def captured(quiet: float = 5.0, timeout: float = 900.0) -> None:
-    """The connector has put all of the workload on its topics: the transaction topic has not grown for `quiet` s."""
-    deadline, end, since = time.monotonic() + timeout, transaction_topic_end(), time.monotonic()
-    while time.monotonic() - since < quiet:
-        if time.monotonic() > deadline:
-            raise SystemExit("the connector did not finish capturing the workload")
-        time.sleep(1.0)
-        now = transaction_topic_end()
-        if now != end:
-            end, since = now, time.monotonic()
-
-
-def first_start(config: Path, folder: Path) -> None:
-    """The group's first checkpoint, at the topics' ends (before the workload), by one member stopped after it."""
-    member = Member(config, "first")
-    deadline = time.monotonic() + 120
-    while not started(config):
-        if time.monotonic() > deadline:
-            raise SystemExit(f"the group did not start: {member.tail()}")
-        time.sleep(0.5)
-    time.sleep(2.0)  # its event partitions' first positions too
-    assert member.stop() == 0, member.tail()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -132,7 +91,7 @@ def main() -> None:
             folder = Path(tmp) / f"run{i}-{n}{'-kill' if kill else ''}"
             config = group_config(folder, topic, stores.enter_context(postgres.new_schema()), args.shards, RULES,
                                   commit_seconds=1.0)
-            first_start(config, folder)
+            first_start(config)
             configs.append(config)
         watched = [table_topic(t.partition(".")[2]) for t in load(configs[0]).mysql.tables]
         rows_before, written = ends(watched), time.time()

@@ -33,6 +33,10 @@ class JudgedTooLate(AssertionError):
     """The shards' clocks did not pass the time asked within the time allowed."""
 
 
+class GroupDidNotStart(RuntimeError):
+    """A group's first member did not store the change source's first position; its log says why."""
+
+
 def group_config(folder: Path, topic: str, store: PostgresTarget, shards: int, rules: dict[str, Any],
                  commit_seconds: float = 0.3) -> Path:
     """The shop's config in CDC mode, read live (its change clock the dev connector's heartbeats), as a group of
@@ -91,6 +95,20 @@ def started(config: Path) -> bool:
         return source_position(store, "cdc") is not None
     finally:
         store.close()
+
+
+def first_start(config: Path) -> None:
+    """The group's first checkpoint, at the topics' ends (before the workload), by one member stopped after it."""
+    member = Member(config, "first")
+    deadline = time.monotonic() + 120
+    while not started(config):
+        if time.monotonic() > deadline:
+            member.stop()
+            raise GroupDidNotStart(f"the group did not start in 120 s: {member.tail()}")
+        time.sleep(0.5)
+    time.sleep(2.0)  # its event partitions' first positions too
+    if (code := member.stop()) != 0:
+        raise GroupDidNotStart(f"the group's first member exited {code}: {member.tail()}")
 
 
 def shards_of(config: Path) -> dict[int, dict[str, Any]]:

@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
 
 from devservices.stack import (HOST, KAFKA_PORT, MARIADB_PORT, ROOT, STATE, Service, StackError, already_up, log,
                                mariadb_admin_sql, spawn, stop, wait_until)
@@ -176,6 +179,29 @@ def _wait_running(timeout: float) -> None:
         time.sleep(0.5)
 
 
+def ends(topics: list[str]) -> int:
+    """The sum of the end offsets of `topics` (one partition each, as the connector makes them; one it has not
+    made yet, on a new stack before it captured a row of its table, holds none)."""
+    consumer = KafkaConsumer(bootstrap_servers=f"{HOST}:{KAFKA_PORT}")
+    try:
+        tps = [TopicPartition(t, 0) for t in set(topics) & consumer.topics()]
+        return sum(consumer.end_offsets(tps).values())
+    finally:
+        consumer.close()
+
+
+def captured(quiet: float = 5.0, timeout: float = 900.0) -> None:
+    """The connector has put all of a workload on its topics: the transaction topic has not grown for `quiet` s."""
+    deadline, end, since = time.monotonic() + timeout, ends([TRANSACTION_TOPIC]), time.monotonic()
+    while time.monotonic() - since < quiet:
+        if time.monotonic() > deadline:
+            raise StackError(f"the connector did not finish capturing in {timeout:.0f} s; see {CONNECT.logfile}")
+        time.sleep(1.0)
+        now = ends([TRANSACTION_TOPIC])
+        if now != end:
+            end, since = now, time.monotonic()
+
+
 def up() -> None:
     ensure_jars()
     ensure_debezium_user()
@@ -193,6 +219,12 @@ def up() -> None:
 
 def down() -> list[tuple[str, bool]]:
     return [("connect", stop(CONNECT))]
+
+
+def kill() -> bool:
+    """The worker ended by SIGKILL, between offset flushes: at its next start (`up`) Debezium resumes from the last
+    flushed offsets and delivers again what it had sent after them. True when it was running."""
+    return stop(CONNECT, sig=signal.SIGKILL)
 
 
 SERVICES = ((CONNECT, CONNECT_PORT),)

@@ -132,6 +132,12 @@ def run_until_idle(config: Path, idle: float = 3.0, timeout: float = 300) -> sub
     return oncewatch("run", "--config", str(config), "--until-idle", str(idle), timeout=timeout)
 
 
+def comparable(found: list[Finding]) -> dict[str, tuple]:
+    """Findings as two monitors of the same traffic must agree on them: by id, rule, status, severity, evidence."""
+    assert len({f.id for f in found}) == len(found), "a finding id appears twice"
+    return {f.id: (f.rule, f.status, f.severity, tuple(sorted(e.coordinates for e in f.evidence))) for f in found}
+
+
 def findings(config: Path) -> list[Finding]:
     store = Store(load(config).store.target, readonly=True)
     try:

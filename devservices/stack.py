@@ -294,6 +294,11 @@ def mariadb_down() -> bool:
     return stop(MARIADB)
 
 
+def mariadb_kill() -> bool:
+    """MariaDB ended by SIGKILL, as a crash ends it (InnoDB recovers at the next start); True when it was running."""
+    return stop(MARIADB, sig=signal.SIGKILL)
+
+
 # ---------------------------------------------------------------- Kafka
 
 def kafka_dir() -> Path:

@@ -21,7 +21,8 @@ from pathlib import Path
 from kafka import KafkaProducer
 
 from devservices import stack
-from devservices.shop_monitor import ROOT, SCHEMA, SHORT_RULES, findings, run_until_idle, shop_config, shop_settings
+from devservices.shop_monitor import (ROOT, SCHEMA, SHORT_RULES, comparable, findings, run_until_idle, shop_config,
+                                      shop_settings)
 from oncewatch import shop
 from oncewatch.core.config import PostgresTarget
 from oncewatch.store import Store
@@ -117,11 +118,6 @@ def postgres_config(start: tuple[Path, str], folder: Path, postgres: PostgresTar
     """A config of the recorded run with its store in PostgreSQL (which `record` started with the run)."""
     folder.mkdir(exist_ok=True)
     return shop_config(folder, metrics_port=metrics_port, topic=start[1], rules=RULES, postgres=postgres)
-
-
-def comparable(found) -> dict[str, tuple]:
-    assert len({f.id for f in found}) == len(found), "a finding id appears twice"
-    return {f.id: (f.rule, f.status, f.severity, tuple(sorted(e.coordinates for e in f.evidence))) for f in found}
 
 
 def start_monitor(config: Path, log: Path, *args: str) -> subprocess.Popen:
