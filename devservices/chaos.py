@@ -1,0 +1,461 @@
+"""The chaos soak (issue 42): the shop's traffic with every fault on while the broker, MariaDB, the Kafka Connect
+worker and a member of a group are SIGKILLed and started again at random instants, and every mode's disturbed monitor
+judged against an undisturbed control that reads the same traffic afterwards, from the same starting store.
+
+One shop, in the schema the dev connector captures, is read live by one monitor per mode:
+- `binlog`: the binlog monitor;
+- `cdc-source`: CDC mode, the connector's topics the change source;
+- `cdc-check`: the binlog, its rows checked against the connector's topics (`[cdc] mode = "check"`);
+- `group`: a group of two members in CDC mode, its store in PostgreSQL.
+Each control took its first checkpoint where its disturbed monitor did (a copy of its store; the group's: a second
+PostgreSQL store started at the same instant) and is run after the traffic, untouched by any kill. A disturbed monitor
+must end with its control's findings (ids, rules, statuses, evidence), but F15 where the connector replayed.
+
+Shared by bench/chaos.py (the soak of 10 minutes and more) and tests/integration/test_chaos.py (the short version).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import shutil
+import tempfile
+import threading
+import time
+import tomllib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from devservices import kafka_connect, postgres, stack
+from devservices.group_runs import READINGS, Member, first_start, group_config, wait_judged_past
+from devservices.kafka_connect import CDC_SCHEMA
+from devservices.shop_monitor import (SHORT_RULES, comparable, findings, new_topic, oncewatch, shop_config,
+                                      shop_settings)
+from oncewatch import shop
+from oncewatch.core.records import Finding
+from oncewatch.shop import GroundTruth
+
+MODES = ("binlog", "cdc-source", "cdc-check", "group")
+CDC_MODES = ("cdc-source", "cdc-check", "group")
+KINDS = ("broker", "mariadb", "connect", "member")
+# The kinds of kill that touch a mode's sources: a soak of some modes only kills what they read.
+KILLS_FOR = {"broker": MODES, "mariadb": MODES, "connect": CDC_MODES, "member": ("group",)}
+REPLAYED = "F15"  # the one rule a disturbed CDC monitor may add: the connector delivered a record again
+
+# The shop's thresholds for runs of minutes; F10 above the clean sends of a busy machine, F11 past the stalled
+# group's lag, a binlog row lost by the connector after 10 s of later commits.
+RULES = {**SHORT_RULES, "event_delay_seconds": 1.5, "offset_drift_threshold": 2000, "cdc_lost_grace_seconds": 10}
+VERDICTS_DUE = max(RULES["stuck_pending_seconds"], RULES["missing_event_grace_seconds"],
+                   RULES["cdc_lost_grace_seconds"]) + 2
+CAPTURE_SECONDS = 5.0  # [cdc] capture_seconds of a live CDC monitor (devservices.group_runs.group_config's)
+IDLE = 2.0  # --until-idle quiet time (tests/integration/shop_monitor.IDLE)
+
+
+@dataclass(frozen=True)
+class Soak:
+    """One soak: `seconds` of traffic at `rate` orders/s, `kills` of each kind at instants drawn from `seed`, each
+    service down for a time drawn from `down` (seconds) before it is started again."""
+
+    seconds: float
+    rate: float
+    kills: int
+    modes: tuple[str, ...] = MODES
+    seed: int = 42
+    down: tuple[float, float] = (1.0, 6.0)
+    shards: int = 4
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(k for k in KINDS if set(KILLS_FOR[k]) & set(self.modes))
+
+
+@dataclass(frozen=True)
+class Kill:
+    """One kill as it happened; times in seconds since the traffic started."""
+
+    kind: str
+    planned: float
+    at: float
+    down: float
+    back: float  # when the service was ready again
+    was_running: bool
+    note: str = ""
+
+
+@dataclass
+class ModeResult:
+    mode: str
+    disturbed: dict[str, int]  # findings per rule
+    control: dict[str, int]
+    replayed: int  # F15 findings only the disturbed monitor has
+    difference: dict[str, list] = field(default_factory=dict)  # empty when the disturbed monitor is right
+    exits: list[str] = field(default_factory=list)  # every monitor exit, and why
+
+    @property
+    def equal(self) -> bool:
+        return not any(self.difference.values()) and not any("unexpected" in e for e in self.exits)
+
+
+@dataclass
+class Report:
+    soak: Soak
+    kills: list[Kill]
+    modes: list[ModeResult]
+    truth: GroundTruth | None
+    traffic_seconds: float
+    seconds: float  # the whole soak's
+
+    def kills_per_kind(self) -> dict[str, int]:
+        return dict(Counter(k.kind for k in self.kills if k.was_running))
+
+    def ok(self) -> bool:
+        return all(m.equal for m in self.modes) and all(
+            self.kills_per_kind().get(k, 0) >= self.soak.kills for k in self.soak.kinds)
+
+    def lines(self) -> list[str]:
+        out = [f"soak: {self.soak}", f"traffic {self.traffic_seconds:.0f} s, whole soak {self.seconds:.0f} s",
+               "kills per kind: " + ", ".join(f"{k} {n}" for k, n in sorted(self.kills_per_kind().items()))]
+        out += [f"  {k.kind:<8} planned {k.planned:7.1f} s  killed {k.at:7.1f} s  down {k.down:4.1f} s  "
+                f"back {k.back:7.1f} s{'' if k.was_running else '  (was not running)'}{'  ' + k.note if k.note else ''}"
+                for k in self.kills]
+        if self.truth is not None:
+            out.append(f"shop: {self.truth.orders} orders, {len(self.truth.faults)} faults injected, "
+                       f"incidents {len(self.truth.incidents)}")
+        for m in self.modes:
+            rules = sorted(m.disturbed.keys() | m.control.keys())
+            out.append(f"mode {m.mode}: {'EQUAL' if m.equal else 'DIFFERENT'} to its control"
+                       + (f" (+{m.replayed} F15 replays)" if m.replayed else ""))
+            out.append("  rule      " + " ".join(f"{r:>5}" for r in rules))
+            out.append("  disturbed " + " ".join(f"{m.disturbed.get(r, 0):>5}" for r in rules))
+            out.append("  control   " + " ".join(f"{m.control.get(r, 0):>5}" for r in rules))
+            for what, items in m.difference.items():
+                if items:
+                    out.append(f"  {what}: {len(items)}: {items[:5]}")
+            out.append("  monitor exits: " + ("; ".join(m.exits) if m.exits else "none"))
+        return out
+
+
+def plan(soak: Soak, rng: random.Random) -> list[tuple[float, str, float]]:
+    """(instant, kind, seconds down) of every kill, in time order: instants drawn between 5 % and 80 % of the
+    traffic, so the last service is back before it ends."""
+    kills = [(rng.uniform(0.05, 0.8) * soak.seconds, kind, rng.uniform(*soak.down))
+             for kind in soak.kinds for _ in range(soak.kills)]
+    return sorted(kills)
+
+
+# ---------------------------------------------------------------- the monitors of each mode
+
+def _edit(config: Path, change: Callable[[dict[str, Any]], None]) -> Path:
+    data = tomllib.loads(config.read_text())
+    change(data)
+    config.write_text(tomli_w.dumps(data))
+    return config
+
+
+def _live_cdc(data: dict[str, Any], mode: str) -> None:
+    data["cdc"]["capture_seconds"] = CAPTURE_SECONDS
+    data["cdc"]["mode"] = "check" if mode == "cdc-check" else "source"
+
+
+def _counts(found: list[Finding]) -> dict[str, int]:
+    return dict(sorted(Counter(f.rule for f in found).items()))
+
+
+def _judge(mode: str, disturbed: list[Finding], control: list[Finding], exits: list[str]) -> ModeResult:
+    readings_only = mode == "group"  # a group's F11/F12 evidence is its latest reading: when, differs run to run
+
+    def key(found: list[Finding]) -> dict[str, tuple]:
+        full = comparable(found)
+        return {i: v[:2] if readings_only and v[0] in READINGS else v for i, v in full.items()}
+
+    got, want = key(disturbed), key(control)
+    added = sorted(got.keys() - want.keys())
+    replays = [i for i in added if got[i][0] == REPLAYED and mode in CDC_MODES]
+    diff = {"only in the disturbed monitor": [got[i] for i in added if i not in replays],
+            "only in the control": [want[i] for i in sorted(want.keys() - got.keys())],
+            "differ (disturbed, control)": [(got[i], want[i]) for i in sorted(got.keys() & want.keys())
+                                            if got[i] != want[i]]}
+    return ModeResult(mode, _counts(disturbed), _counts(control), len(replays), diff, exits)
+
+
+class Single:
+    """One monitor process of a mode (binlog, cdc-source, cdc-check) and its control."""
+
+    def __init__(self, mode: str, folder: Path, topic: str):
+        self.mode = mode
+        live, control = folder / mode, folder / f"{mode}-control"
+        live.mkdir()
+        control.mkdir()
+        cdc = mode != "binlog"
+
+        def config(at: Path) -> Path:
+            path = shop_config(at, topic=topic, rules=RULES, cdc=cdc, schema=None if cdc else CDC_SCHEMA)
+            return _edit(path, lambda d: _live_cdc(d, mode)) if cdc else path
+
+        self.config, self.control = config(live), config(control)
+        self.member: Member | None = None
+        self.exits: list[str] = []
+
+    def first_start(self) -> None:
+        oncewatch("run", "--config", str(self.config), "--until-idle", "0.5")
+        shutil.copy(self.config.parent / "store.db", self.control.parent / "store.db")
+
+    def start(self) -> None:
+        self.member = Member(self.config, "monitor")
+
+    def alive(self) -> bool:
+        return self.member is not None and self.member.process.poll() is None
+
+    def finish(self, end: float) -> None:
+        """Stopped after the traffic, then run until idle on its own store for the verdicts still due then."""
+        assert self.member is not None
+        code = self.member.process.poll()
+        if code is not None:
+            self.exits.append(f"unexpected: exited {code} during the soak: {self.member.tail()[-600:]}")
+        elif (code := self.member.stop()) != 0:
+            self.exits.append(f"unexpected: exited {code} when stopped: {self.member.tail()[-600:]}")
+        self._until_idle(self.config, "its run until idle")
+
+    def run_control(self, end: float) -> None:
+        self._until_idle(self.control, "the control")
+
+    def _until_idle(self, config: Path, what: str) -> None:
+        result = oncewatch("run", "--config", str(config), "--until-idle", str(IDLE), timeout=900, check=False)
+        if result.returncode != 0:
+            self.exits.append(f"unexpected: {what} exited {result.returncode}: {result.stderr[-600:]}")
+
+    def result(self) -> ModeResult:
+        return _judge(self.mode, findings(self.config), findings(self.control), self.exits)
+
+
+class Group:
+    """A group of two members in CDC mode on PostgreSQL, one of them killed now and then, and its control group."""
+
+    def __init__(self, folder: Path, topic: str, shards: int, stores: contextlib.ExitStack):
+        self.mode = "group"
+        self.shards = shards
+        self.config = _edit(group_config(folder / "group", topic, stores.enter_context(postgres.new_schema()),
+                                         shards, RULES), lambda d: _live_cdc(d, "group"))
+        self.control = _edit(group_config(folder / "group-control", topic, stores.enter_context(postgres.new_schema()),
+                                          shards, RULES), lambda d: _live_cdc(d, "group"))
+        self.members: dict[str, Member] = {}
+        self.killed: list[Member] = []
+        self.exits: list[str] = []
+        self._lock = threading.Lock()
+        self._started = 0
+
+    def first_start(self) -> None:
+        first_start(self.config)
+        first_start(self.control)
+
+    def start(self) -> None:
+        for _ in range(2):
+            self._add()
+
+    def _add(self) -> None:
+        name = f"m{self._started}"
+        self._started += 1
+        self.members[name] = Member(self.config, name)
+
+    def kill_one(self, rng: random.Random) -> bool:
+        with self._lock:
+            name = rng.choice(sorted(self.members))
+            member = self.members.pop(name)
+        was_running = member.process.poll() is None
+        if was_running:
+            member.kill()
+        self.killed.append(member)
+        return was_running
+
+    def replace(self) -> None:
+        with self._lock:
+            self._add()
+
+    def alive(self) -> bool:
+        return all(m.process.poll() is None for m in self.members.values())
+
+    def finish(self, end: float) -> None:
+        self._judged(self.config, end, "the disturbed group")
+        for name, member in self.members.items():
+            code = member.process.poll()
+            if code is not None:
+                self.exits.append(f"unexpected: member {name} exited {code} during the soak: {member.tail()[-600:]}")
+            elif (code := member.stop()) != 0:
+                self.exits.append(f"unexpected: member {name} exited {code} when stopped: {member.tail()[-600:]}")
+        self.exits += [f"member {m.log.stem} SIGKILLed (exit {m.process.returncode}, by the kill)" for m in self.killed]
+
+    def run_control(self, end: float) -> None:
+        members = [Member(self.control, f"c{i}") for i in range(2)]
+        try:
+            self._judged(self.control, end, "the control group")
+        finally:
+            for m in members:
+                if (code := m.stop()) != 0:
+                    self.exits.append(f"unexpected: control member exited {code}: {m.tail()[-600:]}")
+
+    def _judged(self, config: Path, end: float, what: str) -> None:
+        try:
+            wait_judged_past(config, self.shards, end + VERDICTS_DUE, timeout=600)
+            time.sleep(3.0)  # the last commit of each shard after its clocks passed
+        except AssertionError as exc:
+            self.exits.append(f"unexpected: {what} was not judged past the traffic: {exc}")
+
+    def result(self) -> ModeResult:
+        return _judge(self.mode, findings(self.config), findings(self.control), self.exits)
+
+
+# ---------------------------------------------------------------- the kills
+
+class Killer(threading.Thread):
+    """Carries out the planned kills one after another (each service back before the next kill), logging each."""
+
+    def __init__(self, soak: Soak, rng: random.Random, group: Group | None, t0: float, say: Callable[[str], None]):
+        super().__init__(name="chaos-killer", daemon=True)
+        self._plan = plan(soak, rng)
+        self._rng = rng
+        self._group = group
+        self._t0 = t0
+        self._say = say
+        self.kills: list[Kill] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for planned, kind, down in self._plan:
+                time.sleep(max(0.0, self._t0 + planned - time.monotonic()))
+                self.kills.append(self._kill(planned, kind, down))
+                k = self.kills[-1]
+                self._say(f"kill {kind} at {k.at:.1f} s (planned {planned:.1f}), down {down:.1f} s, back at "
+                          f"{k.back:.1f} s{' ' + k.note if k.note else ''}")
+        except BaseException as exc:  # noqa: BLE001 - kept for the soak, which reports it
+            self.error = exc
+
+    def _kill(self, planned: float, kind: str, down: float) -> Kill:
+        at = time.monotonic() - self._t0
+        note = ""
+        if kind == "broker":
+            was = stack.kafka_kill()
+            _gone(stack.KAFKA_PORT, down)
+            stack.kafka_up()
+        elif kind == "mariadb":
+            was = stack.mariadb_kill()
+            _gone(stack.MARIADB_PORT, down)
+            stack.mariadb_up()
+        elif kind == "connect":
+            was = kafka_connect.kill()
+            _gone(kafka_connect.CONNECT_PORT, down)
+            note = _connect_up()
+        else:
+            if self._group is None:
+                raise ValueError("a member kill needs the group mode")
+            was = self._group.kill_one(self._rng)
+            time.sleep(down)
+            self._group.replace()
+        return Kill(kind, round(planned, 1), round(at, 1), round(down, 1), round(time.monotonic() - self._t0, 1),
+                    was, note)
+
+
+def _gone(port: int, down: float) -> None:
+    """`down` seconds, and at least until the killed process let go of its port (a JVM takes a moment to end)."""
+    until = time.monotonic() + down
+    deadline = until + 60
+    while stack.port_open(port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(max(0.0, until - time.monotonic()))
+
+
+# ---------------------------------------------------------------- the soak
+
+def run(soak: Soak, folder: Path, say: Callable[[str], None] = print) -> Report:
+    """One soak in `folder` on the dev stack; every service is up again at the end."""
+    began = time.monotonic()
+    rng = random.Random(soak.seed)
+    topic = new_topic()
+    settings = dict(schema=CDC_SCHEMA, commit_marks=True)
+    shop.run(shop_settings(topic, orders=0, reset=True, **settings))
+    if set(soak.modes) & set(CDC_MODES):
+        kafka_connect.captured(quiet=2.0)  # the reset's rows off the connector before the first checkpoints
+    with contextlib.ExitStack() as stores:
+        monitors: list[Single | Group] = [Single(m, folder, topic) for m in soak.modes if m != "group"]
+        group = Group(folder, topic, soak.shards, stores) if "group" in soak.modes else None
+        if group is not None:
+            monitors.append(group)
+        for m in monitors:
+            m.first_start()
+            m.start()
+        say(f"monitors started: {', '.join(m.mode for m in monitors)}; traffic {soak.seconds:.0f} s at "
+            f"{soak.rate:g} orders/s, {soak.kills} kills of each of {', '.join(soak.kinds)}")
+        time.sleep(3.0)  # their first reads done
+        outcome: dict[str, Any] = {}
+
+        def traffic() -> None:
+            try:
+                outcome["truth"] = shop.run(shop_settings(topic, seed=soak.seed, duration=soak.seconds, rate=soak.rate,
+                                                          faults="all", **settings))
+            except BaseException as exc:  # noqa: BLE001 - reported
+                outcome["error"] = exc
+
+        t0 = time.monotonic()
+        shop_run = threading.Thread(target=traffic, name="chaos-shop")
+        killer = Killer(soak, rng, group, t0, say)
+        shop_run.start()
+        killer.start()
+        try:
+            killer.join()
+            shop_run.join()
+        finally:
+            _all_up(soak)
+        traffic_seconds = time.monotonic() - t0
+        end = time.time()
+        say(f"traffic done in {traffic_seconds:.0f} s" + (f"; the shop failed: {outcome['error']!r}"
+                                                         if "error" in outcome else ""))
+        if killer.error is not None:
+            raise killer.error
+        if set(soak.modes) & set(CDC_MODES):
+            kafka_connect.captured()
+        for m in monitors:
+            m.finish(end)
+        # the controls, undisturbed, each on its own from the same starting point
+        threads = [threading.Thread(target=m.run_control, args=(end,)) for m in monitors]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        results = [m.result() for m in monitors]
+    if "error" in outcome:
+        raise outcome["error"]
+    return Report(soak, killer.kills, results, outcome.get("truth"), traffic_seconds, time.monotonic() - began)
+
+
+def _all_up(soak: Soak) -> None:
+    """Every service the soak kills running again (a kill interrupted by an error may have left one down)."""
+    stack.mariadb_up()
+    stack.kafka_up()
+    if set(soak.modes) & set(CDC_MODES):
+        _connect_up()
+
+
+def _connect_up() -> str:
+    """The worker started (if down) and the connector running; what had to be done beyond that, for the report."""
+    try:
+        kafka_connect.up()
+        return ""
+    except stack.StackError as exc:  # its task failed: started afresh, and said so
+        kafka_connect.ensure_running()
+        return f"connector task failed after the restart ({exc}); started afresh (a new snapshot)"
+
+
+@contextlib.contextmanager
+def folder_of(path: Path | None) -> Iterator[Path]:
+    """`path` (made), or a temporary folder removed afterwards."""
+    if path is not None:
+        path.mkdir(parents=True, exist_ok=True)
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="oncewatch-chaos-") as tmp:
+        yield Path(tmp)
