@@ -309,8 +309,8 @@ class BinlogCollector:
             slave_heartbeat=self.cfg.heartbeat_seconds,
             # A table map already read for its table_id is not parsed again (more than half of the read's time went
             # into parsing the same map for every transaction). Correct on MariaDB: a table's id is new whenever its
-            # definition is (an ALTER, a rename, a reopen), and ids restart only with the server, whose new binlog
-            # file's rotate empties the library's map.
+            # definition is (an ALTER, a rename, a reopen), and ids restart only with the server, which starts a new
+            # binlog file: `_read` empties the library's map whenever the file changes.
             freeze_schema=True,
             enable_logging=False,
         )
@@ -341,6 +341,11 @@ class BinlogCollector:
                 self.status.last_error = None
                 log.info("binlog stream connected", extra={"event": "binlog_connected", "gtid": position.gtid})
             if isinstance(event, RotateEvent):
+                if event.next_binlog != log_file:
+                    # The library forgets its table maps only at a rotate written in the file; a file that ended in
+                    # a crash has none, only the server's own (timestamp 0) as it moves on, and the next server
+                    # gives the same ids to other tables.
+                    stream.table_map.clear()
                 log_file = event.next_binlog
                 continue
             if isinstance(event, HeartbeatLogEvent):

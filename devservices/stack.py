@@ -295,8 +295,13 @@ def mariadb_down() -> bool:
 
 
 def mariadb_kill() -> bool:
-    """MariaDB ended by SIGKILL, as a crash ends it (InnoDB recovers at the next start); True when it was running."""
-    return stop(MARIADB, sig=signal.SIGKILL)
+    """MariaDB ended by SIGKILL, as a crash ends it (InnoDB recovers at the next start), and its port let go of (the
+    process is gone a moment before its socket is), so `mariadb_up` may follow; True when it was running."""
+    was = stop(MARIADB, sig=signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while port_open(MARIADB_PORT) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return was
 
 
 # ---------------------------------------------------------------- Kafka
