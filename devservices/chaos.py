@@ -111,7 +111,8 @@ class Report:
     seconds: float  # the whole soak's
 
     def kills_per_kind(self) -> dict[str, int]:
-        return dict(Counter(k.kind for k in self.kills if k.was_running))
+        """Kills of a running process during the traffic, per kind."""
+        return dict(Counter(k.kind for k in self.kills if k.was_running and k.at < self.traffic_seconds))
 
     def ok(self) -> bool:
         return all(m.equal for m in self.modes) and all(
@@ -119,9 +120,11 @@ class Report:
 
     def lines(self) -> list[str]:
         out = [f"soak: {self.soak}", f"traffic {self.traffic_seconds:.0f} s, whole soak {self.seconds:.0f} s",
-               "kills per kind: " + ", ".join(f"{k} {n}" for k, n in sorted(self.kills_per_kind().items()))]
+               "kills per kind during the traffic: " + ", ".join(f"{k} {n}" for k, n in
+                                                                 sorted(self.kills_per_kind().items()))]
         out += [f"  {k.kind:<8} planned {k.planned:7.1f} s  killed {k.at:7.1f} s  down {k.down:4.1f} s  "
-                f"back {k.back:7.1f} s{'' if k.was_running else '  (was not running)'}{'  ' + k.note if k.note else ''}"
+                f"back {k.back:7.1f} s{'' if k.was_running else '  (was not running)'}"
+                f"{'  (after the traffic)' if k.at >= self.traffic_seconds else ''}{'  ' + k.note if k.note else ''}"
                 for k in self.kills]
         if self.truth is not None:
             out.append(f"shop: {self.truth.orders} orders, {len(self.truth.faults)} faults injected, "
@@ -159,7 +162,9 @@ def _edit(config: Path, change: Callable[[dict[str, Any]], None]) -> Path:
 
 def _live_cdc(data: dict[str, Any], mode: str) -> None:
     data["cdc"]["capture_seconds"] = CAPTURE_SECONDS
-    data["cdc"]["mode"] = "check" if mode == "cdc-check" else "source"
+    if mode == "cdc-check":  # it reads the topics from the earliest offset, always
+        data["cdc"]["mode"] = "check"
+        del data["cdc"]["start_from"]
 
 
 def _counts(found: list[Finding]) -> dict[str, int]:
@@ -226,6 +231,7 @@ class Single:
 
     def _until_idle(self, config: Path, what: str) -> None:
         result = oncewatch("run", "--config", str(config), "--until-idle", str(IDLE), timeout=900, check=False)
+        (config.parent / "until-idle.log").write_text(result.stdout + result.stderr)
         if result.returncode != 0:
             self.exits.append(f"unexpected: {what} exited {result.returncode}: {result.stderr[-600:]}")
 
@@ -311,29 +317,54 @@ class Group:
 
 # ---------------------------------------------------------------- the kills
 
-class Killer(threading.Thread):
-    """Carries out the planned kills one after another (each service back before the next kill), logging each."""
+# Two lanes of kills, each carried out in time order, a kill's service back before the lane's next kill: the slow
+# restarts (the broker's and the worker's JVMs, some 30 s each on a busy 2-core machine) in one, MariaDB's and the
+# members' in the other, so those land during the slow ones' outages too. The worker never starts while MariaDB is
+# away (its task would fail on the start, for good) nor while the broker is: the first lane keeps them apart, and
+# EXCLUSIVE keeps a Connect restart and a MariaDB kill apart.
+LANES = (("broker", "connect"), ("mariadb", "member"))
+EXCLUSIVE = ("connect", "mariadb")
+
+
+class Killer:
+    """Carries out the planned kills in their lanes, logging each."""
 
     def __init__(self, soak: Soak, rng: random.Random, group: Group | None, t0: float, say: Callable[[str], None]):
-        super().__init__(name="chaos-killer", daemon=True)
-        self._plan = plan(soak, rng)
-        self._rng = rng
+        kills = plan(soak, rng)
+        self._lanes = [[k for k in kills if k[1] in lane] for lane in LANES]
+        self._rng = random.Random(rng.random())  # the members' choice, in its own lane's order
         self._group = group
+        self._cdc = bool(set(soak.modes) & set(CDC_MODES))
         self._t0 = t0
         self._say = say
+        self._exclusive = threading.Lock()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, args=(lane,), name=f"chaos-lane-{i}", daemon=True)
+                         for i, lane in enumerate(self._lanes)]
         self.kills: list[Kill] = []
         self.error: BaseException | None = None
 
-    def run(self) -> None:
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def join(self) -> None:
+        for t in self._threads:
+            t.join()
+        self.kills.sort(key=lambda k: k.at)
+
+    def _run(self, lane: list[tuple[float, str, float]]) -> None:
         try:
-            for planned, kind, down in self._plan:
+            for planned, kind, down in lane:
                 time.sleep(max(0.0, self._t0 + planned - time.monotonic()))
-                self.kills.append(self._kill(planned, kind, down))
-                k = self.kills[-1]
+                with self._exclusive if kind in EXCLUSIVE else contextlib.nullcontext():
+                    k = self._kill(planned, kind, down)
+                with self._lock:
+                    self.kills.append(k)
                 self._say(f"kill {kind} at {k.at:.1f} s (planned {planned:.1f}), down {down:.1f} s, back at "
                           f"{k.back:.1f} s{' ' + k.note if k.note else ''}")
         except BaseException as exc:  # noqa: BLE001 - kept for the soak, which reports it
-            self.error = exc
+            self.error = self.error or exc
 
     def _kill(self, planned: float, kind: str, down: float) -> Kill:
         at = time.monotonic() - self._t0
@@ -356,6 +387,8 @@ class Killer(threading.Thread):
             was = self._group.kill_one(self._rng)
             time.sleep(down)
             self._group.replace()
+        if self._cdc and kind != "member":
+            note = " ".join(filter(None, (note, _task_restarted())))
         return Kill(kind, round(planned, 1), round(at, 1), round(down, 1), round(time.monotonic() - self._t0, 1),
                     was, note)
 
@@ -399,6 +432,7 @@ def run(soak: Soak, folder: Path, say: Callable[[str], None] = print) -> Report:
                                                           faults="all", **settings))
             except BaseException as exc:  # noqa: BLE001 - reported
                 outcome["error"] = exc
+            outcome["done"] = time.monotonic() - t0
 
         t0 = time.monotonic()
         shop_run = threading.Thread(target=traffic, name="chaos-shop")
@@ -410,18 +444,15 @@ def run(soak: Soak, folder: Path, say: Callable[[str], None] = print) -> Report:
             shop_run.join()
         finally:
             _all_up(soak)
-        traffic_seconds = time.monotonic() - t0
-        end = time.time()
+        traffic_seconds, end = outcome["done"], time.time()
         say(f"traffic done in {traffic_seconds:.0f} s" + (f"; the shop failed: {outcome['error']!r}"
                                                          if "error" in outcome else ""))
         if killer.error is not None:
             raise killer.error
         if set(soak.modes) & set(CDC_MODES):
             kafka_connect.captured()
-        for m in monitors:
-            m.finish(end)
-        # the controls, undisturbed, each on its own from the same starting point
-        threads = [threading.Thread(target=m.run_control, args=(end,)) for m in monitors]
+        # the disturbed monitors' last verdicts, and the controls, undisturbed, each from its own starting point
+        threads = [threading.Thread(target=work, args=(end,)) for m in monitors for work in (m.finish, m.run_control)]
         for t in threads:
             t.start()
         for t in threads:
@@ -438,6 +469,7 @@ def _all_up(soak: Soak) -> None:
     stack.kafka_up()
     if set(soak.modes) & set(CDC_MODES):
         _connect_up()
+        kafka_connect.restart_failed_task()
 
 
 def _connect_up() -> str:
@@ -445,9 +477,19 @@ def _connect_up() -> str:
     try:
         kafka_connect.up()
         return ""
-    except stack.StackError as exc:  # its task failed: started afresh, and said so
-        kafka_connect.ensure_running()
-        return f"connector task failed after the restart ({exc}); started afresh (a new snapshot)"
+    except stack.StackError as exc:  # its task failed on the start
+        return f"the connector's task failed when it started ({exc})"
+
+
+def _task_restarted(settle: float = 3.0) -> str:
+    """The connector's task restarted if it failed within `settle` s (as an operator restarts it: from its offsets);
+    what was done, for the report."""
+    deadline = time.monotonic() + settle
+    while time.monotonic() < deadline:
+        if kafka_connect.restart_failed_task():
+            return "the connector's task had failed and was restarted (from its offsets)"
+        time.sleep(0.5)
+    return ""
 
 
 @contextlib.contextmanager
