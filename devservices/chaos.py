@@ -145,8 +145,9 @@ class Report:
                     out.append(f"  {what}: {len(items)}: {items[:5]}")
             out.append("  monitor exits: " + ("; ".join(m.exits) if m.exits else "none"))
             if m.against_binlog is not None:
-                named = {what.replace("the disturbed monitor", "its control").replace("the control", "the binlog control"):
-                         items for what, items in m.against_binlog.items()}
+                named = {what.replace("the disturbed monitor", "its control").replace("the control",
+                                                                                      "the binlog control"): items
+                         for what, items in m.against_binlog.items()}
                 out.append("  its control against the binlog control (by id, rule, status; F13-F15 left out): "
                            + ", ".join(f"{what} {len(items)}" for what, items in named.items()))
                 out += [f"    {what}: {items[:3]}" for what, items in named.items() if items]
