@@ -52,7 +52,6 @@ REPLAYED = "F15"  # the one rule a disturbed CDC monitor may add: the connector 
 RULES = {**SHORT_RULES, "event_delay_seconds": 1.5, "offset_drift_threshold": 2000, "cdc_lost_grace_seconds": 10}
 VERDICTS_DUE = max(RULES["stuck_pending_seconds"], RULES["missing_event_grace_seconds"],
                    RULES["cdc_lost_grace_seconds"]) + 2
-CAPTURE_SECONDS = 5.0  # [cdc] capture_seconds of a live CDC monitor (devservices.group_runs.group_config's)
 IDLE = 2.0  # --until-idle quiet time (tests/integration/shop_monitor.IDLE)
 
 
@@ -171,11 +170,9 @@ def _edit(config: Path, change: Callable[[dict[str, Any]], None]) -> Path:
     return config
 
 
-def _live_cdc(data: dict[str, Any], mode: str) -> None:
-    data["cdc"]["capture_seconds"] = CAPTURE_SECONDS
-    if mode == "cdc-check":  # it reads the topics from the earliest offset, always
-        data["cdc"]["mode"] = "check"
-        del data["cdc"]["start_from"]
+def _check_mode(data: dict[str, Any]) -> None:
+    data["cdc"]["mode"] = "check"
+    del data["cdc"]["start_from"]  # it reads the topics from the earliest offset, always
 
 
 def _counts(found: list[Finding]) -> dict[str, int]:
@@ -217,7 +214,7 @@ class Single:
 
         def config(at: Path) -> Path:
             path = shop_config(at, topic=topic, rules=RULES, cdc=cdc, schema=None if cdc else CDC_SCHEMA)
-            return _edit(path, lambda d: _live_cdc(d, mode)) if cdc else path
+            return _edit(path, _check_mode) if mode == "cdc-check" else path
 
         self.config, self.control = config(live), config(control)
         self.member: Member | None = None
@@ -232,6 +229,11 @@ class Single:
 
     def alive(self) -> bool:
         return self.member is not None and self.member.process.poll() is None
+
+    def stop_all(self) -> None:
+        if self.alive():
+            assert self.member is not None
+            self.member.stop()
 
     def finish(self, end: float) -> None:
         """Stopped after the traffic, then run until idle on its own store for the verdicts still due then."""
@@ -262,10 +264,9 @@ class Group:
     def __init__(self, folder: Path, topic: str, shards: int, stores: contextlib.ExitStack):
         self.mode = "group"
         self.shards = shards
-        self.config = _edit(group_config(folder / "group", topic, stores.enter_context(postgres.new_schema()),
-                                         shards, RULES), lambda d: _live_cdc(d, "group"))
-        self.control = _edit(group_config(folder / "group-control", topic, stores.enter_context(postgres.new_schema()),
-                                          shards, RULES), lambda d: _live_cdc(d, "group"))
+        self.config = group_config(folder / "group", topic, stores.enter_context(postgres.new_schema()), shards, RULES)
+        self.control = group_config(folder / "group-control", topic, stores.enter_context(postgres.new_schema()),
+                                    shards, RULES)
         self.members: dict[str, Member] = {}
         self.killed: list[Member] = []
         self.exits: list[str] = []
@@ -299,8 +300,10 @@ class Group:
         with self._lock:
             self._add()
 
-    def alive(self) -> bool:
-        return all(m.process.poll() is None for m in self.members.values())
+    def stop_all(self) -> None:
+        for m in self.members.values():
+            if m.process.poll() is None:
+                m.stop()
 
     def finish(self, end: float) -> None:
         self._judged(self.config, end, "the disturbed group")
@@ -436,6 +439,7 @@ def run(soak: Soak, folder: Path, say: Callable[[str], None] = print) -> Report:
         if group is not None:
             monitors.append(group)
         for m in monitors:
+            stores.callback(m.stop_all)  # on the way out, whatever happened: no monitor left running
             m.first_start()
             m.start()
         say(f"monitors started: {', '.join(m.mode for m in monitors)}; traffic {soak.seconds:.0f} s at "
