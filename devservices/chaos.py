@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import random
 import shutil
+import subprocess
 import tempfile
 import threading
 import time
@@ -53,6 +54,9 @@ RULES = {**SHORT_RULES, "event_delay_seconds": 1.5, "offset_drift_threshold": 20
 VERDICTS_DUE = max(RULES["stuck_pending_seconds"], RULES["missing_event_grace_seconds"],
                    RULES["cdc_lost_grace_seconds"]) + 2
 IDLE = 2.0  # --until-idle quiet time (tests/integration/shop_monitor.IDLE)
+# How long the verdicts after the traffic may take, a monitor's and its control's: a minute or two when right; a
+# monitor that never gets there is a finding of the soak, not a reason to wait on.
+TAIL_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -249,7 +253,12 @@ class Single:
         self._until_idle(self.control, "the control")
 
     def _until_idle(self, config: Path, what: str) -> None:
-        result = oncewatch("run", "--config", str(config), "--until-idle", str(IDLE), timeout=900, check=False)
+        try:
+            result = oncewatch("run", "--config", str(config), "--until-idle", str(IDLE), timeout=TAIL_SECONDS,
+                               check=False)
+        except subprocess.TimeoutExpired as exc:
+            self.exits.append(f"unexpected: {what} was not idle in {TAIL_SECONDS:.0f} s: {exc}")
+            return
         (config.parent / "until-idle.log").write_text(result.stdout + result.stderr)
         if result.returncode != 0:
             self.exits.append(f"unexpected: {what} exited {result.returncode}: {result.stderr[-600:]}")
@@ -326,7 +335,7 @@ class Group:
 
     def _judged(self, config: Path, end: float, what: str) -> None:
         try:
-            wait_judged_past(config, self.shards, end + VERDICTS_DUE, timeout=600)
+            wait_judged_past(config, self.shards, end + VERDICTS_DUE, timeout=TAIL_SECONDS)
             time.sleep(3.0)  # the last commit of each shard after its clocks passed
         except AssertionError as exc:
             self.exits.append(f"unexpected: {what} was not judged past the traffic: {exc}")
