@@ -116,8 +116,8 @@ class DuplicateEffects:
         if not duplicated:
             self.duplicated.pop(trade_no)
             old = self.findings.get(finding_id("F1", trade_no))
-            if old is not None:  # a resolution is never before what it ends (a delete's time is the binlog's second)
-                self.findings.resolve(old.id, max(time, old.last_seen), ended, evidence)
+            if old is not None:
+                self.findings.resolve(old.id, time, ended, evidence)
             return
         items = [r[1] for _, rows in sorted(duplicated.items()) for r in rows.values()]
         # the summary names the real tables (a pattern's shards), the keys the configured ones

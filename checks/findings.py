@@ -175,11 +175,11 @@ class Findings:
         """`evidence`: what ended the fact (a deleted row), added to the finding's."""
         old = self.live.get(fid)
         if old is not None and old.status == OPEN:
-            # A history in time order whatever the clocks did: a fact that ended at `at`, before it was seen
-            # (its evidence says when), is resolved as of when it was seen.
-            at = max(at, old.first_seen)
-            self._put(dataclasses.replace(old, status=RESOLVED, resolved_at=at, resolution=why,
-                                          last_seen=max(old.last_seen, at), evidence=_merge(old.evidence, evidence)),
+            # A history in time order whatever the clocks did: a fact that ended at `at`, before it was last seen
+            # standing (a clock that ran ahead; a delete timed by the binlog's whole second), is resolved as of then.
+            at = max(at, old.last_seen)
+            self._put(dataclasses.replace(old, status=RESOLVED, resolved_at=at, resolution=why, last_seen=at,
+                                          evidence=_merge(old.evidence, evidence)),
                       created=False)
 
     def settle(self, rule: str, identity: tuple[Any, ...], *, keys: dict[str, Any], summary: str, since: float,
