@@ -58,8 +58,8 @@ def binlog_watermark(ends: list[BinlogEnd], applied: GtidSet) -> tuple[float | N
     return covered, []
 
 
-def heartbeat_watermark(beats: Iterable[Heartbeat],
-                        previous: Heartbeat | None) -> tuple[float | None, Heartbeat | None]:
+def heartbeat_watermark(beats: Iterable[Heartbeat], previous: Heartbeat | None,
+                        unended_seconds: float) -> tuple[float | None, Heartbeat | None]:
     """(the newest time a CDC connector's heartbeats vouch for, None if they vouch for none; the last heartbeat, to
     pass as `previous` next time). The change clock of CDC source mode while its topics are quiet.
 
@@ -71,14 +71,20 @@ def heartbeat_watermark(beats: Iterable[Heartbeat],
     unless it was cut off from the server the whole time. Two such gaps in a row, around heartbeat k-1, would need
     it cut off twice in a row with a reconnect between that read nothing, so every commit before heartbeat k-1's
     time was read before it, and (the caller's part) applied: that time is vouched for. A backlog read after a
-    reconnect or a resume puts its records between the heartbeats, and nothing is vouched for until it is read."""
+    reconnect or a resume puts its records between the heartbeats, and nothing is vouched for until it is read.
+
+    A transaction begun and not ended keeps a gap from being quiet: a large one may stream rows of tables not read
+    between heartbeats. But Debezium writes a BEGIN for every binlog transaction and an END only at a commit, and a
+    DDL (CREATE, TRUNCATE, GRANT ...) has none, so its BEGIN stays open until the next transaction begins: on a shop
+    gone quiet after a DDL the clock would stand still. An open transaction after which the connector wrote nothing
+    read for `unended_seconds` (cdc.unended_transaction_seconds) is taken as ended."""
     vouched = None
     for beat in beats:
-        if previous is not None and _quiet(previous) and _quiet(beat):
+        if previous is not None and _quiet(previous, unended_seconds) and _quiet(beat, unended_seconds):
             vouched = previous.at
         previous = beat
     return vouched, previous
 
 
-def _quiet(beat: Heartbeat) -> bool:
-    return beat.between == 0 and not beat.open
+def _quiet(beat: Heartbeat, unended_seconds: float) -> bool:
+    return beat.between == 0 and (not beat.open or beat.open_quiet >= unended_seconds)

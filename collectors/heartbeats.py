@@ -58,6 +58,7 @@ class HeartbeatReader:
         self._marks: list[tuple[int, bool]] = []  # (timestamp, a transaction open after it) of transaction markers
         self._open = False  # a transaction open as of the last heartbeat taken
         self._last: int | None = None  # the Kafka timestamp of the last heartbeat taken
+        self._newest: int | None = None  # the Kafka timestamp of the newest record read before it
 
     def on_heartbeat(self, rec: Any) -> None:
         """A record of the heartbeat topic (kafka-python's ConsumerRecord)."""
@@ -96,12 +97,14 @@ class HeartbeatReader:
         for sent, at in sorted(self._beats):
             while i < len(marks) and marks[i][0] <= sent:
                 state, i = marks[i][1], i + 1
-            between = -1
+            between, busy, upto = -1, self._busy, bisect_right(times, sent)
             if self._last is not None:
-                between = bisect_right(times, sent) - bisect_left(times, self._last)
-                busy = self._busy
+                between = upto - bisect_left(times, self._last)
                 between += busy is not None and busy[0] <= sent and busy[1] >= self._last
-            beats.append(Heartbeat(at, between, state))
+            newest = max(times[upto - 1] if upto else -1, min(busy[1], sent) if busy and busy[0] <= sent else -1, self._newest or -1)
+            self._newest = newest if newest >= 0 else None
+            quiet = (sent - newest) / 1000 if state and newest >= 0 else 0.0
+            beats.append(Heartbeat(at, between, state, quiet))
             self._last = sent
         self._beats, self._open, self._marks = [], state, marks[i:]
         self._times = times[bisect_left(times, self._last):]  # a tie with the last heartbeat is between it and the next

@@ -96,6 +96,9 @@ class CdcConfig:
     # debezium: the topic of the connector's heartbeats (its heartbeat.interval.ms), which move the change clock
     # (F3's, F8's, F9's) while the topics are quiet; "": none, the clock moves only with the commits delivered
     heartbeat_topic: str = ""
+    # debezium: a transaction begun and never ended (Debezium writes a BEGIN and no END for a DDL) holds the change
+    # clock until the connector has written nothing read for this long (checks.clocks.heartbeat_watermark)
+    unended_transaction_seconds: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -293,7 +296,8 @@ def _cdc(s: Section, kafka: KafkaConfig | None, mysql: MySQLConfig) -> CdcConfig
                     topics=tuple(s.str_list("topics", required=canal, nonempty=canal)),
                     time_zone=s.str("time_zone", "UTC"),
                     heartbeat_topic=s.str("heartbeat_topic",
-                                          "" if canal else heartbeat_topic(str(s.data.get("topic_prefix", "")))))
+                                          "" if canal else heartbeat_topic(str(s.data.get("topic_prefix", "")))),
+                    unended_transaction_seconds=s.float("unended_transaction_seconds", 30.0, minimum=1.0))
     if "capture_seconds" in s.data:
         raise ConfigError(f"{s.key('capture_seconds')}: no longer read: the change clock is what the connector "
                           f"vouches for, its heartbeats (cdc.heartbeat_topic; README, [cdc]), never the host's clock "

@@ -195,12 +195,15 @@ class Heartbeat:
     """A CDC connector's heartbeat (Debezium's `__debezium-heartbeat.<prefix>`), read once every record the
     connector wrote before it is read: the time it was written (its `ts_ms`, the connector's clock), how many
     records of the topics read were written between the heartbeat before it and it (by their Kafka timestamps, a
-    tie counted in; -1 when no heartbeat before it was read), and whether a transaction of the connector was begun
-    and not ended when it was written."""
+    tie counted in; -1 when no heartbeat before it was read), whether a transaction of the connector was begun
+    and not ended when it was written, and if so for how long (seconds, by Kafka timestamps) the connector had
+    then written nothing read: Debezium writes a BEGIN and no END for a DDL, so an open transaction that stays
+    quiet may be over."""
 
     at: float
     between: int
     open: bool
+    open_quiet: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ class Progress:
 class Writer:
     def __init__(self, cfg: Config, store: Store, engine: Engine, index: EntityIndex):
         self.cfg = cfg
+        self.unended_seconds = cfg.cdc.unended_transaction_seconds if cfg.cdc else 0.0  # for the CDC change clock
         self.store = store
         self.engine = engine
         self.index = index
@@ -137,7 +138,7 @@ class Writer:
                                                           "rows": p.bootstrapped_rows})
                     binlog_at = p.binlog = item.position
                 elif isinstance(item, Heartbeats):
-                    vouched, p.heartbeat = heartbeat_watermark(item.beats, p.heartbeat)
+                    vouched, p.heartbeat = heartbeat_watermark(item.beats, p.heartbeat, self.unended_seconds)
                     p.binlog_time = max(p.binlog_time, vouched or 0.0)
                 elif isinstance(item, CdcCopy):
                     self.engine.on_cdc_copy(item.tx)

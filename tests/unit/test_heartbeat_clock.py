@@ -23,6 +23,7 @@ from oncewatch.monitor.writer import Writer
 from oncewatch.store import Store
 
 TOPIC = "__debezium-heartbeat.cdc"
+UNENDED = 30.0  # cdc.unended_transaction_seconds
 
 
 @dataclass(frozen=True)
@@ -49,28 +50,39 @@ def quiet(at: float) -> Heartbeat:
 # ---------------------------------------------------------------- what the heartbeats vouch for
 
 def test_two_quiet_gaps_in_a_row_vouch_for_the_heartbeat_between_them():
-    vouched, last = heartbeat_watermark([Heartbeat(10.0, -1, False), quiet(11.0), quiet(12.0), quiet(13.0)], None)
+    vouched, last = heartbeat_watermark([Heartbeat(10.0, -1, False), quiet(11.0), quiet(12.0), quiet(13.0)], None, UNENDED)
     assert (vouched, last) == (12.0, quiet(13.0))
 
 
 def test_one_quiet_gap_vouches_for_nothing_a_reconnect_s_backlog_may_follow_it():
     """A heartbeat written on the first event after a reconnect has a quiet gap before it (nothing was read while
     cut off), and the backlog of what was committed meanwhile comes after it."""
-    assert heartbeat_watermark([Heartbeat(10.0, -1, False), quiet(11.0)], None) == (None, quiet(11.0))
-    assert heartbeat_watermark([Heartbeat(11.0, 40, False), quiet(12.0), Heartbeat(13.0, 7, False)], None)[0] is None
+    assert heartbeat_watermark([Heartbeat(10.0, -1, False), quiet(11.0)], None, UNENDED) == (None, quiet(11.0))
+    assert heartbeat_watermark([Heartbeat(11.0, 40, False), quiet(12.0), Heartbeat(13.0, 7, False)], None, UNENDED)[0] is None
 
 
 def test_records_between_or_a_transaction_open_are_not_quiet():
     busy = [Heartbeat(10.0, 3, False), Heartbeat(11.0, 5, False), Heartbeat(12.0, 2, False)]
-    assert heartbeat_watermark(busy, None)[0] is None
+    assert heartbeat_watermark(busy, None, UNENDED)[0] is None
     # a large transaction of a table the monitor does not read streams between heartbeats: its BEGIN is open
-    assert heartbeat_watermark([Heartbeat(11.0, 0, True), Heartbeat(12.0, 0, True)], quiet(10.0))[0] is None
+    assert heartbeat_watermark([Heartbeat(11.0, 0, True, 1.0), Heartbeat(12.0, 0, True, 2.0)], quiet(10.0), UNENDED)[0] is None
+
+
+def test_a_transaction_left_open_and_quiet_for_the_unended_time_is_taken_as_ended():
+    """A DDL's BEGIN has no END (Debezium writes one only at a commit): the clock stood still on a shop gone quiet
+    after one, until the next transaction began (seen in the chaos soak after a CREATE USER)."""
+    beats = [Heartbeat(40.0 + i, 0, True, 10.0 + i) for i in range(22)]
+    assert heartbeat_watermark(beats[:21], None, UNENDED)[0] is None  # quiet for up to 30 s: one gap, held
+    assert heartbeat_watermark(beats, None, UNENDED)[0] == 60.0  # 30 s and 31 s in a row: the first vouches
+    # records between keep it held whatever the time: the transaction is streaming
+    assert heartbeat_watermark([Heartbeat(70.0, 3, True, 0.0), Heartbeat(71.0, 0, True, 31.0)], None,
+                               UNENDED)[0] is None
 
 
 def test_the_last_heartbeat_carries_over_to_the_next_call():
-    vouched, last = heartbeat_watermark([quiet(11.0)], None)
+    vouched, last = heartbeat_watermark([quiet(11.0)], None, UNENDED)
     assert vouched is None
-    assert heartbeat_watermark([quiet(12.0)], last) == (11.0, quiet(12.0))
+    assert heartbeat_watermark([quiet(12.0)], last, UNENDED) == (11.0, quiet(12.0))
 
 
 # ---------------------------------------------------------------- heartbeats placed among the records
@@ -110,11 +122,16 @@ def test_a_transaction_open_at_a_heartbeat_follows_the_markers_in_the_order_read
     r.on_record(1500, open_after=False)
     r.on_heartbeat(beat(2000))
     r.on_heartbeat(beat(3000))
-    assert [b.open for b in r.take()] == [True, False, False]
+    assert [(b.open, b.open_quiet) for b in r.take()] == [(True, 0.1), (False, 0.0), (False, 0.0)]
     r.on_record(3500, open_after=True)  # a DDL's BEGIN, which has no END: open until the next marker
     r.on_heartbeat(beat(4000))
     r.on_heartbeat(beat(5000))
-    assert [b.open for b in r.take()] == [True, True]
+    assert [(b.open, b.open_quiet) for b in r.take()] == [(True, 0.5), (True, 1.5)]  # since the BEGIN was written
+    r.on_record(5200)  # a row of it: the quiet counts from there
+    r.on_heartbeat(beat(6000))
+    assert [(b.open, b.open_quiet) for b in r.take()] == [(True, 0.8)]
+    r.on_heartbeat(beat(7000))
+    assert [(b.open, b.open_quiet) for b in r.take()] == [(True, 1.8)]
 
 
 def test_records_past_the_kept_count_still_make_their_gaps_busy(monkeypatch):

@@ -118,6 +118,7 @@ class ChangeRouter:
         self.router = Router(settings, cfg.group.shards)
         self.newest = 0.0  # the change clock: the newest commit handed on, or the newest time heartbeats vouch for
         self.heartbeat: Heartbeat | None = None  # the last heartbeat taken
+        self.unended_seconds = cfg.cdc.unended_transaction_seconds
         self.handed = 0
         self.error: BaseException | None = None
 
@@ -143,7 +144,8 @@ class ChangeRouter:
                 self.handed += 1
             # taken after the transaction the collector yielded: it gives the heartbeats only once every transaction
             # of their poll was yielded, and so sent
-            vouched, self.heartbeat = heartbeat_watermark(self.collector.take_heartbeats(), self.heartbeat)
+            vouched, self.heartbeat = heartbeat_watermark(self.collector.take_heartbeats(), self.heartbeat,
+                                                         self.unended_seconds)
             self.newest = max(self.newest, vouched or 0.0)
             if time.monotonic() - last_mark >= every:
                 self._mark(last)
