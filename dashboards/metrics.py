@@ -354,6 +354,10 @@ def _members(members: dict[str, dict[str, Any]]) -> Iterator[Metric]:
                        "from the store's commits once it answered.", ("member",))
     away = _counter("group_member_store_outage_seconds", "Seconds this member's process was without its store, in "
                     "all (the gap; what came meanwhile is read after it).", ("member",))
+    kafka = _counter("group_member_kafka_outages", "Times this member's process found the Kafka broker away as it "
+                     "started, and waited for it.", ("member",))
+    kafka_away = _counter("group_member_kafka_outage_seconds", "Seconds this member's process waited for the Kafka "
+                          "broker as it started, in all.", ("member",))
     for name, v in sorted(members.items()):
         seen.add_metric([name], v["at"])
         owned.add_metric([name], len(v["shards"]))
@@ -365,7 +369,9 @@ def _members(members: dict[str, dict[str, Any]]) -> Iterator[Metric]:
         rejoins.add_metric([name], v["rejoins"])
         outages.add_metric([name], v["store_outages"])
         away.add_metric([name], v["store_outage_seconds"])
-    yield from (seen, owned, change, partitions, applied, written, fenced, rejoins, outages, away)
+        kafka.add_metric([name], v.get("kafka_outages", 0))  # rows of older versions have none
+        kafka_away.add_metric([name], v.get("kafka_outage_seconds", 0.0))
+    yield from (seen, owned, change, partitions, applied, written, fenced, rejoins, outages, away, kafka, kafka_away)
 
 
 def _shards(shards: dict[int, dict[str, Any]]) -> Iterator[Metric]:

@@ -27,7 +27,8 @@ SECOND_STACK = {"ONCEWATCH_DEV_STATE": ".devstack-2", "ONCEWATCH_DEV_MARIADB_POR
                 "ONCEWATCH_DEV_KAFKA_PORT": "14092"}
 # The tests that restart, kill or pause a server of their stack (or the connector): the second lane.
 RESTARTING = ("test_under_fire.py", "test_broker_kill.py", "test_group.py", "test_monitor_kill.py",
-              "test_kafka_restart.py", "test_binlog_collector.py", "test_cdc_clock.py", "test_cdc_replay.py")
+              "test_kafka_restart.py", "test_binlog_collector.py", "test_cdc_clock.py", "test_cdc_replay.py",
+              "test_group_start.py")
 
 
 def main(argv: list[str] | None = None) -> int:

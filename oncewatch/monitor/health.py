@@ -51,9 +51,10 @@ def thresholds(rules: Rules) -> dict[str, dict[str, float]]:
 
 
 @dataclass
-class StoreOutages:
-    """The times this process lost its store's server (PostgreSQL) and started again from the checkpoint
-    (monitor.supervise), and how long the server was away in all: the gap, on /metrics."""
+class Outages:
+    """The times this process lost a server it cannot go on without (its store's PostgreSQL, then started again
+    from the checkpoint by monitor.supervise; a group's Kafka broker at its start), and how long the server was
+    away in all: the gap, on /metrics."""
 
     count: int = 0
     seconds: float = 0.0
@@ -78,7 +79,7 @@ class StoreOutages:
 
 class Health:
     def __init__(self, store: Store, readers: dict[str, Reader], progress: Progress, stats: Any, rules: Rules,
-                 shape: Callable[[], list[dict[str, Any]]], outages: StoreOutages,
+                 shape: Callable[[], list[dict[str, Any]]], outages: Outages,
                  reads: dict[str, list[str]] | None = None):
         self.store = store
         self.outages = outages

@@ -26,7 +26,7 @@ from oncewatch.core.config import Config, ConfigError
 from oncewatch.core.names import BINLOG, CDC, KAFKA_EVENTS, KAFKA_OFFSETS
 from oncewatch.core.records import BinlogPosition, PartitionStatus
 from oncewatch.monitor.entities import EntityIndex
-from oncewatch.monitor.health import Health, StoreOutages
+from oncewatch.monitor.health import Health, Outages
 from oncewatch.monitor.inbox import Inbox
 from oncewatch.monitor.preflight import preflight_kafka, preflight_mysql
 from oncewatch.monitor.readers import (BinlogSource, BootstrapSource, CdcSource, Item, KafkaEventsSource, OffsetsSource,
@@ -113,7 +113,7 @@ class Monitor:
     """Runs until `stop()` (or until idle, for batch audits). It holds its store alone from here until
     `close()` (StoreLockedError while another monitor runs on it)."""
 
-    def __init__(self, cfg: Config, store: Store | None = None, outages: StoreOutages | None = None):
+    def __init__(self, cfg: Config, store: Store | None = None, outages: Outages | None = None):
         self.cfg = cfg
         self.settings = Settings.from_config(cfg)
         self.engine = Engine(self.settings)
@@ -125,7 +125,7 @@ class Monitor:
         self._waited = False  # --until-idle has said it waits for verdicts
         self.readers: dict[str, Reader] = {}
         self.health = Health(self.store, self.readers, self.progress, self.engine.stats, cfg.rules, self.engine.shape,
-                             outages or StoreOutages(), self.engine.reads())
+                             outages or Outages(), self.engine.reads())
 
     def close(self) -> None:
         """The store closed and its lock given up."""

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from oncewatch.core.config import Config
-from oncewatch.monitor.health import StoreOutages
+from oncewatch.monitor.health import Outages
 from oncewatch.monitor.loop import Monitor, served_once
 from oncewatch.store import StoreUnavailableError
 
@@ -31,7 +31,7 @@ RETRY_SECONDS = (0.5, 1.0, 2.0, 5.0)  # between tries while the store is away, t
 Made = TypeVar("Made")
 
 
-def through_outages(stop: threading.Event, outages: StoreOutages, build: Callable[[], Made],
+def through_outages(stop: threading.Event, outages: Outages, build: Callable[[], Made],
                     run: Callable[[Made], None], close: Callable[[Made], None], resumes: str) -> None:
     """`build` and `run` one after the other until `stop` is set or a run ends: a StoreUnavailableError from
     either is an outage, counted in `outages`, waited out (RETRY_SECONDS) and followed by a new `build` from the
@@ -61,7 +61,7 @@ def through_outages(stop: threading.Event, outages: StoreOutages, build: Callabl
             close(made)
 
 
-def _away(stop: threading.Event, outages: StoreOutages, exc: StoreUnavailableError, tries: int,
+def _away(stop: threading.Event, outages: Outages, exc: StoreUnavailableError, tries: int,
           resumes: str) -> None:
     if outages.begin(time.time()):
         log.error(f"the store cannot be reached; {resumes} from its commits once it answers",
@@ -74,7 +74,7 @@ class Supervisor:
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
-        self.outages = StoreOutages()
+        self.outages = Outages()
         self.monitor: Monitor | None = None
         self._stop = threading.Event()
 

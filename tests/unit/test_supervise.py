@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from oncewatch.monitor import supervise
-from oncewatch.monitor.health import StoreOutages
+from oncewatch.monitor.health import Outages
 from oncewatch.monitor.supervise import through_outages
 from oncewatch.store import StoreUnavailableError
 
@@ -20,7 +20,7 @@ def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_builds_and_runs_that_lose_the_store_start_again_and_one_outage_counts_once(caplog) -> None:
-    outages, events, built = StoreOutages(), [], []
+    outages, events, built = Outages(), [], []
     failures = iter(["build", "build", "run", None])  # two failed builds, a run that loses the store, a clean run
 
     def build() -> int:
@@ -50,7 +50,7 @@ def test_a_stop_while_building_runs_nothing_and_closes_what_was_built() -> None:
         stop.set()
         return "monitor"
 
-    through_outages(stop, StoreOutages(), build, lambda m: events.append("run"), lambda m: events.append("close"),
+    through_outages(stop, Outages(), build, lambda m: events.append("run"), lambda m: events.append("close"),
                     "it starts")
     assert events == ["close"]
 
@@ -62,5 +62,5 @@ def test_any_other_error_ends_the_loop_with_what_was_built_closed() -> None:
         raise RuntimeError("a bug")
 
     with pytest.raises(RuntimeError, match="a bug"):
-        through_outages(threading.Event(), StoreOutages(), lambda: "monitor", run, closed.append, "it starts")
+        through_outages(threading.Event(), Outages(), lambda: "monitor", run, closed.append, "it starts")
     assert closed == ["monitor"]

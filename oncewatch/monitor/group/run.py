@@ -20,8 +20,8 @@ from oncewatch.core.config import Config, ConfigError
 from oncewatch.monitor.group.judging import Judges
 from oncewatch.monitor.group.routing import Routers
 from oncewatch.monitor.group.wire import LEASE, RECORDS, group_name
-from oncewatch.monitor.health import StoreOutages
-from oncewatch.monitor.supervise import through_outages
+from oncewatch.monitor.health import Outages
+from oncewatch.monitor.supervise import RETRY_SECONDS, through_outages
 from oncewatch.store import Store, StoreUnavailableError
 
 log = logging.getLogger("oncewatch.monitor.group")
@@ -32,6 +32,10 @@ TOPICS_READY_SECONDS = 30.0  # for the group's topics, just made, to have their 
 
 class GroupMemberFailed(RuntimeError):
     """A part of this instance stopped on an error: the instance stops, the group goes on without it."""
+
+
+class GroupStopped(Exception):
+    """The instance was stopped while it waited for the Kafka broker, before it had started."""
 
 
 def member_name(cfg: Config) -> str:
@@ -71,17 +75,22 @@ def ensure_topics(cfg: Config) -> None:
 class GroupMember:
     """This instance's routers, judges and offsets poller, one thread each, and its health row every second."""
 
-    def __init__(self, cfg: Config, member: str, outages: StoreOutages):
+    def __init__(self, cfg: Config, member: str, outages: Outages, kafka_outages: Outages):
         assert cfg.group is not None
-        self.cfg, self.member, self.outages = cfg, member, outages
+        self.cfg, self.member, self.outages, self.kafka_outages = cfg, member, outages, kafka_outages
         self.stop_event = threading.Event()
         self.failure: BaseException | None = None
         settings = Settings.from_config(cfg)
         ensure_topics(cfg)
         self.stores = [Store(cfg.store.target) for _ in range(3)]
-        self.store = self.stores[0]
-        self.judges = Judges(cfg, settings, self.stores[1], self.member)
-        self.routers = Routers(cfg, settings, self.stores[2], self.member)
+        try:
+            self.store = self.stores[0]
+            self.judges = Judges(cfg, settings, self.stores[1], self.member)
+            self.routers = Routers(cfg, settings, self.stores[2], self.member)
+        except BaseException:
+            for store in self.stores:
+                store.close()
+            raise
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -127,7 +136,8 @@ class GroupMember:
         return {"at": time.time(), "member": self.member, "shards": self.judges.status(),
                 "routers": self.routers.status(), "fenced": self.judges.fenced, "applied": self.judges.applied,
                 "rejoins": self.judges.rebalance.rejoins + self.routers.rebalance.rejoins,
-                "store_outages": self.outages.count, "store_outage_seconds": self.outages.seconds}
+                "store_outages": self.outages.count, "store_outage_seconds": self.outages.seconds,
+                "kafka_outages": self.kafka_outages.count, "kafka_outage_seconds": self.kafka_outages.seconds}
 
     def run(self) -> None:
         """Until `stop()` or a part fails: StoreUnavailableError when the store went away, else GroupMemberFailed."""
@@ -163,7 +173,8 @@ class GroupSupervisor:
     def __init__(self, cfg: Config):
         self.cfg = cfg
         self.name = member_name(cfg)
-        self.outages = StoreOutages()
+        self.outages = Outages()
+        self.kafka_outages = Outages()  # the broker away as an instance starts: waited out, never the end of it
         self.member: GroupMember | None = None
         self._stop = threading.Event()
 
@@ -179,7 +190,7 @@ class GroupSupervisor:
         close_metrics = self._serve_metrics()
 
         def build() -> GroupMember:
-            self.member = GroupMember(self.cfg, self.name, self.outages)
+            self.member = self._new_member()
             return self.member
 
         def gone(_: GroupMember) -> None:  # its run closed its parts; it leads no more
@@ -187,8 +198,34 @@ class GroupSupervisor:
 
         try:
             through_outages(self._stop, self.outages, build, GroupMember.run, gone, "this group instance starts again")
+        except GroupStopped:
+            pass
         finally:
             close_metrics()
+
+    def _new_member(self) -> GroupMember:
+        """A new instance, once the Kafka broker answers: one away (restarting, or this machine up before it) is
+        waited out, logged once and counted on the instance's health row, as the store's outages are."""
+        from kafka.errors import KafkaError
+
+        tries = 0
+        while True:
+            try:
+                member = GroupMember(self.cfg, self.name, self.outages, self.kafka_outages)
+            except KafkaError as exc:
+                if self.kafka_outages.begin(time.time()):
+                    log.error("the Kafka broker cannot be reached; this group instance starts once it answers",
+                              extra={"event": "group_kafka_unavailable", "member": self.name, "error": str(exc),
+                                     "outages": self.kafka_outages.count})
+                if self._stop.wait(RETRY_SECONDS[min(tries, len(RETRY_SECONDS) - 1)]):
+                    raise GroupStopped from exc
+                tries += 1
+                continue
+            gap = self.kafka_outages.end(time.time())
+            if gap is not None:
+                log.warning("the Kafka broker answers again; this group instance starts", extra={
+                    "event": "group_kafka_back", "member": self.name, "outage_seconds": round(gap, 3)})
+            return member
 
     def _serve_metrics(self) -> Callable[[], None]:
         """/metrics on `metrics.port`: this member's own row, and the store's while it owns the leader shard."""
