@@ -159,13 +159,24 @@ def unregister(name: str) -> None:
 def restart_failed_task(timeout: float = 120) -> bool:
     """A failed task restarted as an operator does (it resumes from its offsets); True when it had failed. Debezium
     gives up for good on some errors, e.g. MariaDB going away while its streaming starts."""
-    status = rest("GET", f"/connectors/{CONNECTOR}/status")
-    failed = [t["id"] for t in status.get("tasks", []) if t.get("state") == "FAILED"]
-    for task in failed:
-        rest("POST", f"/connectors/{CONNECTOR}/tasks/{task}/restart")
-    if failed:
-        _wait_running(timeout)
-    return bool(failed)
+    restarted, deadline = False, time.monotonic() + timeout
+    while True:
+        status = rest("GET", f"/connectors/{CONNECTOR}/status")
+        tasks = status.get("tasks", [])
+        failed = [t for t in tasks if t.get("state") == "FAILED"]
+        if not failed and (not restarted or (status["connector"]["state"] == "RUNNING"
+                                             and any(t.get("state") == "RUNNING" for t in tasks))):
+            return restarted
+        if time.monotonic() > deadline:
+            first = (failed[0].get("trace") or "").splitlines()[:1] if failed else "not running"
+            raise StackError(f"the Debezium task is not running {timeout:.0f} s after its restart: {first}; see "
+                             f"{CONNECT.logfile}")
+        # a restart is asynchronous: the status says FAILED a while after it (then the task is restarted again,
+        # as an operator does when it fails anew, e.g. on a MariaDB still starting)
+        for task in failed:
+            rest("POST", f"/connectors/{CONNECTOR}/tasks/{task['id']}/restart")
+        restarted = restarted or bool(failed)
+        time.sleep(3.0 if failed else 0.5)
 
 
 def ensure_running(timeout: float = 120) -> None:
