@@ -301,7 +301,8 @@ def _paging(listed: list[tuple[str, str, str, dict[str, Any]]], total: int) -> I
                      "and above info, of a rule paged per finding (not F10-F12, which page on their readings); the "
                      "oldest metrics.paging_max_findings of them.", ("rule", "severity", "finding", "entity"))
     for fid, rule, severity, keys in listed:
-        finding.add_metric([rule, severity, fid, views.entity_of(keys)], 1)
+        # The CDC pipeline's findings (F13, F14, F16) are of a transaction, which no drill-down entity names.
+        finding.add_metric([rule, severity, fid, views.entity_of(keys) or str(keys.get("gtid", ""))], 1)
     overflow = _gauge("findings_paging_overflow", "Findings that page but have no series of their own: those past "
                       "the oldest metrics.paging_max_findings.")
     overflow.add_metric([], total - len(listed))
