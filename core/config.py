@@ -143,6 +143,9 @@ class StoreConfig:
 class MetricsConfig:
     host: str
     port: int
+    # Open findings served one series each (oncewatch_finding_paging), the oldest first; the others are counted
+    # in oncewatch_findings_paging_overflow, so a flood of findings cannot flood Prometheus.
+    paging_max_findings: int = 100
 
 
 # Row and payload fields holding personal data, masked in exports with --mask. trade_no and
@@ -332,7 +335,9 @@ def _cdc(s: Section, kafka: KafkaConfig | None, mysql: MySQLConfig) -> CdcConfig
 
 
 def _listen(s: Section, default_port: int) -> MetricsConfig:
-    cfg = MetricsConfig(host=s.str("host", "127.0.0.1"), port=s.int("port", default_port, minimum=0, maximum=65535))
+    cfg = MetricsConfig(host=s.str("host", "127.0.0.1"), port=s.int("port", default_port, minimum=0, maximum=65535),
+                        paging_max_findings=s.int("paging_max_findings", MetricsConfig.paging_max_findings,
+                                                  minimum=0))
     s.done()
     return cfg
 

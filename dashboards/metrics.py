@@ -3,7 +3,8 @@
 Every value comes from the health rows, the engine stats and the findings the monitor keeps in
 the store, read through a fresh read-only connection per scrape, so /metrics can be served by
 the monitor itself or by a separate process. Labels are bounded: collector, table, topic,
-partition, group, clock, rule, severity, reason; never a trade_no, order or other entity.
+partition, group, clock, rule, severity, reason; a finding's id and entity (its trade_no, order...)
+only on oncewatch_finding_paging, one series per finding that pages, at most metrics.paging_max_findings.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from prometheus_client.utils import floatToGoString
 
 from oncewatch import __version__
 from oncewatch.core import histogram, names
-from oncewatch.core.config import PostgresTarget
+from oncewatch.core.config import MetricsConfig, PostgresTarget
 from oncewatch.core.records import OffsetsSnapshot
 from oncewatch.dashboards import views
 from oncewatch.store import StoreError, retention
@@ -35,6 +36,9 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9464
 # The health field that counts what each collector read (the offsets poller reads no records).
 RECORDS_READ = {names.BINLOG: "rows_read", names.KAFKA_EVENTS: "records_read", names.CDC: "rows_read"}
+# F10-F12 page on their readings (the oncewatch-drift alerts), not on each finding they keep; F15 is info.
+PAGED_BY_READINGS = ("F10", "F11", "F12")
+PAGED_BY_FINDING = tuple(r for r, rule in names.RULES.items() if r not in PAGED_BY_READINGS and rule.severity != "info")
 
 
 def _gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
@@ -290,6 +294,21 @@ def _lifecycle(counts: list[tuple[str, str, str, int]]) -> Metric:
     return by_status
 
 
+def _paging(listed: list[tuple[str, str, str, dict[str, Any]]], total: int) -> Iterator[Metric]:
+    """A series per finding that pages, so that its alert ends when that one finding is acknowledged, closed or
+    resolved, and a new one notifies while others of its rule fire; bounded, with the rest counted."""
+    finding = _gauge("finding_paging", "1 for each finding that pages: open (nobody has acknowledged or closed it) "
+                     "and above info, of a rule paged per finding (not F10-F12, which page on their readings); the "
+                     "oldest metrics.paging_max_findings of them.", ("rule", "severity", "finding", "entity"))
+    for fid, rule, severity, keys in listed:
+        # The CDC pipeline's findings (F13, F14, F16) are of a transaction, which no drill-down entity names.
+        finding.add_metric([rule, severity, fid, views.entity_of(keys) or str(keys.get("gtid", ""))], 1)
+    overflow = _gauge("findings_paging_overflow", "Findings that page but have no series of their own: those past "
+                      "the oldest metrics.paging_max_findings.")
+    overflow.add_metric([], total - len(listed))
+    yield from (finding, overflow)
+
+
 def _pruned(pruned: dict[str, int]) -> Metric:
     counter = _counter("store_pruned_rows", "Raw records pruned from the store past store.retention_hours, by "
                        "table (findings keep their own evidence).", ("table",))
@@ -408,8 +427,9 @@ class StoreCollector(Collector):
     exactly one pages for a finding; those carry `instance="group/<group>"` (_as_instance)."""
 
     def __init__(self, target: str | PostgresTarget, member: str | None = None,
-                 wide: Callable[[], bool] = lambda: True, group: str | None = None):
-        self.target, self.member, self.wide, self.group = target, member, wide, group
+                 wide: Callable[[], bool] = lambda: True, group: str | None = None,
+                 paging_max: int = MetricsConfig.paging_max_findings):
+        self.target, self.member, self.wide, self.group, self.paging_max = target, member, wide, group, paging_max
 
     def collect(self) -> Iterator[Metric]:
         store_up = _gauge("store_up", "1 when the monitor's store could be read for this scrape.")
@@ -422,6 +442,7 @@ class StoreCollector(Collector):
                 binlog_quarantine = store.binlog_quarantine_counts()
                 pruned = retention.pruned_total(store)
                 shards = shard_checkpoints(store)
+                paging = store.paging_findings(PAGED_BY_FINDING, self.paging_max)
         except (StoreError, sqlite3.Error):  # missing, not yet initialised, or unreadable
             store_up.add_metric([], 0)
             yield store_up
@@ -439,7 +460,8 @@ class StoreCollector(Collector):
         wide = chain(wide, _health(health), [
             _quarantine(quarantine, health[names.KAFKA_EVENTS].value if names.KAFKA_EVENTS in health else {}),
             _binlog_quarantine(binlog_quarantine)], _engine(stats, counts), _pipeline(stats), [_lifecycle(counts),
-                                                                                             _pruned(pruned)])
+                                                                                             _pruned(pruned)],
+            _paging(*paging))
         yield from wide if self.group is None else _as_instance(wide, f"group/{self.group}")
 
 
@@ -454,15 +476,17 @@ def _as_instance(families: Iterable[Metric], instance: str) -> Iterator[Metric]:
 
 
 def registry(target: str | PostgresTarget, member: str | None = None,
-             wide: Callable[[], bool] = lambda: True, group: str | None = None) -> CollectorRegistry:
+             wide: Callable[[], bool] = lambda: True, group: str | None = None,
+             paging_max: int = MetricsConfig.paging_max_findings) -> CollectorRegistry:
     """A registry holding only the store collector (no process/platform metrics of the server)."""
     reg = CollectorRegistry()
-    reg.register(StoreCollector(target, member, wide, group))
+    reg.register(StoreCollector(target, member, wide, group, paging_max))
     return reg
 
 
 def serve(target: str | PostgresTarget, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, member: str | None = None,
-          wide: Callable[[], bool] = lambda: True, group: str | None = None) -> tuple[WSGIServer, Thread]:
+          wide: Callable[[], bool] = lambda: True, group: str | None = None,
+          paging_max: int = MetricsConfig.paging_max_findings) -> tuple[WSGIServer, Thread]:
     """Serve /metrics for the store in a daemon thread. Port 0 picks a free port: read it from
     `server.server_port`. Stop with `server.shutdown(); server.server_close()`."""
-    return start_http_server(port, addr=host, registry=registry(target, member, wide, group))
+    return start_http_server(port, addr=host, registry=registry(target, member, wide, group, paging_max))

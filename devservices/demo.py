@@ -6,6 +6,10 @@ shop at a few orders per second with the default fault mix (and a small second s
 events from inside its transactions, the only way to show F8), then the Streamlit dashboard;
 prints one line per address and stops everything it started on Ctrl-C or SIGTERM.
 
+It pages as a deployment would: its /metrics is listed for the dev stack's Prometheus (a target file in
+devservices.paging.DEMO_TARGETS, job oncewatch-demo), whose Alertmanager routes that job's alerts to a
+webhook receiver the demo runs on DEMO_WEBHOOK_PORT, and the demo prints a line per notification it gets.
+
 The monitor's config is examples/shop.toml written into the demo's folder with the dev stack's
 ports and DEMO_RULES: at a few orders per second the design's thresholds would take a quarter of
 an hour to show F3 and F11, and the demo shows every rule within its first few minutes.
@@ -14,6 +18,7 @@ an hour to show F3 and F11, and the demo shows every rule within its first few m
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import subprocess
 import sys
@@ -23,6 +28,8 @@ from pathlib import Path
 
 from kafka import KafkaAdminClient
 
+from devservices import paging
+from devservices.receiver import Notification, Receiver
 from devservices.shop_monitor import ROOT, shop_config
 from devservices.stack import STATE
 from oncewatch.core.config import load
@@ -83,6 +90,26 @@ def report_failed(procs: list[subprocess.Popen], reported: set[subprocess.Popen]
                   flush=True)
 
 
+def print_page(notification: Notification) -> None:
+    print(f"demo: {notification.line()}", flush=True)
+
+
+def start_paging(metrics_host: str, metrics_port: int) -> tuple[Receiver, Path]:
+    """The demo's receiver, and its /metrics listed for the stack's Prometheus: (receiver, target file)."""
+    try:
+        receiver = Receiver(paging.DEMO_WEBHOOK_PORT, print_page)
+    except OSError as exc:
+        raise SystemExit(f"demo: cannot receive pages on {paging.DEMO_WEBHOOK_PORT} ({exc.strerror}): is another "
+                         f"demo running on this stack? Stop it first") from exc
+    # Holding the demo's port, this is the stack's only demo: a target file left by one that was killed is stale.
+    for stale in paging.DEMO_TARGETS.glob("*.json"):
+        stale.unlink()
+    paging.DEMO_TARGETS.mkdir(parents=True, exist_ok=True)
+    target = paging.DEMO_TARGETS / f"demo-{metrics_port}.json"
+    target.write_text(json.dumps([{"targets": [f"{metrics_host}:{metrics_port}"]}]))
+    return receiver, target
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rate", type=float, default=3.0, help="new orders per second (default %(default)s)")
@@ -100,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     bin_dir = Path(sys.executable).parent
     procs: list[subprocess.Popen] = []
     stopping = False
+    receiver, target = start_paging(cfg.metrics.host, cfg.metrics.port)
 
     def stop(*_: object) -> None:
         nonlocal stopping
@@ -131,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         launch.wait_ready(dashboard, launch.url(port=args.dashboard_port))
         print(f"demo: dashboard  {launch.url(port=args.dashboard_port)}", flush=True)
         print(f"demo: /metrics   {metrics_url}", flush=True)
+        print(f"demo: paging     Prometheus http://{paging.HOST}:{paging.PROMETHEUS_PORT}/alerts, Alertmanager "
+              f"http://{paging.HOST}:{paging.ALERTMANAGER_PORT}; each notification prints a `demo: page` line",
+              flush=True)
         print(f"demo: config, store and logs in {work}; Ctrl-C stops the shop, the monitor and the dashboard",
               flush=True)
         reported: set[subprocess.Popen] = set()
@@ -146,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
                 p.wait(15)
             except subprocess.TimeoutExpired:
                 p.kill()
+        target.unlink(missing_ok=True)
+        receiver.close()
         print("demo: stopped", flush=True)
     return 0
 

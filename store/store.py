@@ -14,13 +14,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from oncewatch.core.config import PostgresTarget
 from oncewatch.core.exact_json import from_json, to_json
+from oncewatch.core.names import OPEN
 from oncewatch.core.records import EmittedEvent, Finding, QuarantinedRecord, QuarantinedRows, RowChange
 from oncewatch.store.batch import Batch
 from oncewatch.store.codec import (EVENT_COLUMNS, FINDING_COLUMNS, ROW_CHANGE_COLUMNS, event_from_row, finding_from_row,
@@ -169,6 +170,19 @@ class Store:
         """(rule, severity, status, count) of every finding in the store."""
         return self.conn.execute("SELECT rule, severity, status, count(*) FROM findings "
                                  "GROUP BY rule, severity, status ORDER BY rule, severity, status").fetchall()
+
+    def paging_findings(self, rules: Sequence[str], limit: int) -> tuple[list[tuple[str, str, str, dict]], int]:
+        """The findings that page, of `rules`: open (nobody has acknowledged or closed them) and above info.
+        (id, rule, severity, keys) of the `limit` oldest, by first_seen then id, and how many there are in all,
+        read in one snapshot."""
+        marks = ",".join("?" * len(rules))
+        where = f"FROM findings WHERE status = ? AND severity <> ? AND rule IN ({marks})"
+        params = [OPEN, "info", *rules]
+        with self.snapshot():
+            oldest = self.conn.execute(f"SELECT id, rule, severity, keys {where} ORDER BY first_seen, id LIMIT ?",
+                                       [*params, limit]).fetchall()
+            total = self.conn.execute(f"SELECT count(*) {where}", params).fetchone()[0]
+        return [(fid, rule, severity, from_json(keys)) for fid, rule, severity, keys in oldest], total
 
     def finding_ids(self) -> set[str]:
         return {fid for (fid,) in self.conn.execute("SELECT id FROM findings")}

@@ -75,7 +75,8 @@ def serve_metrics(cfg: Config) -> Callable[[], None]:
     from oncewatch.dashboards.metrics import serve
 
     try:
-        server, _thread = serve(cfg.store.target, cfg.metrics.host, cfg.metrics.port)
+        server, _thread = serve(cfg.store.target, cfg.metrics.host, cfg.metrics.port,
+                                paging_max=cfg.metrics.paging_max_findings)
     except OSError as exc:
         raise ConfigError(f"metrics.port: cannot listen on {cfg.metrics.host}:{cfg.metrics.port} "
                           f"({exc.strerror}); is another oncewatch running? pick a free port") from exc

@@ -9,15 +9,18 @@ go to artifacts/dashboard/demo-*.png.
 from __future__ import annotations
 
 import base64
+import json
 import re
 import sqlite3
 import time
 import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from devservices import paging, stack
 from oncewatch.core.records import Finding
 from oncewatch.dashboards import views
 from oncewatch.store import Store, queries
@@ -172,3 +175,25 @@ def test_the_other_pages_at_1280_px_cut_nothing_off(demo: DemoRun, shown: dict[s
     assert "Traceback" not in text
     assert narrow.evaluate(CUT_OFF) == []
     shoot(narrow, f"demo-{page}")
+
+
+PAGE = re.compile(r"^demo: page FIRING +OncewatchDuplicateEffect F1: \d+ firing: (\S+?)[,;\n ]", re.M)
+
+
+def test_the_demo_pages_through_prometheus_and_alertmanager(demo: DemoRun, shown: dict[str, Finding]) -> None:
+    """Issue 43: the demo's /metrics is a target of the stack's Prometheus, and Alertmanager delivers to the
+    receiver the demo runs, which prints a line per notification naming the findings."""
+    with urllib.request.urlopen(f"http://{stack.HOST}:{paging.PROMETHEUS_PORT}/api/v1/targets", timeout=5) as resp:
+        targets = json.load(resp)["data"]["activeTargets"]
+    assert {"instance": f"127.0.0.1:{demo.metrics_port}", "job": paging.DEMO_JOB} in [t["labels"] for t in targets]
+    deadline = time.monotonic() + 60
+    while not PAGE.search(demo.output()) and time.monotonic() < deadline:
+        time.sleep(1)
+    page = PAGE.search(demo.output())
+    assert page, demo.output()[-3000:]
+    store = Store(str(demo.store), readonly=True)
+    try:
+        paid_twice = {f.keys["trade_no"] for f in store.findings(rule="F1")}
+    finally:
+        store.close()
+    assert page[1] in paid_twice

@@ -9,21 +9,22 @@ a file-discovery target file for the length of the test.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
-import threading
+import time
 import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from devservices import paging, stack
+from devservices.receiver import Receiver
 from devservices.shop_monitor import ROOT, SCHEMA, findings, free_port, oncewatch, shop_config, shop_settings
 from oncewatch import shop
 from oncewatch.store import Store, reviews
@@ -32,40 +33,12 @@ from .conftest import admin_connection, wait_for
 from .shop_monitor import prepared
 
 
-class Receiver:
-    """Alertmanager's webhook: every alert it posts, in order, as (status, alertname, labels), and
-    the annotations each alertname last came with."""
-
-    def __init__(self) -> None:
-        self.alerts: list[tuple[str, str, dict[str, str]]] = []
-        self.annotations: dict[str, dict[str, str]] = {}
-        received, annotations = self.alerts, self.annotations
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                received.extend((a["status"], a["labels"]["alertname"], a["labels"]) for a in body["alerts"])
-                annotations.update((a["labels"]["alertname"], a["annotations"]) for a in body["alerts"])
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer((stack.HOST, paging.WEBHOOK_PORT), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def saw(self, status: str, alertname: str, **labels: str) -> bool:
-        return any(s == status and name == alertname and all(got.get(k) == v for k, v in labels.items())
-                   for s, name, got in self.alerts)
-
-
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    r = Receiver()
+    """Alertmanager's webhook for the tests' monitors (devservices.paging routes them to WEBHOOK_PORT)."""
+    r = Receiver(paging.WEBHOOK_PORT)
     yield r
-    r.server.shutdown()
-    r.server.server_close()
+    r.close()
 
 
 @pytest.fixture
@@ -112,7 +85,7 @@ def test_a_finding_pages_an_ack_ends_the_page_and_a_fact_seen_again_reopens_it(r
         "firing", "OncewatchDuplicateEffect", rule="F1", instance=instance, job="oncewatch"))
     f1 = the(config, "F1")
     assert f1.keys["trade_no"] == duplicated and f1.status == "open"
-    page = receiver.annotations["OncewatchDuplicateEffect"]
+    page = next(a.annotations for a in receiver.alerts if a.name == "OncewatchDuplicateEffect")
     assert set(page) == {"summary", "description", "runbook_url"}
     assert page["runbook_url"].endswith("README.md#f1-duplicate_effect") and "idempotent" in page["description"]
     # What Prometheus itself scraped: a monitor that has read the shop's traffic, healthy and caught up.
@@ -134,7 +107,7 @@ def test_a_finding_pages_an_ack_ends_the_page_and_a_fact_seen_again_reopens_it(r
 
     oncewatch("close", "--config", str(config), f1.id, "--reason", "fixed", "--note", "refunded", "--by", "sre")
     assert the(config, "F1").status == "closed"
-    fired_before = sum(1 for s, name, _ in receiver.alerts if s == "firing" and name == "OncewatchDuplicateEffect")
+    fired_before = sum(1 for a in receiver.alerts if a.status == "firing" and a.name == "OncewatchDuplicateEffect")
     with conn.cursor() as c:  # the same payment ships once more: the same fact, seen again
         c.execute("INSERT INTO shipments (trade_no, order_no, pickup_code, created_at) "
                   "SELECT trade_no, order_no, 'AGAIN1', NOW(3) FROM shipments WHERE trade_no = %s LIMIT 1",
@@ -156,4 +129,94 @@ def test_a_finding_pages_an_ack_ends_the_page_and_a_fact_seen_again_reopens_it(r
         ("acknowledged", "sre", None), ("closed", "sre", "fixed"), ("open", "oncewatch", None)]
     assert [(h["status"], h["by"]) for h in exported[the(config, "F3").id]] == [("resolved", "oncewatch")]
     wait_for("F1 firing again at the receiver", lambda: sum(
-        1 for s, name, _ in receiver.alerts if s == "firing" and name == "OncewatchDuplicateEffect") > fired_before)
+        1 for a in receiver.alerts if a.status == "firing" and a.name == "OncewatchDuplicateEffect") > fired_before)
+
+
+# ---------------------------------------------------------------- a page per finding (issue 43)
+
+def prometheus_api(path: str, **params: str) -> Any:
+    url = f"http://{stack.HOST}:{paging.PROMETHEUS_PORT}/api/v1/{path}?" + urllib.parse.urlencode(params)
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.load(resp)["data"]
+
+
+def unix(timestamp: str) -> float:
+    """An RFC 3339 time of Prometheus or Alertmanager (nanoseconds, Z) as unix time."""
+    return dt.datetime.fromisoformat(timestamp).timestamp()
+
+
+def evaluation_interval() -> float:
+    """The seconds between two evaluations of the shipped rules by the stack's Prometheus."""
+    return max(g["interval"] for g in prometheus_api("rules")["groups"])
+
+
+def evaluated_after(moment: float) -> bool:
+    """Every rule group of the stack's Prometheus has been evaluated since `moment` (unix time)."""
+    return all(unix(g["lastEvaluation"]) > moment for g in prometheus_api("rules")["groups"])
+
+
+def acknowledged_at(config: Path, fid: str) -> float:
+    store = Store(str(config.parent / "store.db"), readonly=True)
+    try:
+        return next(h.at for h in reviews.history(store, [fid])[fid] if h.status == "acknowledged")
+    finally:
+        store.close()
+
+
+def test_a_fresh_deployment_with_nothing_quarantined_fires_nothing(receiver, monitored):
+    config, topic, instance = monitored
+    shop.run(shop_settings(topic, seed=5, orders=6, rate=10))  # no fault: nothing to page about
+    wait_for("the monitor caught up, in Prometheus", lambda: prometheus_value(
+        f'oncewatch_monitor_caught_up{{instance="{instance}"}}') == 1, timeout=60)
+    assert prometheus_value(f'sum(oncewatch_kafka_quarantined_records_total{{instance="{instance}"}})') == 0
+    caught_up = time.time()
+    wait_for("every rule evaluated on what the caught-up monitor serves", lambda: evaluated_after(caught_up + 1))
+    active = [(a["labels"]["alertname"], a["state"], a["value"]) for a in prometheus_api("alerts")["alerts"]
+              if a["labels"].get("instance") == instance]
+    assert active == []
+    assert [a.labels for a in receiver.alerts if a.labels.get("instance") == instance] == []
+    assert findings(config) == []
+
+
+def test_a_page_follows_each_finding(receiver, monitored):
+    """Two payments shipped twice: one F1 notification lists both; acknowledging one ends its page alone, within
+    two evaluations; a third duplicate while the rule still fires is notified anew, beside the one still open."""
+    config, topic, instance = monitored
+    shop.run(shop_settings(topic, seed=17, orders=8, rate=10, faults="retry_no_idempotency*2"))
+    wait_for("two open F1 findings", lambda: len([f for f in findings(config)
+                                                  if f.rule == "F1" and f.status == "open"]) == 2)
+    first, second = sorted((f for f in findings(config) if f.rule == "F1"), key=lambda f: f.id)
+    wait_for("F1 firing at the receiver", lambda: receiver.saw(
+        "firing", "OncewatchDuplicateEffect", rule="F1", instance=instance))
+
+    oncewatch("ack", "--config", str(config), first.id, "--note", "refunding", "--by", "sre")
+    acked = acknowledged_at(config, first.id)
+    wait_for("a resolved F1 notification after one of the two findings was acknowledged", lambda: receiver.saw(
+        "resolved", "OncewatchDuplicateEffect", rule="F1", instance=instance), timeout=30)
+    resolved = [a for a in receiver.alerts if a.status == "resolved" and a.name == "OncewatchDuplicateEffect"]
+    assert {a.labels.get("finding") for a in resolved} == {first.id}
+    assert {a.labels.get("entity") for a in resolved} == {first.keys["trade_no"]}
+    interval = evaluation_interval()
+    took = unix(resolved[0].ends_at) - acked
+    print(f"\nF1 page of {first.id} ended {took:.2f} s after its acknowledgement (evaluation interval {interval} s)")
+    assert took <= 2 * interval
+    # Alertmanager groups a rule's findings: the notification that ended the first page still lists the second.
+    ending = next(n for n in receiver.notifications if any(a.status == "resolved" for a in n.alerts))
+    assert ending.status == "firing"
+    assert {(a.status, a.labels["finding"]) for a in ending.alerts} == {("resolved", first.id), ("firing", second.id)}
+
+    conn = admin_connection(SCHEMA)
+    with conn.cursor() as c:  # a payment that shipped once ships again: a new F1 while the rule already fires
+        c.execute("INSERT INTO shipments (trade_no, order_no, pickup_code, created_at) "
+                  "SELECT trade_no, order_no, 'AGAIN2', NOW(3) FROM shipments WHERE trade_no NOT IN (%s, %s) LIMIT 1",
+                  (first.keys["trade_no"], second.keys["trade_no"]))
+    conn.close()
+    wait_for("a third F1 finding", lambda: len([f for f in findings(config) if f.rule == "F1"]) == 3)
+    third = next(f for f in findings(config) if f.rule == "F1" and f.id not in (first.id, second.id))
+    wait_for("the third F1 finding notified", lambda: receiver.saw(
+        "firing", "OncewatchDuplicateEffect", finding=third.id, instance=instance), timeout=30)
+    latest = next(n for n in reversed(receiver.notifications)
+                  if any(a.labels.get("finding") == third.id for a in n.alerts))
+    firing = {a.labels["finding"] for a in latest.alerts if a.status == "firing"}
+    assert firing == {second.id, third.id}
+    assert not receiver.saw("resolved", "OncewatchDuplicateEffect", finding=second.id)

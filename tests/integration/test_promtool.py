@@ -5,10 +5,13 @@ live /metrics scrape passes `check metrics`, and every Grafana query is valid Pr
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
-from tests.unit.test_alerts import RULE_TESTS, RULES
+from tests.unit.test_alerts import README, RULE_TESTS, RULES
 from tests.unit.test_metrics import scrape, served, scenario_store  # noqa: F401 - fixtures
 from tests.unit.test_metrics_grafana import EXPRS
 
@@ -45,3 +48,19 @@ def test_grafana_queries_are_valid_promql(tmp_path: Path) -> None:
     rules.write_text("groups:\n  - name: grafana\n    rules:\n" + "".join(
         f"      - record: grafana:query{i}\n        expr: {json.dumps(e)}\n" for i, e in enumerate(exprs)))
     promtool("check", "rules", str(rules))
+
+
+def test_the_readmes_commands_write_rules_that_their_tests_find(tmp_path: Path) -> None:
+    """README, Metrics and paging, followed as written in an empty folder: the rules and their promtool cases
+    written, the cases passing, and prometheus.yml's rule_files naming the file they load (issue 43, item 9)."""
+    section = re.search(r"^## Metrics and paging\n(.*?)^## ", README.read_text(), re.M | re.S)[1]
+    commands = re.search(r"```sh\n(.*?)```", section, re.S)[1].splitlines()
+    assert [c.split()[:2] for c in commands] == [["oncewatch", "alerts"], ["oncewatch", "alert-tests"],
+                                                 ["promtool", "test"]]
+    for command in commands:
+        argv = shlex.split(command, comments=True)
+        program = [sys.executable, "-m", "oncewatch.cli"] if argv[0] == "oncewatch" else [str(PROMTOOL)]
+        result = subprocess.run([*program, *argv[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, f"{command}:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+    rule_files = re.search(r"^rule_files:\n\s+- (\S+)$", section, re.M)[1]
+    assert (tmp_path / rule_files).read_text() == RULES.read_text()

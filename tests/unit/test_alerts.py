@@ -43,6 +43,13 @@ def test_alerts_use_only_exported_metrics(tmp_path: Path) -> None:
     assert used and used - exported_metric_names(tmp_path) == set()
 
 
+def test_every_rule_paged_per_finding_has_its_alert_and_no_other() -> None:
+    """The findings' alerts read oncewatch_finding_paging, which serves the findings of PAGED_BY_FINDING alone."""
+    findings = re.search(r"- name: oncewatch-findings\n(.*?)(?=^  - name: )", RULES.read_text(), re.M | re.S)[1]
+    assert "oncewatch_findings_by_status" not in findings
+    assert set(re.findall(r'oncewatch_finding_paging\{rule="(F\d+)"', findings)) == set(metrics.PAGED_BY_FINDING)
+
+
 # ---------------------------------------------------------------- annotations and the README's Runbook
 README = ROOT / "README.md"
 ANNOTATIONS = {"summary", "description", "runbook_url"}

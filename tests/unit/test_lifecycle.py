@@ -1,7 +1,8 @@
 """A finding's lifecycle in the store: acknowledged and closed by a person, kept through the engine's
 updates, ended by the fact (resolved), by the same fact seen again (reopened, same id) or by time
 (an acknowledgement lapses, an accepted risk expires); every change in the history; the page
-(findings_by_status{status="open"}) follows it; `oncewatch ack` and `close` from the command line."""
+(finding_paging, one series per open finding, and findings_by_status{status="open"}) follows it;
+`oncewatch ack` and `close` from the command line."""
 
 from __future__ import annotations
 
@@ -123,6 +124,42 @@ def test_the_page_follows_the_status(store: Store, store_target: StoreTarget) ->
     assert f1("oncewatch_findings_open", "severity") == {"critical": 2}
     engine_writes(store, dataclasses.replace(finding(), status="resolved", resolved_at=T + 1, resolution="shipped"))
     assert f1("oncewatch_findings_open", "severity") == {"critical": 1}
+
+
+def paging(target: StoreTarget, paging_max: int = 100) -> tuple[dict[str, tuple[str, str]], float]:
+    """{finding: (rule, entity)} of the series that page one by one, and the overflow beside them."""
+    text = generate_latest(metrics.registry(target, paging_max=paging_max)).decode()
+    fams = {f.name: f.samples for f in text_string_to_metric_families(text)}
+    listed = {s.labels["finding"]: (s.labels["rule"], s.labels["entity"]) for s in fams["oncewatch_finding_paging"]}
+    assert all(s.value == 1 for s in fams["oncewatch_finding_paging"])
+    return listed, fams["oncewatch_findings_paging_overflow"][0].value
+
+
+def test_a_finding_pages_until_it_is_acknowledged_closed_or_resolved(store: Store, store_target: StoreTarget) -> None:
+    engine_writes(store, finding("F1-y"), finding("F1-z"))
+    assert paging(store_target) == ({"F1-x": ("F1", "T1"), "F1-y": ("F1", "T1"), "F1-z": ("F1", "T1")}, 0)
+    reviews.acknowledge(store, ["F1-x"], by="ana", note="on it", until=T + 60, now=T)
+    reviews.close(store, ["F1-y"], by="ana", note="refunded", reason="fixed", now=T)
+    assert paging(store_target) == ({"F1-z": ("F1", "T1")}, 0)
+    engine_writes(store, dataclasses.replace(finding("F1-z"), status="resolved", resolved_at=T + 1, resolution="paid"))
+    assert paging(store_target) == ({}, 0)
+    with store.batch() as tx:  # the acknowledgement lapses: it pages again
+        assert reviews.expire(tx, T + 60) == 1
+    assert paging(store_target) == ({"F1-x": ("F1", "T1")}, 0)
+
+
+def test_past_paging_max_findings_the_newest_are_counted(store: Store, store_target: StoreTarget) -> None:
+    """The oldest page one by one, so a page once sent keeps its series while newer findings come; info
+    findings and the drift rules' (paged on their readings) take no place."""
+    engine_writes(store, *(dataclasses.replace(finding(f"F2-{i}"), first_seen=T + i) for i in range(1, 5)),
+                  dataclasses.replace(finding("F9-info"), severity="info"),
+                  dataclasses.replace(finding("F11-lag"), severity="warning", keys={"group": "g"}))
+    assert paging(store_target, paging_max=3) == ({"F1-x": ("F1", "T1"), "F2-1": ("F2", "T1"),
+                                                   "F2-2": ("F2", "T1")}, 2)
+    reviews.acknowledge(store, ["F1-x", "F2-1"], by="ana", note="on it", until=T + 60, now=T)
+    assert paging(store_target, paging_max=3) == ({"F2-2": ("F2", "T1"), "F2-3": ("F2", "T1"),
+                                                   "F2-4": ("F2", "T1")}, 0)
+    assert paging(store_target, paging_max=0) == ({}, 3)
 
 
 def test_ack_and_close_from_the_command_line(store: Store, store_target: StoreTarget, tmp_path: Path,

@@ -236,7 +236,7 @@ class GroupSupervisor:
 
         try:
             server, _ = serve(self.cfg.store.target, m.host, m.port, member=self.name, wide=self.leads,
-                              group=self.cfg.group.name)
+                              group=self.cfg.group.name, paging_max=m.paging_max_findings)
         except OSError as exc:
             raise ConfigError(f"metrics.port: cannot listen on {m.host}:{m.port} ({exc.strerror}); each member of a "
                               f"group on one machine needs a port of its own (or 0: none)") from exc
