@@ -35,7 +35,8 @@ def live(window_seconds: float) -> None:
         spread = queries.series(store, "lag_stddev", now - window_seconds)
         gap = queries.series(store, "cdc_position_gap", now - window_seconds)
         group = views.group_health(store, comps, now)
-    ui.monitor_banner(comps, group)
+        counts = store.finding_counts()
+    ui.verdicts(comps, group, counts)
     offsets = views.offsets_of(comps)
     events = comps[names.KAFKA_EVENTS].value if names.KAFKA_EVENTS in comps else {}
 

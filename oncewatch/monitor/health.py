@@ -172,9 +172,8 @@ class Health:
         for name, row in rows.items():
             self.store.set_health(name, row)
         shape = self.shape()
-        v = judge(now, rows, self.lag_seconds(now), p.offsets, caught_up_seconds=self.rules.caught_up_seconds,
-                  drift_threshold=self.rules.offset_drift_threshold, shape=shape, reads=self.reads,
-                  stopped=stopped)
+        v = judge(now, rows, self.lag_seconds(now), caught_up_seconds=self.rules.caught_up_seconds, shape=shape,
+                  reads=self.reads, stopped=stopped)
         self.store.set_health(MONITOR, {"started_at": self.started_at, "pid": os.getpid(),
                                         "binlog_time": p.binlog_time, "kafka_time": p.kafka_time,
                                         "caught_up": v.caught_up, "verdict": v.verdict, "reasons": list(v.reasons),
