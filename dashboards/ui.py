@@ -189,13 +189,18 @@ def threshold(components: dict[str, views.Component], rule: str, name: str) -> f
     return (monitor.value.get("thresholds", {}).get(rule, {}).get(name)) if monitor else None
 
 
-def series_chart(points: list[dict[str, Any]], title: str, color: str | None, limit: float | None, key: str,
-                 window_seconds: float, height: int = 260) -> None:
-    """One stored series as a line chart over the window, UTC on its axis, with its threshold as a dashed line."""
+def series_figure(points: list[dict[str, Any]], title: str, color: str | None, limit: float | None,
+                  window_seconds: float, height: int = 260) -> Any:
+    """One stored series as a line chart over the window, UTC on its axis, with its threshold as a dashed line;
+    None, having said so, when there is nothing to draw: no point in the window, or (no threshold to show it
+    against) nothing but zeros, which plotly would draw on an empty -1..1 axis."""
     frame = pd.DataFrame(points)
     if frame.empty:
         st.caption(f"{title}: no points in the last {duration(window_seconds)}")
-        return
+        return None
+    if limit is None and not frame["value"].any():
+        st.caption(f"{title}: 0 throughout the last {duration(window_seconds)}")
+        return None
     frame["at"] = pd.to_datetime(frame["at"], unit="s", utc=True)
     fig = px.line(frame, x="at", y="value", color=color, title=title, height=height)
     if limit is not None:
@@ -203,7 +208,15 @@ def series_chart(points: list[dict[str, Any]], title: str, color: str | None, li
                       annotation_position="top left")
     fig.update_layout(margin={"l": 10, "r": 10, "t": 40, "b": 10}, xaxis_title=UTC_AXIS, yaxis_title=None,
                       legend_title=None)
-    st.plotly_chart(fig, key=key, config={"displayModeBar": False})
+    return fig
+
+
+def series_chart(points: list[dict[str, Any]], title: str, color: str | None, limit: float | None, key: str,
+                 window_seconds: float, height: int = 260) -> None:
+    """`series_figure`, drawn."""
+    fig = series_figure(points, title, color, limit, window_seconds, height)
+    if fig is not None:
+        st.plotly_chart(fig, key=key, config={"displayModeBar": False})
 
 
 def signal_chart(components: dict[str, views.Component], name: str, points: list[dict[str, Any]],

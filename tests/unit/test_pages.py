@@ -316,8 +316,33 @@ def test_drift_lag_skew_and_delay(env: Path) -> None:
              for c in at.get("plotly_chart")}
     spread = specs["Partition lag spread over time, stddev (records)"]
     assert [s["y0"] for s in spread["shapes"]] == [3.0] and spread["xaxis"]["title"]["text"] == "time (UTC)"
+    assert specs["Changes waiting for their event (backlog)"]["yaxis"].get("range") is None
     assert specs["Matched pairs by delay bucket, by commit clock (log scale)"]["yaxis"]["type"] == "log"
     assert [s["y0"] for s in specs["CDC position gap over time (bytes of binlog)"]["shapes"]] == [5000.0]
+
+
+def test_drift_draws_both_tests_of_f12_and_says_when_nothing_waits(env: Path, scenario_store: StoreTarget) -> None:
+    """Issue 43, seen 8: the spread chart drew only F12's absolute threshold (3), so a group far above it that raised
+    nothing looked wrong; F12's second test (0.5 of the mean lag) is drawn too, per group and topic. With nothing
+    waiting for its event, the backlog chart was an empty -1..1 axis: the page says so instead."""
+    store = Store(scenario_store)
+    with store.batch() as tx:
+        tx.set_state("engine_stats", {**views.engine_stats(store), "backlog_by_table": {"shop.orders": 0,
+                                                                                         "shop.shipments": 0}})
+    store.close()
+    at = run("drift")
+    specs = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
+             for c in at.get("plotly_chart")}
+    spread = specs["Partition lag spread over time, stddev (records)"]
+    assert [s["y0"] for s in spread["layout"]["shapes"]] == [3.0]
+    (second,) = [t for t in spread["data"] if t["name"].startswith("0.5 × mean lag")]
+    assert second["name"] == "0.5 × mean lag: shipping-service on shop.events"
+    assert values(second["y"])[:3] == [3.0, 3.25, 3.5] and second["line"]["dash"] == "dot"  # half the mean 6, 6.5, 7
+    captions = [c.value for c in at.caption]
+    assert ("F12 fires when a group's spread on a topic stays above both lines for `rules.partition_skew_seconds`: "
+            "the threshold 3 records (dashed) and 0.5 × its mean partition lag (dotted).") in captions
+    assert "Changes waiting for their event (backlog)" not in specs
+    assert "No change is waiting for its event (2 announced tables, 0 each)." in captions
 
 
 # ---------------------------------------------------------------- Reports
