@@ -479,6 +479,8 @@ def test_incidents_group_the_findings_of_one_order_and_show_their_history(
     assert (table.iloc[0]["rules"], table.iloc[0]["findings"], table.iloc[0]["status"]) == ("F1 + F9", 2, "open")
     assert "trade_no T1001" not in set(table["incident"])
     assert at.subheader[0].value == "order O501: F1 + F9, open"
+    assert at.caption[0].value.startswith("5 incidents from 6 findings; 1 joins several findings of one order, "
+                                          "trade_no or group, the others hold one finding each.")
     history = at.dataframe[1].value  # the acknowledged F1's changes
     assert history.to_dict("records") == [{"at": "2033-05-18 03:33:22.000Z", "status": "acknowledged", "by": "ana",
                                            "reason": "", "note": "stopping the second shipment"}]
