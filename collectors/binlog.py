@@ -499,7 +499,8 @@ def bootstrap(cfg: MySQLConfig, chunk: int = 5000) -> Iterator[Transaction]:
             status = {r["Variable_name"]: r["Value"] for r in cur.fetchall()}
             file, pos = status["Binlog_snapshot_file"], int(status["Binlog_snapshot_position"])
             cur.execute("SELECT BINLOG_GTID_POS(%s, %s) AS g", (file, pos))
-            gtid = cur.fetchone()["g"] or ""
+            # fetchall, not fetchone: a server-side cursor must read a result to its end before the next query
+            gtid = cur.fetchall()[0]["g"] or ""
             position = BinlogPosition(gtid=gtid, file=file, pos=pos)
             now = time.time()
             for entry, schema, name in watched_tables(cur, cfg):

@@ -103,9 +103,10 @@ def text(value: Any) -> str:
 
 
 def monitor_banner(components: dict[str, views.Component], group: views.GroupVerdict | None = None) -> None:
-    """The monitor's verdict on itself and its reasons, at the top of every page; loudly stale when the
-    monitor has stopped writing (every figure below is then old). A group's ([group]: no monitor row, `group`
-    from views.group_health) is its verdict on itself."""
+    """The monitor's verdict on itself (can it judge, are its sources read, how far behind) and its reasons, at the
+    top of every page; loudly stale when the monitor has stopped writing (every figure below is then old). A
+    group's ([group]: no monitor row, `group` from views.group_health) is its verdict on itself. The shop's state is
+    `shop_banner`'s, never this one's."""
     monitor = components.get(names.MONITOR)
     if monitor is None and group is not None:
         VERDICT_BOXES.get(group.verdict, st.info)(
@@ -125,19 +126,49 @@ def monitor_banner(components: dict[str, views.Component], group: views.GroupVer
         reasons = list(monitor.value.get("reasons") or [])
         if blind := views.cannot_judge(monitor.value):
             reasons.append(blind)
-        VERDICT_BOXES.get(verdict, st.info)(f"**Monitor {verdict}**" + (": " + "; ".join(reasons) if reasons else
-                                                                          ": both streams read, every rule judging"))
+        lags = ", ".join(f"{stream} {duration(lag)}" for stream, lag in sorted(monitor.value.get("lag_seconds",
+                                                                                                  {}).items()))
+        VERDICT_BOXES.get(verdict, st.info)(f"**Monitor {verdict}**: " + ("; ".join(reasons) if reasons else
+                                                                            "both streams read, every rule judging"
+                                                                            + (f" ({lags} behind)" if lags else "")))
+
+
+SHOP_BOXES = {views.SHOP_CRITICAL: st.error, views.SHOP_WARNING: st.warning, views.SHOP_CLEAN: st.success}
+
+
+def shop_banner(components: dict[str, views.Component], counts: list[tuple[str, str, str, int]]) -> None:
+    """The shop's state under the monitor's verdict: its open findings by severity (acknowledged ones apart) and
+    the watched consumer groups over F11's threshold. Figures of the monitor's last reading (its banner says how
+    old)."""
+    state = views.shop_state(counts, views.offsets_of(components),
+                             threshold(components, "F11", "offset_drift_threshold"))
+    if state.reasons:
+        text = "; ".join(state.reasons)
+    else:
+        text = "no open finding" + (f" ({state.acknowledged:,} acknowledged)" if state.acknowledged else "")
+    if state.behind is None:
+        text += "; the watched consumer groups' lag is not read yet"
+    elif not state.behind and state.threshold is not None:
+        text += f"; every watched consumer group within {state.threshold:,.0f} records"
+    SHOP_BOXES[state.verdict](f"**Shop {state.verdict}**: {text}")
+
+
+def verdicts(components: dict[str, views.Component], group: views.GroupVerdict | None,
+             counts: list[tuple[str, str, str, int]]) -> None:
+    """The two verdicts at the top of every page, each in its own box: the monitor's on itself, then the shop's."""
+    monitor_banner(components, group)
+    shop_banner(components, counts)
 
 
 @live
 def banner(count: Callable[[Store], int] | None = None, shown: int = 0, what: str = "findings") -> None:
-    """`monitor_banner`, refreshed by itself, for a page that reads nothing else of the monitor's health.
+    """`verdicts`, refreshed by themselves, for a page that reads nothing else of the monitor's health.
     A page whose list a person works on (selects a row, acknowledges it) does not reorder it under their
     hand: `count` says how many the filters match now, and the banner says when more came than `shown`."""
     with store() as opened:
         at = time.time()
         comps = views.components(opened, at)
-        monitor_banner(comps, views.group_health(opened, comps, at))
+        verdicts(comps, views.group_health(opened, comps, at), opened.finding_counts())
         now = count(opened) if count else 0
     if count and now > shown:
         more = now - shown
@@ -158,13 +189,18 @@ def threshold(components: dict[str, views.Component], rule: str, name: str) -> f
     return (monitor.value.get("thresholds", {}).get(rule, {}).get(name)) if monitor else None
 
 
-def series_chart(points: list[dict[str, Any]], title: str, color: str | None, limit: float | None, key: str,
-                 window_seconds: float, height: int = 260) -> None:
-    """One stored series as a line chart over the window, UTC on its axis, with its threshold as a dashed line."""
+def series_figure(points: list[dict[str, Any]], title: str, color: str | None, limit: float | None,
+                  window_seconds: float, height: int = 260) -> Any:
+    """One stored series as a line chart over the window, UTC on its axis, with its threshold as a dashed line;
+    None, having said so, when there is nothing to draw: no point in the window, or (no threshold to show it
+    against) nothing but zeros, which plotly would draw on an empty -1..1 axis."""
     frame = pd.DataFrame(points)
     if frame.empty:
         st.caption(f"{title}: no points in the last {duration(window_seconds)}")
-        return
+        return None
+    if limit is None and not frame["value"].any():
+        st.caption(f"{title}: 0 throughout the last {duration(window_seconds)}")
+        return None
     frame["at"] = pd.to_datetime(frame["at"], unit="s", utc=True)
     fig = px.line(frame, x="at", y="value", color=color, title=title, height=height)
     if limit is not None:
@@ -172,7 +208,15 @@ def series_chart(points: list[dict[str, Any]], title: str, color: str | None, li
                       annotation_position="top left")
     fig.update_layout(margin={"l": 10, "r": 10, "t": 40, "b": 10}, xaxis_title=UTC_AXIS, yaxis_title=None,
                       legend_title=None)
-    st.plotly_chart(fig, key=key, config={"displayModeBar": False})
+    return fig
+
+
+def series_chart(points: list[dict[str, Any]], title: str, color: str | None, limit: float | None, key: str,
+                 window_seconds: float, height: int = 260) -> None:
+    """`series_figure`, drawn."""
+    fig = series_figure(points, title, color, limit, window_seconds, height)
+    if fig is not None:
+        st.plotly_chart(fig, key=key, config={"displayModeBar": False})
 
 
 def signal_chart(components: dict[str, views.Component], name: str, points: list[dict[str, Any]],

@@ -103,7 +103,55 @@ def standing(counts: Iterable[tuple[str, str, str, int]]) -> dict[tuple[str, str
 
 
 def open_critical(counts: Iterable[tuple[str, str, str, int]]) -> int:
-    return sum(n for (_, severity), n in standing(counts).items() if severity == "critical")
+    """Critical findings open and not yet acknowledged (someone acts on those: an acknowledged one has a person)."""
+    return sum(n for _, severity, status, n in counts if severity == "critical" and status == names.OPEN)
+
+
+# The shop's words for its state, kept apart from the monitor's (healthy, degraded, failing).
+SHOP_CRITICAL, SHOP_WARNING, SHOP_CLEAN = "critical", "warning", "clean"
+SEVERITIES = ("critical", "warning", "info")
+
+
+@dataclass(frozen=True)
+class ShopState:
+    """The shop's state as the monitor reads it, never the monitor's own health (DESIGN §4: two verdicts, never
+    mixed): the findings open and not acknowledged, by severity; how many more a person has acknowledged; the
+    watched consumer groups whose lag is over F11's threshold (group, records behind), None where the offsets have
+    not been read."""
+
+    open: dict[str, int]
+    acknowledged: int
+    behind: tuple[tuple[str, int], ...] | None
+    threshold: float | None
+
+    @property
+    def verdict(self) -> str:
+        if self.open.get("critical"):
+            return SHOP_CRITICAL
+        return SHOP_WARNING if self.open.get("warning") or self.behind else SHOP_CLEAN
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """What is wrong in the shop, in its own words, worst first."""
+        found = [f"{self.open[s]:,} open {s} finding{'s' if self.open[s] > 1 else ''}" for s in SEVERITIES
+                 if self.open.get(s)]
+        if found and self.acknowledged:
+            found[-1] += f" ({self.acknowledged:,} more acknowledged)"
+        groups = [f"consumer group {g} is {lag:,} records behind (F11's threshold {self.threshold:,.0f})"
+                  for g, lag in self.behind or ()]
+        return (*found, *groups)
+
+
+def shop_state(counts: Iterable[tuple[str, str, str, int]], offsets: OffsetsSnapshot,
+               threshold: float | None) -> ShopState:
+    """From `Store.finding_counts`, the last offsets snapshot and F11's threshold as the monitor runs with it."""
+    counts = list(counts)
+    open_ = {s: sum(n for _, severity, status, n in counts if severity == s and status == names.OPEN)
+             for s in SEVERITIES}
+    acknowledged = sum(n for _, _, status, n in counts if status == names.ACKNOWLEDGED)
+    behind = tuple((g.group, g.total_lag) for g in offsets.groups
+                   if threshold is not None and g.total_lag > threshold) if offsets.polled_at else None
+    return ShopState({s: n for s, n in open_.items() if n}, acknowledged, behind, threshold)
 
 
 def backlog_total(stats: dict[str, Any]) -> int:

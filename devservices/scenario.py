@@ -106,7 +106,8 @@ def write_health(store: Store, now: float) -> None:
                                  "shape_problems": [SHAPE_PROBLEM],
                                  "thresholds": {"F10": {"event_delay_seconds": 0.5},
                                                 "F11": {"offset_drift_threshold": 5000.0},
-                                                "F12": {"partition_skew_threshold": 3.0},
+                                                "F12": {"partition_skew_threshold": 3.0,
+                                                        "partition_skew_relative": 0.5},
                                                 "F13": {"cdc_position_gap_threshold": 5000.0}}})
 
 
@@ -196,6 +197,7 @@ def seed(path: str | PostgresTarget, now: float | None = None) -> Store:
                       + [("delay_p99", {}, t0 + 30 * i, 0.2 + 0.275 * i / 20) for i in ramp]
                       + [("group_lag", {"group": GROUP, "topic": TOPIC}, t0 + 30 * i, float(12 + i)) for i in ramp]
                       + [("lag_stddev", {"group": GROUP, "topic": TOPIC}, t0 + 30 * i, i * 0.3) for i in ramp]
+                      + [("lag_mean", {"group": GROUP, "topic": TOPIC}, t0 + 30 * i, (12 + i) / 2) for i in ramp]
                       + [("cdc_position_gap", {"unit": "bytes"}, t0 + 30 * i, 90.0 * i) for i in ramp])
     write_health(store, now)
     return store

@@ -30,6 +30,7 @@ class Dialect(NamedTuple):
     label_match: str  # `AND <a series' label> = ?`: parameters (label_path(name), value)
     label_prefix: str
     key_search: str  # a findings WHERE clause: a key value equal to the search; parameters (value, value)
+    contains: str  # `<column> holds the text`: contains.format(column), parameter (text)
 
     def label_path(self, name: str) -> str:
         return self.label_prefix + name
@@ -47,6 +48,7 @@ SQLITE = Dialect(
     # findings_seen index tests membership without reading rows.
     key_search="findings.rowid IN (SELECT rowid FROM findings WHERE instr(keys, ?) > 0 AND EXISTS "
                "(SELECT 1 FROM json_tree(findings.keys) j WHERE j.atom IS NOT NULL AND CAST(j.atom AS TEXT) = ?))",
+    contains="instr({}, ?) > 0",
 )
 
 POSTGRES = Dialect(
@@ -59,6 +61,7 @@ POSTGRES = Dialect(
     label_prefix="",
     key_search="strpos(keys, ?) > 0 AND EXISTS (SELECT 1 FROM jsonb_path_query(keys::jsonb, 'strict $.**') j "
                "WHERE jsonb_typeof(j) IN ('string', 'number', 'boolean') AND j #>> '{}' = ?)",
+    contains="strpos({}, ?) > 0",
 )
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oncewatch.core.exact_json import from_json
-from oncewatch.core.names import ENTITY_KINDS, split_partition_key
+from oncewatch.core.names import ENTITY_KINDS, key_text, split_partition_key
 from oncewatch.core.records import EmittedEvent, Finding, RowChange
 from oncewatch.store.codec import (FINDING_COLUMNS, ROW_CHANGE_COLUMNS, HistoryEntry,
                                    finding_from_row, row_change_from_row)
@@ -200,15 +200,80 @@ def findings_mentioning(store: Store, value: str) -> list[Finding]:
         f"SELECT {FINDING_COLUMNS} FROM findings{where} ORDER BY first_seen LIMIT ?", [*params, TIMELINE_LIMIT])]
 
 
+def _entities_of(store: Store, refs: Iterable[tuple[str, str]]) -> set[str]:
+    """Every entity the records `refs` ((kind, ref) of the entity index) are filed under."""
+    by_kind: dict[str, list[str]] = {}
+    for kind, ref in refs:
+        by_kind.setdefault(kind, []).append(ref)
+    out: set[str] = set()
+    for kind, listed in by_kind.items():
+        for i in range(0, len(listed), 500):
+            part = listed[i:i + 500]
+            out.update(e for (e,) in store.conn.execute(
+                f"SELECT entity FROM entity_index WHERE kind = ? AND ref IN ({','.join('?' * len(part))})",
+                [kind, *part]))
+    return out
+
+
+def _refs(store: Store, entities: Iterable[str]) -> list[tuple[str, str]]:
+    """(kind, ref) of the records filed under any of `entities`."""
+    entities = sorted(set(entities))
+    out: list[tuple[str, str]] = []
+    for i in range(0, len(entities), 500):
+        part = entities[i:i + 500]
+        out += store.conn.execute(f"SELECT kind, ref FROM entity_index WHERE entity IN ({','.join('?' * len(part))})",
+                                  part).fetchall()
+    return out
+
+
+def _atoms(value: Any) -> Iterator[Any]:
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _atoms(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _atoms(v)
+    elif value is not None:
+        yield value
+
+
+def _names(f: Finding, values: set[str], announced: set[tuple[str, str]]) -> bool:
+    """A finding about one of `values`: a key or an evidence value equal to one (a row or event of its evidence
+    names it); or about one of the announced rows `announced` (table, key), which F7-F10 name by their key alone."""
+    if f.keys.get("key") is not None and (str(f.keys.get("table")), key_text(f.keys["key"])) in announced:
+        return True
+    return any(key_text(a) in values for a in _atoms([f.keys, *(e.values for e in f.evidence)]))
+
+
+def findings_naming(store: Store, values: Iterable[str], announced: Iterable[tuple[str, str]] = ()) -> list[Finding]:
+    """The first findings (by first sight, at most TIMELINE_LIMIT) about any of `values` or `announced` (`_names`).
+    The SQL keeps the findings whose keys or evidence hold one's text; each is then checked value by value."""
+    values, announced = set(values), set(announced)
+    texts = sorted(values | {key for _, key in announced})
+    found: dict[str, Finding] = {}
+    for i in range(0, len(texts), 100):
+        part = texts[i:i + 100]
+        where = " OR ".join(f"{store.dialect.contains.format('keys')} OR {store.dialect.contains.format('evidence')}"
+                            for _ in part)
+        for r in store.conn.execute(f"SELECT {FINDING_COLUMNS} FROM findings WHERE {where} ORDER BY first_seen",
+                                    [t for t in part for _ in (0, 1)]):
+            f = finding_from_row(r)
+            if f.id not in found and _names(f, values, announced):
+                found[f.id] = f
+    return sorted(found.values(), key=lambda f: (f.first_seen, f.id))[:TIMELINE_LIMIT]
+
+
 def timeline(store: Store, value: str) -> Timeline:
+    """What the store holds of a trade_no, an order or an announced key: its row changes and events, and the
+    findings about it, its records or its trade_nos (an order's F1 names its trade_no; an F8 of its shipment
+    names the shipment, its event the order), and about the rows announced among those (F7-F10)."""
     reading = reading_of(value)
     if reading:
         return Timeline(value, (value.strip(),), findings=findings_mentioning(store, reading[1]))
     keys = entity_keys(value)
     if not keys:
         return Timeline(value, ())
-    marks = ",".join("?" * len(keys))
-    refs = store.conn.execute(f"SELECT kind, ref FROM entity_index WHERE entity IN ({marks})", keys).fetchall()
+    refs = _refs(store, keys)
     seqs = sorted({int(ref) for kind, ref in refs if kind == "row_change"})
     coords = sorted({ref for kind, ref in refs if kind == "event"})
     truncated = len(seqs) > TIMELINE_LIMIT or len(coords) > TIMELINE_LIMIT
@@ -223,4 +288,10 @@ def timeline(store: Store, value: str) -> Timeline:
     kind = keys[0].split(":", 1)[0]
     bare = keys[0].split(":", 2 if kind in TABLE_KINDS else 1)[-1] if len(keys) == 1 or kind == "key" \
         else value.strip()
-    return Timeline(value, keys, rows, events, findings_mentioning(store, bare), truncated)
+    near = _entities_of(store, [("row_change", str(s)) for s in seqs] + [("event", c) for c in coords])
+    trades = {e for e in near if e.startswith("trade_no:")}
+    # the records of its trade_nos too: an order's shipments and grants, announced by their own ids
+    filed = near | _entities_of(store, _refs(store, trades - set(keys)))
+    announced = {(table, key) for table, key in (e.split(":", 2)[1:] for e in filed if e.startswith("key:"))}
+    found = findings_naming(store, {bare} | {t.split(":", 1)[1] for t in trades}, announced)
+    return Timeline(value, keys, rows, events, found, truncated)

@@ -33,9 +33,11 @@ def live(window_seconds: float) -> None:
         stats = views.engine_stats(store)
         quarantined = store.quarantine_counts()
         spread = queries.series(store, "lag_stddev", now - window_seconds)
+        means = queries.series(store, "lag_mean", now - window_seconds)
         gap = queries.series(store, "cdc_position_gap", now - window_seconds)
         group = views.group_health(store, comps, now)
-    ui.monitor_banner(comps, group)
+        counts = store.finding_counts()
+    ui.verdicts(comps, group, counts)
     offsets = views.offsets_of(comps)
     events = comps[names.KAFKA_EVENTS].value if names.KAFKA_EVENTS in comps else {}
 
@@ -66,8 +68,7 @@ def live(window_seconds: float) -> None:
         lags["committed"] = lags["committed"].map(lambda v: "no commit" if pd.isna(v) else f"{int(v):,}")
         st.dataframe(lags, hide_index=True, column_config={
             "lag_seconds": st.column_config.NumberColumn("lag (s)", format="%.1f")})
-        ui.series_chart(spread, "Partition lag spread over time, stddev (records)", "group",
-                        ui.threshold(comps, "F12", "partition_skew_threshold"), "spread", window_seconds)
+        spread_chart(comps, spread, means, window_seconds)
         skew = pd.DataFrame(skews)
         if not skew.empty:
             st.dataframe(skew.rename(columns={"stddev": "lag stddev (F12)", "max_lag": "max lag"}), hide_index=True,
@@ -78,8 +79,12 @@ def live(window_seconds: float) -> None:
             bar(known, "lag", x="partition", y="lag", color="group", barmode="group", facet_col="topic",
                 title="Lag per partition (records)")
         with cols[1]:
-            bar(known.dropna(subset=["lag_seconds"]), "lag-seconds", x="partition", y="lag_seconds", color="group",
-                barmode="group", facet_col="topic", title="Lag per partition (seconds)")
+            timed = known.dropna(subset=["lag_seconds"])
+            if timed.empty:
+                st.caption("Lag per partition (seconds): no group's lag has a time yet (its oldest unread record's).")
+            else:
+                bar(timed, "lag-seconds", x="partition", y="lag_seconds", color="group", barmode="group",
+                    facet_col="topic", title="Lag per partition (seconds)")
 
     st.subheader("The monitor's own position")
     cols = st.columns(2)
@@ -96,8 +101,9 @@ def live(window_seconds: float) -> None:
                                        for (t, r), n in sorted(quarantined.items())]), hide_index=True)
     with cols[1]:
         backlog = pd.DataFrame(sorted(stats.get("backlog_by_table", {}).items()), columns=["table", "waiting"])
-        if backlog.empty:
-            st.caption("No change is waiting for its event.")
+        if not backlog["waiting"].any():  # a bar chart of zeros is an empty -1..1 axis
+            st.caption("No change is waiting for its event" + (f" ({len(backlog)} announced tables, 0 each)."
+                                                               if len(backlog) else "."))
         else:
             bar(backlog, "backlog", x="table", y="waiting", title="Changes waiting for their event (backlog)")
 
@@ -120,6 +126,31 @@ def live(window_seconds: float) -> None:
         # log scale: a few pairs 2 s late beside thousands within 10 ms must still show
         bar(pd.DataFrame(per_bucket), "delay", log_y=True, x="delay", y="pairs", color="clock", barmode="group",
             title="Matched pairs by delay bucket, by commit clock (log scale)")
+
+
+SPREAD_TITLE = "Partition lag spread over time, stddev (records)"
+
+
+def spread_chart(comps: dict[str, views.Component], spread: list[dict], means: list[dict],
+                 window_seconds: float) -> None:
+    """F12's reading with both its tests: the spread above `partition_skew_threshold` records (dashed) and above
+    `partition_skew_relative` of the group's mean lag on the topic (dotted, one line per group and topic). A group
+    can sit far above the first line and raise nothing, below the second: a stall of every partition."""
+    limit = ui.threshold(comps, "F12", "partition_skew_threshold")
+    share = ui.threshold(comps, "F12", "partition_skew_relative")
+    fig = ui.series_figure(spread, SPREAD_TITLE, "group", limit, window_seconds, height=300)
+    if fig is None:
+        return
+    if share is not None and means:
+        for (group, topic), part in pd.DataFrame(means).groupby(["group", "topic"]):
+            fig.add_scatter(x=pd.to_datetime(part["at"], unit="s", utc=True), y=part["value"] * share, mode="lines",
+                            name=f"{share:g} × mean lag: {group} on {topic}",
+                            line={"dash": "dot", "color": ui.THRESHOLD_COLOR, "width": 1})
+    st.plotly_chart(fig, key="spread", config={"displayModeBar": False})
+    st.caption("F12 fires when a group's spread on a topic stays above both lines for `rules.partition_skew_seconds`: "
+               + (f"the threshold {limit:g} records (dashed)" if limit is not None else "its threshold")
+               + (f" and {share:g} × its mean partition lag (dotted)" if share is not None else
+                  " and a share of its mean partition lag (not reported by this monitor)") + ".")
 
 
 def cdc_pipeline(comps: dict[str, views.Component], pipeline: dict, gap: list[dict], window_seconds: float) -> None:

@@ -34,9 +34,11 @@ with ui.store() as store:
     listed = views.incidents_of(store, found, fields)
 
 ui.banner(lambda store: queries.count_findings(store, flt), matching)
+joined = sum(len(i.findings) > 1 for i in listed)
 st.caption(f"{len(listed):,} incidents from {len(found):,} findings"
            + (f" (the newest {READ_LIMIT:,}: narrow the filters for older ones)" if len(found) == READ_LIMIT else "")
-           + "." + ("" if payments else " A trade_no is not joined to its order: "
+           + f"; {joined:,} join{'s' if joined == 1 else ''} several findings of one order, trade_no or group, "
+             "the others hold one finding each." + ("" if payments else " A trade_no is not joined to its order: "
                     + (f"start the dashboard with {views.ENV_CONFIG}" if cfg is None else "the config has no "
                        "[domain.payments]") + "."))
 if not listed:

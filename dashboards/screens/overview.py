@@ -102,7 +102,7 @@ def live(window_seconds: float) -> None:
         shards = shard_checkpoints(store)
     members, shard_rows = views.group_members(comps), views.group_shards(shards, now)
     verdict = views.group_verdict(members, shard_rows) if members or shards else None
-    ui.monitor_banner(comps, verdict)
+    ui.verdicts(comps, verdict, counts)
     if verdict is not None:
         group(members, shard_rows)
 
@@ -119,7 +119,9 @@ def live(window_seconds: float) -> None:
     else:
         cols[0].metric("Monitor — stale" if monitor and monitor.stale else "Monitor", verdict_of(monitor),
                        help=verdict_help(monitor), border=True)
-    cols[1].metric("Open critical findings", f"{views.open_critical(counts):,}", border=True)
+    acknowledged = sum(n for _, severity, status, n in counts if severity == "critical" and status == names.ACKNOWLEDGED)
+    cols[1].metric("Open critical findings", f"{views.open_critical(counts):,}", border=True,
+                   help=f"Open and not acknowledged; {acknowledged:,} more acknowledged (a person has them)")
     cols[2].metric("Backlog", f"{views.backlog_total(stats):,}", help="Committed changes still within their grace, "
                    "waiting for their Kafka event, all tables (those past it are F7 findings)", border=True)
     cols[3].metric("p99 event delay", ui.duration(p99), help="Kafka time minus commit time, of the changes and "

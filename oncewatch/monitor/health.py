@@ -173,9 +173,8 @@ class Health:
         for name, row in rows.items():
             self.store.set_health(name, row)
         shape = self.shape()
-        v = judge(now, rows, self.lag_seconds(now), p.offsets, caught_up_seconds=self.rules.caught_up_seconds,
-                  drift_threshold=self.rules.offset_drift_threshold, shape=shape, reads=self.reads,
-                  stopped=stopped)
+        v = judge(now, rows, self.lag_seconds(now), caught_up_seconds=self.rules.caught_up_seconds, shape=shape,
+                  reads=self.reads, stopped=stopped)
         self.store.set_health(MONITOR, {"started_at": self.started_at, "pid": os.getpid(),
                                         "binlog_time": p.binlog_time, "kafka_time": p.kafka_time,
                                         "caught_up": v.caught_up, "verdict": v.verdict, "reasons": list(v.reasons),
@@ -193,7 +192,8 @@ class Health:
     def _series_points(self, now: float) -> list[tuple[str, dict[str, str], float, float]]:
         """The dashboard's time series: backlog per table, the p99 event delay of the pairs matched in the
         last DELAY_WINDOW_SECONDS (not since the start: a burst of late events must show), and per
-        consumer group and topic its lag and the spread of its partitions' lag (F12's stddev); in CDC check mode
+        consumer group and topic its lag, the spread of its partitions' lag (F12's stddev) and their mean lag (F12's
+        second test compares the spread with a share of it); in CDC check mode
         the CDC topics' position gap behind the binlog (the Drift page's chart)."""
         stats = self.stats()
         points = [("backlog", {"table": t}, now, float(n)) for t, n in stats.get("backlog_by_table", {}).items()]
@@ -213,4 +213,7 @@ class Health:
                        for t, lags in g.lags_by_topic().items()]
             points += [("lag_stddev", {"group": g.group, "topic": t}, now, skew.stddev)
                        for t, skew in g.skew_by_topic().items()]
+            # F12's second test compares the spread with a share of the mean lag: the Drift page draws that line
+            points += [("lag_mean", {"group": g.group, "topic": t}, now, sum(lags) / len(lags))
+                       for t, lags in g.lags_by_topic().items()]
         return points

@@ -5,10 +5,12 @@
   cannot judge, so nothing the monitor says about it is to be trusted until this clears;
 - degraded: it sees everything but late or partly: the first bootstrap still reading the watched
   tables (the binlog tail starts after it), a stream read more than `rules.caught_up_seconds` behind,
-  an offsets poll that failed, a watched consumer group lagging more than
-  `rules.offset_drift_threshold` records;
+  an offsets poll that failed;
 - healthy: none of these;
 - stopped: the last word of a monitor that stops cleanly (what else was wrong still said).
+
+A watched consumer group far behind is the shop's state, not the monitor's (F11 says it, and the dashboard's
+verdict on the shop, oncewatch.dashboards.views.shop_state): the two verdicts are never mixed (DESIGN §4).
 
 A rule that reads a stream its monitor cannot see (a failing reader or collector, or a failed
 offsets poll) cannot judge: it is *blind* (unknown on /metrics), never green. A shape problem
@@ -28,7 +30,6 @@ from typing import Any
 
 from oncewatch.checks.shape import blinds
 from oncewatch.core.names import BINLOG, CDC, DEGRADED, FAILING, HEALTHY, KAFKA_EVENTS, KAFKA_OFFSETS, STOPPED
-from oncewatch.core.records import OffsetsSnapshot
 
 STOPPED_REASON = "stopped: nothing is read until `oncewatch run` starts again"
 # A reader silent this long is stuck (heartbeats come every few seconds, polls every half second).
@@ -65,10 +66,9 @@ RULE_INPUTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: Mapping[str, float],
-          offsets: OffsetsSnapshot | None, *, caught_up_seconds: float, drift_threshold: int,
-          shape: Sequence[Mapping[str, Any]] = (), reads: Mapping[str, Sequence[str]] | None = None,
-          stopped: bool = False) -> Verdict:
+def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: Mapping[str, float], *,
+          caught_up_seconds: float, shape: Sequence[Mapping[str, Any]] = (),
+          reads: Mapping[str, Sequence[str]] | None = None, stopped: bool = False) -> Verdict:
     """`components`: each collector's health row (its status and its `reader` part); `lag_seconds`:
     per stream, how far behind it is read; `shape`: the engine's standing shape problems
     (checks.shape), each blinding the rules that read the column for its table; `reads`: per rule the tables it
@@ -103,10 +103,6 @@ def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: 
         if lag > caught_up_seconds:
             degraded.append(f"{stream} read {lag:.1f} s behind (caught up means within {caught_up_seconds:g} s)"
                             + why_behind.get(stream, ""))
-    for group in offsets.groups if offsets else ():
-        if group.total_lag > drift_threshold:
-            degraded.append(f"consumer group {group.group} is {group.total_lag} records behind "
-                            f"(threshold {drift_threshold})")
     for problem in shape:
         degraded.append(f"{problem['config_key']}: {problem['what']} ({', '.join(problem['rules'])} cannot judge)")
     blind_tables = {rule: tuple(sorted(tables)) for rule, tables in sorted(blinds(shape, reads or {}).items())}

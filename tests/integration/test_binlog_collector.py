@@ -6,6 +6,7 @@ import datetime as dt
 import random
 import threading
 import time
+import warnings
 from decimal import Decimal
 
 import pymysql
@@ -382,3 +383,17 @@ def test_rows_read_across_mariadb_crashes_keep_their_tables(admin, table_name, t
     assert first[tables[0]] == second[tables[1]] and first[tables[1]] == second[tables[0]], (first, second)
     rows = collect(BinlogCollector(cfg.mysql, start), lambda rs: len(rs) >= 4, timeout=120)
     assert [(r.table, r.pk[0]) for r in rows] == [(t, f"{t}-{era}") for era, ts in enumerate(order) for t in ts]
+
+
+def test_the_bootstrap_reads_every_result_to_its_end(admin, table_name, tmp_path):
+    # Issue 43: its server-side cursor read one row of BINLOG_GTID_POS's result and went on to the next query,
+    # which PyMySQL reports as "Previous unbuffered result was left incomplete" (a warning in the monitor's log).
+    create_orders(admin, f"owtest.{table_name}")
+    with admin.cursor() as c:
+        c.execute(f"INSERT INTO owtest.{table_name} VALUES ('a', 1, 'pending', NULL, NOW(3))")
+    cfg = monitor_config([f"owtest.{table_name}"], tmp_path)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        chunks = list(bootstrap(cfg.mysql))
+    assert [r.pk for chunk in chunks for r in chunk.rows] == [("a",)]
+    assert [str(w.message) for w in seen if issubclass(w.category, UserWarning)] == []

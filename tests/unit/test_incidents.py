@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from devservices.samples import Shop, feed, grant, order, payment, shipment, shop_settings
+from oncewatch.checks.engine import Engine
 from oncewatch.core.config import load, parse
-from oncewatch.core.records import Evidence, Finding, RowChange
-from oncewatch.dashboards import incidents
+from oncewatch.core.records import EmittedEvent, Evidence, Finding, RowChange, Transaction
+from oncewatch.dashboards import incidents, views
+from oncewatch.monitor.entities import EntityIndex
 from oncewatch.store import Store, queries
 from tests.conftest import StoreTarget
 
@@ -141,3 +144,61 @@ def test_a_stalled_groups_lag_and_skew_are_one_incident_named_by_the_group() -> 
     assert found["group shipping-service"].entity == "group:shipping-service"  # its drill-down: the readings
     assert tuple(f.id for f in found["group points-service"].findings) == ("F12-h",)
     assert found["finding F11-d"].entity == ""  # a backlog finding names no group
+
+
+def one_bad_order() -> tuple[list[Transaction | EmittedEvent], list[Finding]]:
+    """Order O1 with five rules' findings, as the engine raises them: paid by T1 and T2 (F2), T1's shipment
+    made twice (F1), its points granted unannounced (F7, which names the grant's id alone), a shipment announced
+    that was never committed (F8, which names that shipment's id alone) and its paid event sent twice with
+    different payloads (F9)."""
+    shop, engine = Shop(), Engine(shop_settings())
+    records = [shop.tx(T0 - 100, order("O0", "pending")), shop.tx(T0, order("O1", "pending")),
+               shop.tx(T0 + 1, payment("T1", "O1", "success"), order("O1", "paid", was="pending"),
+                       shipment("S1", "T1"), grant("G1", "T1")),
+               shop.event("order.paid", T0 + 1.2, order_no="O1", trade_no="T1", amount="10.00"),
+               shop.event("shipment.created", T0 + 1.3, entity_id="S1", trade_no="T1", order_no="O1"),
+               shop.tx(T0 + 2, payment("T2", "O1", "success"), shipment("S2", "T1")),
+               shop.event("shipment.created", T0 + 2.2, entity_id="S2", trade_no="T1", order_no="O1"),
+               shop.event("order.paid", T0 + 2.5, order_no="O1", trade_no="T2", amount="12.00"),
+               shop.event("shipment.created", T0 + 3, entity_id="S9", trade_no="T1", order_no="O1")]
+    found = feed(engine, *records)
+    engine.tick(now=T0 + 100, binlog_time=T0 + 100, kafka_time=T0 + 100)
+    found += engine.drain()
+    assert sorted(f.rule for f in found) == ["F1", "F2", "F7", "F8", "F9"]
+    return records, found
+
+
+def stored(target: StoreTarget, records: list[Transaction | EmittedEvent], found: list[Finding]) -> Store:
+    """A store as the monitor's writer leaves it: the records with their entity index, and the findings."""
+    index, store = EntityIndex(shop_settings()), Store(target)
+    with store.batch() as tx:
+        for r in records:
+            if isinstance(r, Transaction):
+                tx.add_row_changes(list(r.rows), [(i, k) for i, row in enumerate(r.rows) for k in index.of_row(row)])
+            else:
+                tx.add_events([r], [(0, k) for k in index.of_event(r)])
+        tx.upsert_findings(found)
+    return store
+
+
+def test_one_orders_f1_f2_f7_f8_f9_are_one_incident(store_target: StoreTarget) -> None:
+    """Issue 43: the findings of one order are one incident, however little of it each one names."""
+    records, found = one_bad_order()
+    store = stored(store_target, records, found)
+    try:
+        listed = views.incidents_of(store, found, FIELDS)
+    finally:
+        store.close()
+    assert [(i.kind, i.value, i.rules) for i in listed] == [("order", "O1", ("F1", "F2", "F7", "F8", "F9"))]
+
+
+def test_the_drilldown_of_an_order_or_its_trade_no_finds_every_rules_finding(store_target: StoreTarget) -> None:
+    """Issue 43: the drill-down of an order with an F8 said "No finding mentions this entity" (the F8 names the
+    shipment's id; the order is in its evidence). Its trade_no's findings are the order's too."""
+    records, found = one_bad_order()
+    store = stored(store_target, records, found)
+    try:
+        by_query = {q: sorted(f.rule for f in queries.timeline(store, q).findings) for q in ("O1", "T1", "O0")}
+    finally:
+        store.close()
+    assert by_query == {"O1": ["F1", "F2", "F7", "F8", "F9"], "T1": ["F1", "F2", "F7", "F8", "F9"], "O0": []}

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy
 import pytest
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
 from devservices import scenario
 from oncewatch.core import names
-from oncewatch.core.records import Evidence, Finding
+from oncewatch.core.records import Evidence, Finding, QuarantinedRows
 from oncewatch.dashboards import auth, login_limits, reports, views
 from oncewatch.store import Store, reviews
 from tests.conftest import SQLITE_ONLY, StoreTarget, name_store, store_keys, store_section
@@ -61,6 +63,18 @@ def metrics(at: AppTest) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
 
 
+def errors(at: AppTest) -> list[str]:
+    """The page's errors but the shop's state (an error box while critical findings are open)."""
+    return [e.value for e in at.error if not e.value.startswith("**Shop ")]
+
+
+def values(array: list | dict) -> list[float]:
+    """A plotly trace's numbers, as a list or in plotly's typed-array form ({"dtype", "bdata"})."""
+    if isinstance(array, list):
+        return array
+    return numpy.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"]).tolist()
+
+
 def plotly_count(at: AppTest) -> int:
     return len(at.get("plotly_chart"))
 
@@ -74,7 +88,9 @@ def test_overview_tiles_and_charts(env: Path) -> None:
         "Kafka offsets — up, max lag": "22", "Open critical findings": "3", "Backlog": "9",
         "p99 event delay": "475 ms"}
     assert plotly_count(at) == 5  # the three signals, the backlog, the findings timeline
-    assert not at.error
+    # the shop's state under the monitor's verdict, in its own box (issue 43)
+    assert [e.value for e in at.error] == ["**Shop critical**: 3 open critical findings; 2 open info findings; "
+                                           "every watched consumer group within 5,000 records"]
     assert at.sidebar.caption[0].value == "No login configured: the dashboard is bound to 127.0.0.1 only."
     # the verdict and its reasons at the top; each of the seed's three signals drawn with its threshold
     assert at.warning[0].value.startswith("**Monitor degraded**: kafka read 7.0 s behind")
@@ -101,7 +117,7 @@ def test_overview_shows_every_member_of_a_group_and_a_shard_nobody_judges(env: P
     assert list(members["change source"]) == ["reads it", ""] and list(members["event partitions"]) == [2, 1]
     assert list(shards["owner"]) == ["east", "east", "west"] and list(shards["lag (messages)"]) == [0, 0, 40]
     assert "1 member(s) live; gone: west" in [c.value for c in at.caption]
-    assert any(e.value.startswith("Shard(s) 2 not committed for over 30 s") for e in at.error)
+    assert any(e.startswith("Shard(s) 2 not committed for over 30 s") for e in errors(at))
 
 
 @SQLITE_ONLY
@@ -115,10 +131,37 @@ def test_a_group_without_a_monitor_row_gives_its_own_verdict_on_every_page(env: 
     store.close()
     for page in ("overview", "findings", "drift"):
         at = run(page)
-        assert [e.value for e in at.error][:1] == [
+        assert errors(at)[:1] == [
             "**Group failing**: shard(s) 2 not committed for over 30 s: no member judges them"], page
         assert not [w.value for w in at.warning if "not written its health" in w.value], page
     assert metrics(run("overview"))["Group"] == "failing"
+
+
+def test_the_monitor_and_the_shop_each_have_their_verdict_on_every_page(env: Path,
+                                                                       scenario_store: StoreTarget) -> None:
+    """Issue 43, seen 4: the banner said "Monitor degraded: consumer group shipping-service is 7352 records behind",
+    the shop's consumer, while the monitor read within a second; the tile "Open critical findings" counted the
+    acknowledged ones too. The monitor says how it reads, the shop what is wrong in it; the tile counts the open."""
+    store = Store(scenario_store)
+    health = store.health()
+    store.set_health(names.MONITOR, {**health[names.MONITOR], "verdict": "healthy", "reasons": [], "caught_up": True,
+                                     "blind_tables": {}, "shape_problems": [],
+                                     "lag_seconds": {"binlog": 0.25, "kafka": 0.695}})
+    offsets = health[names.KAFKA_OFFSETS]
+    stalled = {**offsets["groups"][0], "partitions": [{**p, "lag": lag} for p, lag in
+                                                      zip(offsets["groups"][0]["partitions"], (3676, 3676, 0))]}
+    store.set_health(names.KAFKA_OFFSETS, {**offsets, "groups": [stalled, *offsets["groups"][1:]]})
+    reviews.acknowledge(store, ["f1-t1001"], by="ana", note="", until=4e9, now=2e9)
+    store.close()
+    monitor_words = "**Monitor healthy**: both streams read, every rule judging (binlog 250 ms, kafka 695 ms behind)"
+    shop_words = ("**Shop critical**: 2 open critical findings; 2 open info findings (1 more acknowledged); "
+                  "consumer group shipping-service is 7,352 records behind (F11's threshold 5,000)")
+    for page in ("overview", "findings", "incidents", "drilldown", "drift", "quarantine"):
+        at = run(page)
+        assert [s.value for s in at.success][:1] == [monitor_words], page
+        assert [e.value for e in at.error][:1] == [shop_words], page
+    tile = next(m for m in run("overview").metric if m.label == "Open critical findings")
+    assert (tile.value, tile.help) == ("2", "Open and not acknowledged; 1 more acknowledged (a person has them)")
 
 
 @SQLITE_ONLY
@@ -227,7 +270,7 @@ def test_drilldown_of_an_announced_key_with_its_table(env: Path) -> None:
     at = run("drilldown", q="key:shop.orders:O507")
     assert metrics(at) == {"Row changes": "0", "Kafka events": "2", "Findings": "1"}
     assert any(e.label.startswith("F9 duplicate_event") for e in at.expander)
-    assert not at.error
+    assert not errors(at)
 
 
 def test_drilldown_of_a_consumer_group_draws_its_readings(env: Path) -> None:
@@ -239,7 +282,7 @@ def test_drilldown_of_a_consumer_group_draws_its_readings(env: Path) -> None:
         s["y0"] for s in json.loads(c.proto.spec)["layout"].get("shapes", [])] for c in at.get("plotly_chart")}
     assert shapes == {"Consumer-group lag (records)": [5000.0], "Partition lag spread, stddev (records)": [3.0]}
     assert set(at.dataframe[0].value["group"]) == {"shipping-service"}
-    assert not at.error
+    assert not errors(at)
 
 
 @SQLITE_ONLY
@@ -273,8 +316,33 @@ def test_drift_lag_skew_and_delay(env: Path) -> None:
              for c in at.get("plotly_chart")}
     spread = specs["Partition lag spread over time, stddev (records)"]
     assert [s["y0"] for s in spread["shapes"]] == [3.0] and spread["xaxis"]["title"]["text"] == "time (UTC)"
+    assert specs["Changes waiting for their event (backlog)"]["yaxis"].get("range") is None
     assert specs["Matched pairs by delay bucket, by commit clock (log scale)"]["yaxis"]["type"] == "log"
     assert [s["y0"] for s in specs["CDC position gap over time (bytes of binlog)"]["shapes"]] == [5000.0]
+
+
+def test_drift_draws_both_tests_of_f12_and_says_when_nothing_waits(env: Path, scenario_store: StoreTarget) -> None:
+    """Issue 43, seen 8: the spread chart drew only F12's absolute threshold (3), so a group far above it that raised
+    nothing looked wrong; F12's second test (0.5 of the mean lag) is drawn too, per group and topic. With nothing
+    waiting for its event, the backlog chart was an empty -1..1 axis: the page says so instead."""
+    store = Store(scenario_store)
+    with store.batch() as tx:
+        tx.set_state("engine_stats", {**views.engine_stats(store), "backlog_by_table": {"shop.orders": 0,
+                                                                                         "shop.shipments": 0}})
+    store.close()
+    at = run("drift")
+    specs = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
+             for c in at.get("plotly_chart")}
+    spread = specs["Partition lag spread over time, stddev (records)"]
+    assert [s["y0"] for s in spread["layout"]["shapes"]] == [3.0]
+    (second,) = [t for t in spread["data"] if t["name"].startswith("0.5 × mean lag")]
+    assert second["name"] == "0.5 × mean lag: shipping-service on shop.events"
+    assert values(second["y"])[:3] == [3.0, 3.25, 3.5] and second["line"]["dash"] == "dot"  # half the mean 6, 6.5, 7
+    captions = [c.value for c in at.caption]
+    assert ("F12 fires when a group's spread on a topic stays above both lines for `rules.partition_skew_seconds`: "
+            "the threshold 3 records (dashed) and 0.5 × its mean partition lag (dotted).") in captions
+    assert "Changes waiting for their event (backlog)" not in specs
+    assert "No change is waiting for its event (2 announced tables, 0 each)." in captions
 
 
 # ---------------------------------------------------------------- Reports
@@ -383,7 +451,7 @@ def test_findings_acknowledged_and_closed_from_the_page(env: Path, scenario_stor
     form.selectbox[0].set_value("duplicate").run()
     form = next(e for e in at.expander if e.label == "Acknowledge or close")
     next(b for b in form.button if b.label == "Apply").click().run()  # a duplicate without --of
-    assert at.error[0].value == "a duplicate names the finding it duplicates (--of ID), and only a duplicate does"
+    assert errors(at) == ["a duplicate names the finding it duplicates (--of ID), and only a duplicate does"]
 
 
 # ---------------------------------------------------------------- Incidents
@@ -411,6 +479,8 @@ def test_incidents_group_the_findings_of_one_order_and_show_their_history(
     assert (table.iloc[0]["rules"], table.iloc[0]["findings"], table.iloc[0]["status"]) == ("F1 + F9", 2, "open")
     assert "trade_no T1001" not in set(table["incident"])
     assert at.subheader[0].value == "order O501: F1 + F9, open"
+    assert at.caption[0].value.startswith("5 incidents from 6 findings; 1 joins several findings of one order, "
+                                          "trade_no or group, the others hold one finding each.")
     history = at.dataframe[1].value  # the acknowledged F1's changes
     assert history.to_dict("records") == [{"at": "2033-05-18 03:33:22.000Z", "status": "acknowledged", "by": "ana",
                                            "reason": "", "note": "stopping the second shipment"}]
@@ -433,4 +503,27 @@ def test_quarantine_lists_the_stores_records_with_their_coordinates(env: Path) -
                                          {"topic": "shop.events", "reason": "too_large", "records": 1}]
     assert list(records["coordinates"]) == ["shop.events/0@7", "shop.events/0@8", "shop.events/0@9",
                                             "shop.events/1@9"]
-    assert at.caption[0].value.startswith("4 records kept aside")
+    assert at.caption[0].value.startswith("0 binlog rows events and 4 Kafka records kept aside")
+    assert at.caption[1].value.startswith("4 records kept aside")
+
+
+@SQLITE_ONLY
+def test_quarantine_speaks_of_both_streams(env: Path, scenario_store: StoreTarget) -> None:
+    """Issue 43, seen 9: with nothing quarantined the page said "No Kafka record has been quarantined" and nothing
+    of the binlog, which has its quarantine too; a binlog rows event kept aside is listed with its coordinates."""
+    store = Store(scenario_store)
+    store.conn.execute("DELETE FROM quarantine")
+    store.close()
+    at = run("quarantine")
+    assert [s.value for s in at.success][-2:] == [
+        "No binlog rows event has been quarantined: every rows event of the watched tables was decoded.",
+        "No Kafka record has been quarantined: every record read was parsed."]
+    store = Store(scenario_store)
+    with store.batch() as tx:
+        tx.add_binlog_quarantined([QuarantinedRows("0-1-77", "mysql-bin.000003", 4242, "shop.orders",
+                                                   "undecodable", "'utf-8' codec can't decode byte 0xff")])
+    store.close()
+    at = run("quarantine")
+    assert at.caption[0].value.startswith("1 binlog rows event and 0 Kafka records kept aside")
+    assert at.dataframe[0].value.to_dict("records")[0]["event_pos"] == 4242
+    assert [s.value for s in at.success][-1] == "No Kafka record has been quarantined: every record read was parsed."
