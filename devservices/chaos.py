@@ -11,8 +11,8 @@ Each control took its first checkpoint where its disturbed monitor did (a copy o
 PostgreSQL store started at the same instant) and is run after the traffic, untouched by any kill. A disturbed monitor
 must end with its control's findings (ids, rules, statuses, evidence), but F15 where the connector replayed.
 
-Run by bench/chaos.py (the soak of 10 minutes and more; `--minutes 4 --rate 4 --kills 3` is the short version,
-which is not in `make test` while the CDC modes and the group still differ from their controls).
+Shared by bench/chaos.py (the soak of 10 minutes and more) and tests/integration/test_chaos.py (the short version,
+in `make test`'s lane of its own).
 """
 
 from __future__ import annotations

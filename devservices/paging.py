@@ -22,7 +22,7 @@ import shutil
 import urllib.request
 from pathlib import Path
 
-from devservices.stack import (HOST, KAFKA_PORT, ROOT, STATE, Service, already_up, log, spawn, stop,
+from devservices.stack import (HOST, KAFKA_PORT, ROOT, STATE, Service, already_up, log, shown, spawn, stop,
                                wait_until)
 
 PROMETHEUS_PORT = KAFKA_PORT - 2
@@ -99,8 +99,8 @@ def prometheus_up() -> None:
                               f"--storage.tsdb.path={PROMETHEUS_DIR / 'data'}", "--storage.tsdb.retention.time=1d",
                               f"--web.listen-address={HOST}:{PROMETHEUS_PORT}", "--web.enable-lifecycle"])
     wait_until("prometheus", lambda: _ready(PROMETHEUS_PORT), proc, PROMETHEUS, 60)
-    log(f"prometheus listening on {HOST}:{PROMETHEUS_PORT} (targets from {TARGETS.relative_to(ROOT)}/*.json, the "
-        f"demo's from {DEMO_TARGETS.relative_to(ROOT)}/*.json)")
+    log(f"prometheus listening on {HOST}:{PROMETHEUS_PORT} (targets from {shown(TARGETS)}/*.json, the "
+        f"demo's from {shown(DEMO_TARGETS)}/*.json)")
 
 
 def alertmanager_up() -> None:

@@ -25,8 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from devservices.stack import (HOST, MARIADB_PORT, STATE, Service, StackError, already_up, log, secret_file, spawn,
-                               stop, wait_until)
+from devservices.stack import (HOST, MARIADB_PORT, STATE, Service, StackError, already_up, log, secret_file, shown,
+                               spawn, stop, wait_until)
 
 PORT = MARIADB_PORT + 2000
 STORE_USER = "oncewatch"
@@ -110,7 +110,7 @@ def up() -> None:
         start()
     _ensure_store_user()
     log(f"postgres listening on {HOST}:{PORT} (store {url()}, password file "
-        f"{STORE_PASSWORD_FILE.relative_to(STATE.parent)})")
+        f"{shown(STORE_PASSWORD_FILE)})")
 
 
 @contextmanager

@@ -75,6 +75,11 @@ def log(msg: str) -> None:
     print(f"[devstack] {msg}", flush=True)
 
 
+def shown(path: Path) -> str:
+    """A path for a log line: from the checkout when in it (a stack's folder may be elsewhere)."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 # ---------------------------------------------------------------- installs
 
 def ensure_debian_packages() -> None:
@@ -265,7 +270,7 @@ def mariadb_up() -> None:
     wait_until("mariadb", lambda: mariadb_admin_sql("SELECT 1").strip() == "1", proc, svc, 120)
     ensure_mariadb_users()
     log(f"mariadb listening on {HOST}:{MARIADB_PORT} (binlog ROW/FULL, GTID; monitor user "
-        f"'{MONITOR_USER}', password file {MONITOR_PASSWORD_FILE.relative_to(ROOT)})")
+        f"'{MONITOR_USER}', password file {shown(MONITOR_PASSWORD_FILE)})")
 
 
 def mariadbd_binary() -> str:

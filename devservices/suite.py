@@ -1,13 +1,14 @@
-"""`make test`'s suite: three pytest sessions side by side on two stacks of dev services.
+"""`make test`'s suite: four pytest sessions side by side on three stacks of dev services.
 
 The integration tests share their stack's services, and some restart or kill them, so one stack's tests run
 one after another in one session (tests/integration/conftest.py orders them and starts the demo beside the
-first ones). They mostly wait on servers and timers, not on a core, so they run in two lanes, each a session
-on a stack of its own: the tests that restart, kill or pause a server (RESTARTING, on a second stack that
-this suite starts in the background, `.devstack-2` on the ports of SECOND_STACK) and the rest, the demo's
-among them (on the stack `make services` started). The unit tests need no server: they run meanwhile in a
-session of their own. The outputs are kept in files and printed one after the other, so they never
-interleave; the suite fails if any session does. Arguments are passed to every session
+first ones). They mostly wait on servers and timers, not on a core, so they run in lanes, each a session on a
+stack of its own: the short chaos soak (CHAOS, which kills every server of its stack for minutes on end, on a
+third stack), the other tests that restart, kill or pause a server (RESTARTING, on a second stack) and the rest,
+the demo's among them (on the stack `make services` started). The suite starts the second and third stacks in
+the background (`.devstack-2` and `.devstack-3`, on the ports of LANES). The unit tests need no server: they
+run meanwhile in a session of their own. The outputs are kept in files and printed one after the other, so
+they never interleave; the suite fails if any session does. Arguments are passed to every session
 (`python -m devservices.suite -x`).
 """
 
@@ -17,24 +18,41 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 INTEGRATION = "tests/integration"
-# The second stack: its own data dirs and ports (Kafka's controller, Connect, Prometheus, Alertmanager and
-# PostgreSQL follow these two: devservices.stack).
-SECOND_STACK = {"ONCEWATCH_DEV_STATE": ".devstack-2", "ONCEWATCH_DEV_MARIADB_PORT": "14306",
-                "ONCEWATCH_DEV_KAFKA_PORT": "14092"}
 # The tests that restart, kill or pause a server of their stack (or the connector): the second lane.
 RESTARTING = ("test_under_fire.py", "test_broker_kill.py", "test_group.py", "test_monitor_kill.py",
               "test_kafka_restart.py", "test_binlog_collector.py", "test_cdc_clock.py", "test_cdc_replay.py",
               "test_group_start.py")
+CHAOS = ("test_chaos.py",)
+
+
+@dataclass(frozen=True)
+class Lane:
+    """Integration tests on a stack of their own: its data dirs and ports (Kafka's controller, Connect,
+    Prometheus, Alertmanager and PostgreSQL follow these two: devservices.stack)."""
+
+    name: str
+    title: str
+    tests: tuple[str, ...]
+    stack: dict[str, str]
+
+
+LANES = (Lane("chaos", "the short chaos soak (third stack)", CHAOS,
+              {"ONCEWATCH_DEV_STATE": ".devstack-3", "ONCEWATCH_DEV_MARIADB_PORT": "17306",
+               "ONCEWATCH_DEV_KAFKA_PORT": "17092"}),
+         Lane("restarting", "the integration tests that restart servers (second stack)", RESTARTING,
+              {"ONCEWATCH_DEV_STATE": ".devstack-2", "ONCEWATCH_DEV_MARIADB_PORT": "14306",
+               "ONCEWATCH_DEV_KAFKA_PORT": "14092"}))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    restarting = [f"{INTEGRATION}/{name}" for name in RESTARTING if (ROOT / INTEGRATION / name).exists()]
-    second = {**os.environ, **SECOND_STACK}
+    own = {lane.name: [f"{INTEGRATION}/{t}" for t in lane.tests if (ROOT / INTEGRATION / t).exists()]
+           for lane in LANES}
     with tempfile.TemporaryDirectory(prefix="oncewatch-suite-") as tmp:
         work = Path(tmp)
 
@@ -47,25 +65,33 @@ def main(argv: list[str] | None = None) -> int:
                                         stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
             return proc, out
 
-        stack_log = work / "second-stack.out"
-        with open(stack_log, "wb") as f:
-            second_stack = subprocess.Popen([sys.executable, "-m", "devservices.stack", "up"], stdout=f,
-                                            stderr=subprocess.STDOUT, env=second, cwd=ROOT)
+        stacks = {}
+        for lane in LANES:
+            with open(work / f"{lane.name}-stack.out", "wb") as f:
+                stacks[lane.name] = subprocess.Popen([sys.executable, "-m", "devservices.stack", "up"], stdout=f,
+                                                     stderr=subprocess.STDOUT, env={**os.environ, **lane.stack},
+                                                     cwd=ROOT)
         unit = session("unit", ["-m", "not integration"])
-        first = session("integration", ["-m", "integration", *(f"--ignore={p}" for p in restarting)])
-        lanes = [("the integration tests", first), ("the unit tests", unit)]
-        if second_stack.wait() == 0:
-            lanes.insert(1, ("the integration tests that restart servers (second stack)",
-                             session("restarting", ["-m", "integration", *restarting], second)))
+        first = session("integration", ["-m", "integration",
+                                         *(f"--ignore={p}" for tests in own.values() for p in tests)])
+        lanes = [("the integration tests", first)]
         codes = {}
+        for lane in LANES:
+            if stacks[lane.name].wait() == 0:
+                lanes.append((lane.title, session(lane.name, ["-m", "integration", *own[lane.name]],
+                                                  {**os.environ, **lane.stack})))
+            else:
+                codes[f"the stack of {lane.title}"] = stacks[lane.name].returncode
+        lanes.append(("the unit tests", unit))
         for title, (proc, out) in lanes:
             codes[title] = proc.wait()
             print(f"\n==== {title} ====", flush=True)
             sys.stdout.write(out.read_text(errors="replace"))
-        if second_stack.returncode != 0:
-            print(f"\n==== the second stack did not start ({second_stack.returncode}) ====", flush=True)
-            sys.stdout.write(stack_log.read_text(errors="replace"))
-            codes["the second stack"] = second_stack.returncode
+        for lane in LANES:
+            if stacks[lane.name].returncode != 0:
+                print(f"\n==== the stack of {lane.title} did not start ({stacks[lane.name].returncode}) ====",
+                      flush=True)
+                sys.stdout.write((work / f"{lane.name}-stack.out").read_text(errors="replace"))
     print("\nsuite: " + ", ".join(f"{title} exit {code}" for title, code in codes.items()), flush=True)
     return next((code for code in codes.values() if code), 0)
 
