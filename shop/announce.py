@@ -38,6 +38,9 @@ SHIPMENT_CREATED = "shipment.created"
 POINTS_GRANTED = "points.granted"
 # The events one successful payment produces, in the order the service writes their rows.
 SUCCESS_EVENTS = (SHIPMENT_CREATED, POINTS_GRANTED, ORDER_PAID)
+# How long the outbox relay waits for the broker to acknowledge a batch before it gives up (and the run fails): a
+# broker SIGKILLed on a loaded two-core machine took 70 s to serve again, past the 30 s this used to be.
+RELAY_ACK_SECONDS = 180.0
 
 
 class InjectedFailure(Exception):
@@ -294,7 +297,7 @@ class OutboxRelay(threading.Thread):
             done = [row_id for row_id, event_id, payload in rows if self._relay(event_id, payload)]
             if done:
                 # Mark only what the broker acknowledged: a crash before this line resends.
-                self._publisher.flush(timeout=30)
+                self._publisher.flush(timeout=RELAY_ACK_SECONDS)
                 cur.execute("UPDATE outbox SET sent_at = NOW(3) WHERE id IN %s", (done,))
         return len(rows), len(done)
 
