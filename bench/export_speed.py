@@ -69,7 +69,7 @@ def export(path: Path, fmt: str, filters: dict[str, object]) -> bytes:
 
 def digest(fmt: str, data: bytes) -> str:
     if fmt == "xlsx":
-        return "data " + reports.READERS["xlsx"](data)[0][:16]
+        return "data " + hashlib.sha256(reports.READERS["xlsx"](data).section).hexdigest()[:16]
     return "file " + hashlib.sha256(data).hexdigest()[:16]
 
 

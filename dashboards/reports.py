@@ -4,13 +4,16 @@
 (through `report()`). `oncewatch findings` prints the same finding dicts (`findings_json`) or a
 table (`findings_table`). A finding carries its history: every change of its status after it
 opened, by the monitor (the fact that ended it, a lapse) or by a person (an acknowledgement, a
-close with its reason). `check()` / `verify()` recompute a report's two hashes (`oncewatch verify`).
+close with its reason). `check()` / `verify()` recompute its hashes and say where it was changed
+(`oncewatch verify`).
 
 A report is a header and a data section.
 
 Header (CSV: the leading lines `# field: value`; JSON: "header"; XLSX: sheet "Report"), in this order:
-  report            format version of the report, "oncewatch-report/3" (2 added the history; 3 the
-                    evidence columns, amount_involved, the covered range and report_sha256)
+  report            format version of the report, "oncewatch-report/4" (2 added the history; 3 the
+                    evidence columns, amount_involved, the covered range and report_sha256; 4 readable
+                    keys and values, every finding priced, row_sha256, columns_sha256, fields_sha256, and
+                    every XLSX sheet typed and checked)
   generated_at      when the report was made
   since, until      the range the report covers: the requested bounds, else the earliest first_seen
                     of its findings and generated_at; a finding is in it when it was seen during
@@ -24,7 +27,11 @@ Header (CSV: the leading lines `# field: value`; JSON: "header"; XLSX: sheet "Re
   config_sha256     Config.content_sha256: the SHA-256 of the config file's content as parsed, the
                     same for one file wherever it lies (`oncewatch check-config` prints it)
   findings, evidence_rows   counts
+  columns_sha256    per column of the data section, SHA-256 of its cells (below the names row) one after
+                    another, each as a JSON string and a line feed: tells `check` which column changed
   data_sha256       SHA-256 of the data section, as defined below
+  fields_sha256     per field above, the first 16 hex digits of the SHA-256 of its text (UTF-8): tells
+                    `check` which field changed
   report_sha256     SHA-256 of the header: canonical JSON (sorted keys, no spaces, UTF-8) of the list of
                     [field, text] pairs of every field above, text as the CSV header holds it; since
                     data_sha256 is one of them, it covers the whole report
@@ -36,10 +43,15 @@ Data section: one row per evidence item (a finding without evidence gives one ro
 evidence columns empty); findings ordered by first_seen then id, evidence in the order the rule
 gave it; columns COLUMNS:
   finding_id, rule, name, severity, status, first_seen, last_seen, resolved_at, resolution,
-  keys, summary, amount_involved, history, evidence_kind, evidence_table, evidence_key,
-  evidence_amount, evidence_status, coordinates, evidence_time, values
-amount_involved is the money a finding is about, where the rule knows it (F2: what was charged
-beyond one payment; F5: the difference from the order's amount). evidence_table is the watched
+  keys, summary, amount_involved, history, key_fields, evidence_kind, evidence_table, evidence_key,
+  evidence_amount, evidence_status, coordinates, evidence_time, values, evidence_fields, row_sha256
+amount_involved is the money a finding is about, for every rule where money is at stake: F2 and F5
+give theirs, the others are priced from the shop's rows the store keeps, and the row an amount was
+read from joins the evidence (dashboards.pricing; F1: the trade's paid amount for each effect row
+beyond the first, its payment row in the evidence). key_fields and evidence_fields are keys and
+values for people ("name: value; ...", nested names dotted: `fields_text`); keys and values keep them
+as JSON. row_sha256 is the first 16 hex digits of the SHA-256 of the canonical JSON of the row's
+other cells: `check` names the row an edit is in. evidence_table is the watched
 table (a topic for an event); evidence_key, _amount and _status are the values of the columns
 the config's domain names for that table (`roles_of`), or an event's record key and payload
 amount and status. history is a JSON list, oldest first, of {"at", "status" (the status it
@@ -50,10 +62,13 @@ strings ("12.50"). Empty cells are empty strings. Control characters other than 
 feed, and U+FFFE/U+FFFF, are written as \\uXXXX in every cell, so that XLSX (XML, which cannot
 hold them, and turns CR into LF) keeps the same text as CSV.
 
-XLSX sheets: Report (the header), Summary (per rule: findings, those still standing, amount
-involved), Findings (one row per finding, dates and amounts typed), Evidence (the data section,
-every cell text: what data_sha256 covers), History (one row per change). Summary and Findings are
-for people and not hashed: they repeat the data section.
+XLSX sheets: Report (the header, as text), Summary (per rule: findings, those still standing, amount
+involved), Findings (one row per finding), Evidence (the data section, then each time column's exact
+text as "<column>_exact": Excel keeps milliseconds), History (one row per change). Every sheet but
+Report is typed: times as dates (UTC), amounts as numbers shown to their scale (text where binary
+floating point could not give the same digits back), counts as integers. Summary, Findings and
+History are made from the data section's rows (`_Derived`), and `check` makes them again from the
+Evidence sheet and compares every cell, so an edit of any sheet is found and placed.
 
 data_sha256 = SHA-256 of the data section written as CSV: the COLUMNS row, then the data rows,
 every cell a string, as RFC 4180 and Python's default csv.writer write it: cells separated by
@@ -62,8 +77,11 @@ commas, CRLF after every row, a cell in double quotes only when it holds a comma
 the three formats of one report. To recompute it:
   CSV   hash the bytes from the first line that does not start with '#' to the end of the file
         (`sed -n '/^[^#]/,$p' report.csv | sha256sum`);
-  XLSX  write the "Evidence" sheet as above and hash that;
-  JSON  flatten "findings" into rows as `rows()` does, write them as above and hash that.
+  XLSX  read the "Evidence" sheet's cells back to text (each time from its _exact column, an amount
+        to the decimals its number format shows), write them as above and hash that;
+  JSON  flatten "findings" into rows as `rows()` does, each row's row_sha256 the one its finding's
+        "rows_sha256" list states (the JSON report's findings carry it beside `findings_json`'s
+        fields), write them as above and hash that.
 """
 
 from __future__ import annotations
@@ -79,7 +97,7 @@ import zipfile
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -87,12 +105,14 @@ from openpyxl import Workbook, load_workbook
 from openpyxl.cell import WriteOnlyCell
 from openpyxl.cell.cell import ERROR_CODES
 from openpyxl.utils import get_column_letter
+from openpyxl.utils.datetime import from_excel, to_excel
 
 from oncewatch.core.config import Config
 from oncewatch.core.domain import Announce, Domain
 from oncewatch.core.exact_json import from_json, plain
 from oncewatch.core.names import BINLOG_CHECKPOINT, KAFKA_CHECKPOINT, RESOLVED, key_of, key_text, split_partition_key
 from oncewatch.core.tables import Watched
+from oncewatch.dashboards.pricing import Pricing
 from oncewatch.store import Store, open_reader
 from oncewatch.store.codec import HistoryEntry
 from oncewatch.store.queries import FindingFilter, findings_with_history
@@ -100,23 +120,31 @@ from oncewatch.store.queries import FindingFilter, findings_with_history
 if TYPE_CHECKING:
     from openpyxl.worksheet._write_only import WriteOnlyWorksheet
 
-REPORT_VERSION = "oncewatch-report/3"
+REPORT_VERSION = "oncewatch-report/4"
 FORMATS = ("csv", "json", "xlsx")
 
 FINDING_FIELDS = ("id", "rule", "name", "severity", "status", "first_seen", "last_seen", "resolved_at",
-                  "resolution", "keys", "summary", "amount_involved", "history")
-EVIDENCE_FIELDS = ("kind", "table", "key", "amount", "status", "coordinates", "time", "values")
+                  "resolution", "keys", "summary", "amount_involved", "history", "key_fields")
+EVIDENCE_FIELDS = ("kind", "table", "key", "amount", "status", "coordinates", "time", "values", "fields")
 COLUMNS = ("finding_id", *FINDING_FIELDS[1:], "evidence_kind", "evidence_table", "evidence_key", "evidence_amount",
-           "evidence_status", "coordinates", "evidence_time", "values")
+           "evidence_status", "coordinates", "evidence_time", "values", "evidence_fields", "row_sha256")
 HISTORY_COLUMNS = HistoryEntry._fields  # XLSX sheet "History"
 SUMMARY_COLUMNS = ("rule", "name", "findings", "standing", "amount_involved")  # XLSX sheet "Summary"
-TIME_FIELDS = frozenset({"first_seen", "last_seen", "resolved_at"})
+FINDINGS_COLUMNS = (*FINDING_FIELDS, "evidence_items")  # XLSX sheet "Findings"
+SHEETS = ("Report", "Summary", "Findings", "Evidence", "History")
+# How typed sheets write a column, by name: times as dates, amounts as numbers, counts as integers.
+TIME_FIELDS = frozenset({"first_seen", "last_seen", "resolved_at", "evidence_time", "at"})
+AMOUNT_FIELDS = frozenset({"amount_involved", "evidence_amount"})
+COUNT_FIELDS = frozenset({"findings", "standing", "evidence_items"})
+# The Evidence sheet's exact times (Excel keeps milliseconds), after the data section's columns.
+EXACT = "_exact"
+EVIDENCE_SHEET_COLUMNS = (*COLUMNS, *(c + EXACT for c in COLUMNS if c in TIME_FIELDS))
+ROW_DIGEST = 16  # hex digits of a row's row_sha256
 # Typed sheets: widths in characters by column name, the rest DEFAULT_WIDTH.
 WIDTHS = {"id": 26, "finding_id": 26, "summary": 60, "keys": 40, "history": 40, "values": 60, "coordinates": 34,
           "name": 22, "first_seen": 22, "last_seen": 22, "resolved_at": 22, "resolution": 30}
 DEFAULT_WIDTH = 14
 DATETIME_FORMAT = "yyyy-mm-dd hh:mm:ss.000"
-AMOUNT_FORMAT = "#,##0.00"
 # What XML 1.0 cannot hold or does not keep (CR becomes LF when read back).
 NOT_IN_XML = re.compile(r"[\x00-\x08\x0b-\x1f\ufffe\uffff]")
 # The CSV of the data section is hashed (and, for a CSV report, kept) in pieces of about this many characters.
@@ -276,41 +304,72 @@ def _history(entries: list[HistoryEntry]) -> list[dict[str, Any]]:
     return [{"at": iso(h.at), "status": h.status, "by": h.by, "reason": h.reason, "note": h.note} for h in entries]
 
 
+def fields_text(value: Any, prefix: str = "") -> str:
+    """Keys or evidence values for people: "name: value" pairs joined by "; ", nested names dotted, lists of
+    plain values joined by ", ", text as it is (the JSON columns beside it keep types and exactness)."""
+    if not isinstance(value, dict):
+        if isinstance(value, list) and not any(isinstance(v, (dict, list)) for v in value):
+            return ", ".join(_raw(v) for v in value)
+        return _raw(value)
+    parts = []
+    for k in sorted(value):
+        v = value[k]
+        if isinstance(v, dict) and v:
+            parts.append(fields_text(v, f"{prefix}{k}."))
+        else:
+            parts.append(f"{prefix}{k}: {fields_text(v)}")
+    return "; ".join(parts)
+
+
+def _item(e: dict[str, Any], values: Any, roles: Mapping[str, Roles]) -> dict[str, Any]:
+    return {"kind": e["kind"], **_about(e["kind"], e["coordinates"], values, roles), "coordinates": e["coordinates"],
+            "time": iso(e["time"]), "values": values, "fields": fields_text(values)}
+
+
 def _finding_dict(row: tuple, history: list[HistoryEntry], plain_of: Callable[[Any], Any],
-                  hide: Callable[[Any], Any], roles: Mapping[str, Roles]) -> dict[str, Any]:
+                  hide: Callable[[Any], Any], roles: Mapping[str, Roles], pricing: Pricing | None) -> dict[str, Any]:
     """A finding as plain JSON data for people, from its store row (FINDING_COLUMNS) and history:
     ISO times, exact decimals as strings (`plain_of` makes keys and evidence plain), masked by `hide`;
-    each evidence item with what it is about (`_about`), the finding with the money it involves."""
+    each evidence item with what it is about (`_about`), the finding with the money it involves: its rule's,
+    else what `pricing` reads from the shop's rows, those rows joining the evidence (dashboards.pricing)."""
     fid, rule, name, severity, status, keys, summary, first_seen, last_seen, resolved_at, resolution, evidence = row
     keys = plain_of(keys)
-    items = []
-    for e in plain_of(evidence):
-        values = hide(e["values"])
-        items.append({"kind": e["kind"], **_about(e["kind"], e["coordinates"], values, roles),
-                      "coordinates": e["coordinates"], "time": iso(e["time"]), "values": values})
+    evidence = plain_of(evidence)
+    amount = keys.get("amount_involved") if isinstance(keys, dict) else None
+    if amount is None and pricing is not None and isinstance(keys, dict):
+        priced = pricing.price(rule, keys, evidence)
+        amount = None if priced.amount is None else str(priced.amount)
+        # a row already in the evidence gains the columns it was priced by (an F3's order row its amount)
+        read = {(r["kind"], r["coordinates"]): r for r in priced.rows}
+        evidence = [{**e, "values": {**read.pop((e["kind"], e["coordinates"]))["values"], **e["values"]}}
+                    if (e["kind"], e["coordinates"]) in read else e for e in evidence]
+        evidence += read.values()
+    shown = hide(keys)
     return {
         "id": fid, "rule": rule, "name": name, "severity": severity, "status": status,
         "first_seen": iso(first_seen), "last_seen": iso(last_seen), "resolved_at": iso(resolved_at),
-        "resolution": resolution, "keys": hide(keys), "summary": summary,
-        "amount_involved": keys.get("amount_involved") if isinstance(keys, dict) else None,
-        "history": _history(history), "evidence": items,
+        "resolution": resolution, "keys": shown, "summary": summary, "amount_involved": amount,
+        "history": _history(history), "key_fields": fields_text(shown),
+        "evidence": [_item(e, hide(e["values"]), roles) for e in evidence],
     }
 
 
-def _findings(store: Store, flt: FindingFilter, hide: Callable[[Any], Any],
-              roles: Mapping[str, Roles]) -> Iterator[dict[str, Any]]:
+def _findings(store: Store, flt: FindingFilter, hide: Callable[[Any], Any], roles: Mapping[str, Roles],
+              domain: Domain | None) -> Iterator[dict[str, Any]]:
+    pricing = Pricing(domain, store) if domain is not None else None
     for row, history in findings_with_history(store, flt):
-        yield _finding_dict(row, history, _plain_json, hide, roles)
+        yield _finding_dict(row, history, _plain_json, hide, roles, pricing)
 
 
 def findings_json(store: Store, *, rule: str | None = None, status: str | None = None,
                   since: dt.datetime | None = None, until: dt.datetime | None = None,
-                  roles: Mapping[str, Roles] | None = None) -> list[dict[str, Any]]:
+                  roles: Mapping[str, Roles] | None = None, domain: Domain | None = None) -> list[dict[str, Any]]:
     """What `oncewatch findings --format json` prints, and the "findings" of a JSON report: findings
     by rule and status, seen during [since, until), ordered by first_seen then id, with their history.
-    `roles` (`roles_of` the config's domain) says which columns hold each table's key, amount, status."""
+    `roles` (`roles_of` the config's domain) says which columns hold each table's key, amount, status;
+    `domain` (the config's) prices the findings whose rule does not (dashboards.pricing)."""
     with store.snapshot():
-        return list(_findings(store, _filter(rule, status, since, until), _unchanged, roles or {}))
+        return list(_findings(store, _filter(rule, status, since, until), _unchanged, roles or {}, domain))
 
 
 def findings_table(findings: list[dict[str, Any]]) -> str:
@@ -331,8 +390,34 @@ def _finding_rows(f: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """One finding of `findings_json` output: its cells (FINDING_FIELDS) and its rows of the data section."""
     head = _cells(f[name] for name in FINDING_FIELDS)
     if not f["evidence"]:
-        return head, [head + [""] * len(EVIDENCE_FIELDS)]
-    return head, [head + _cells(e[name] for name in EVIDENCE_FIELDS) for e in f["evidence"]]
+        return head, [_signed(head + [""] * len(EVIDENCE_FIELDS))]
+    return head, [_signed(head + _cells(e[name] for name in EVIDENCE_FIELDS)) for e in f["evidence"]]
+
+
+def row_sha256(cells: Sequence[str]) -> str:
+    """A data row's row_sha256: the first ROW_DIGEST hex digits of the SHA-256 of the canonical JSON of its
+    other cells, which tells `check` the row an edit is in."""
+    return _sha256(canonical_json(list(cells)).encode())[:ROW_DIGEST]
+
+
+def _signed(cells: list[str]) -> list[str]:
+    return [*cells, row_sha256(cells)]
+
+
+class _ColumnHashes:
+    """columns_sha256: per column of the data section, the SHA-256 of its cells one after another, each as
+    a JSON string and a line feed; it tells `check` the column an edit is in."""
+
+    def __init__(self) -> None:
+        self._sha = [hashlib.sha256() for _ in COLUMNS]
+
+    def add(self, lines: Iterable[Sequence[str]]) -> None:
+        for line in lines:
+            for sha, cell in zip(self._sha, line):
+                sha.update((canonical_json(cell) + "\n").encode())
+
+    def digests(self) -> dict[str, str]:
+        return {name: sha.hexdigest() for name, sha in zip(COLUMNS, self._sha)}
 
 
 def rows(findings: list[dict[str, Any]]) -> list[list[str]]:
@@ -356,10 +441,12 @@ class _Section:
         self._sha = hashlib.sha256()
         self.chunks: list[bytes] | None = [] if keep else None
         self.rows = 0
+        self.columns = _ColumnHashes()
         self._writer.writerow(COLUMNS)
 
     def add(self, lines: list[list[str]]) -> None:
         self._writer.writerows(lines)
+        self.columns.add(lines)
         self.rows += len(lines)
         if self._buf.tell() >= SECTION_CHUNK:
             self._flush()
@@ -396,6 +483,12 @@ def header_sha256(items: Iterable[tuple[str, str]]) -> str:
     """report_sha256: SHA-256 of the header's fields before it, as the text the file holds them in
     (module docstring); data_sha256 is one of them, so it covers the whole report."""
     return _sha256(canonical_json([[k, v] for k, v in items if k != "report_sha256"]).encode())
+
+
+def fields_sha256(items: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """fields_sha256: per header field before it, the first ROW_DIGEST hex digits of the SHA-256 of its text,
+    which tells `check` the field an edit is in."""
+    return {k: _sha256(v.encode())[:ROW_DIGEST] for k, v in items if k not in ("fields_sha256", "report_sha256")}
 
 
 class _Writer(Protocol):
@@ -439,6 +532,7 @@ class _JsonWriter:
 
     def add(self, finding: dict[str, Any], cells: list[str], lines: list[list[str]]) -> None:
         separator = ",\n    " if self.items else "\n    "
+        finding = {**finding, "rows_sha256": [line[-1] for line in lines]}
         self.items.append((separator + _indented(finding, 2)).encode())
 
     def finish(self, header: dict[str, Any], section: _Section) -> bytes:
@@ -479,31 +573,131 @@ class _Sheet:
             cell.number_format = number_format
         return cell
 
+    def typed(self, columns: Sequence[str], texts: Sequence[str], after: Sequence[str] = ()) -> None:
+        """A row of `texts` written as `_typed` says, then the cells `after` as text."""
+        self.append([*(_typed(self, name, text) for name, text in zip(columns, texts)), *after])
+
     def filter(self) -> None:
         self.ws.auto_filter.ref = f"A1:{get_column_letter(self.width)}{self.rows + 1}"
 
 
-def _typed(sheet: _Sheet, name: str, value: Any, text: str) -> Any:
-    """A cell of a typed sheet: times as dates (UTC, to the millisecond Excel keeps), amounts as numbers,
-    the rest as `text`, the data section's cell."""
-    if name in TIME_FIELDS:
-        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00")).replace(tzinfo=None) if value else None
+def _when(text: str) -> dt.datetime | None:
+    """A report's time text as the naive UTC datetime a sheet holds, None for other text."""
+    if not text.endswith("Z"):
+        return None
+    try:
+        return dt.datetime.fromisoformat(text[:-1])
+    except ValueError:
+        return None
+
+
+def _ms_iso(t: dt.datetime) -> str:
+    return t.isoformat(timespec="milliseconds") + "Z"
+
+
+def _amount_format(scale: int) -> str:
+    return "#,##0" + ("." + "0" * scale if scale else "")
+
+
+def _number_text(value: float | int, number_format: str) -> str:
+    """An amount cell as text: its digits to the scale its number format shows (what `_number` wrote)."""
+    exact = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+    scale = len(number_format.partition(".")[2].rstrip(";")) if "." in number_format else 0
+    quantum = Decimal(1).scaleb(-scale)
+    return str(exact.quantize(quantum)) if exact == exact.quantize(quantum) else repr(value)
+
+
+def _number(text: str) -> tuple[Decimal, str] | None:
+    """An amount's text as a number and the format that shows it as the same text; None when a spreadsheet's
+    binary floating point could not give the text back (then the cell stays text)."""
+    try:
+        d = Decimal(text)
+    except InvalidOperation:
+        return None
+    if not d.is_finite() or str(d) != text or d.as_tuple().exponent > 0:
+        return None
+    fmt = _amount_format(-d.as_tuple().exponent)
+    return (d, fmt) if _number_text(float(d), fmt) == text else None
+
+
+def _typed(sheet: _Sheet, name: str, text: str) -> Any:
+    """A cell of a typed sheet from its text: times as dates (UTC, to the millisecond Excel keeps), amounts as
+    numbers (shown to their scale), counts as integers; other text, and text that is not one, as it is."""
+    if not text:
+        return None
+    if name in TIME_FIELDS and (when := _when(text)) is not None:
         return sheet.cell(when, DATETIME_FORMAT)
-    if name == "amount_involved":
-        return sheet.cell(Decimal(value) if value not in (None, "") else None, AMOUNT_FORMAT)
+    if name in AMOUNT_FIELDS and (number := _number(text)) is not None:
+        return sheet.cell(*number)
+    if name in COUNT_FIELDS and text.isdigit():
+        return int(text)
     return text
+
+
+def _shown(name: str, text: str) -> str:
+    """What `_read` gives back for a cell `_typed` wrote from `text`: times to the millisecond."""
+    when = _when(text) if name in TIME_FIELDS else None
+    return text if when is None else _ms_iso(from_excel(to_excel(when)))
+
+
+def _read(name: str, value: Any, number_format: str) -> str:
+    """A cell of a typed sheet, as read back, as text."""
+    if value is None:
+        return ""
+    if isinstance(value, dt.datetime):
+        return _ms_iso(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if name in AMOUNT_FIELDS:
+            return _number_text(value, number_format)
+        return str(int(value)) if float(value).is_integer() else repr(value)
+    return str(value)
 
 
 def _rule_order(rule: str) -> tuple[int, str]:
     return len(rule), rule  # F2 before F10
 
 
+FINDING_CELLS = len(FINDING_FIELDS)
+KIND_AT = COLUMNS.index("evidence_kind")
+
+
+class _Derived:
+    """The Summary, Findings and History sheets as text, from the data section's rows, finding by finding:
+    how the XLSX writer makes them and how `check` tells whether a sheet still says what the data says."""
+
+    def __init__(self) -> None:
+        self.by_rule: dict[str, list[Any]] = {}  # rule -> [name, findings, standing, amount or None]
+
+    def add(self, lines: Sequence[Sequence[str]]) -> tuple[list[str], list[list[str]]]:
+        """One finding's data rows: its Findings row and its History rows."""
+        cells = dict(zip(FINDING_FIELDS, lines[0][:FINDING_CELLS]))
+        rule = self.by_rule.setdefault(cells["rule"], [cells["name"], 0, 0, None])
+        rule[1] += 1
+        rule[2] += cells["status"] != RESOLVED
+        amount = _number(cells["amount_involved"]) if cells["amount_involved"] else None
+        if amount is not None:
+            rule[3] = (rule[3] or Decimal(0)) + amount[0]
+        try:
+            history = json.loads(cells["history"]) if cells["history"] else []
+        except ValueError:
+            history = []
+        entries = [[cells["id"], *_cells(h.get(name) for name in HISTORY_COLUMNS[1:])]
+                   for h in history if isinstance(h, dict)]
+        return [*lines[0][:FINDING_CELLS], str(sum(1 for line in lines if line[KIND_AT]))], entries
+
+    def summary(self) -> list[list[str]]:
+        return [[rule, name, str(count), str(standing), "" if amount is None else str(amount)]
+                for rule, (name, count, standing, amount) in sorted(self.by_rule.items(),
+                                                                    key=lambda item: _rule_order(item[0]))]
+
+
 class _XlsxWriter:
     """Sheets Report, Summary, Findings, Evidence and History, streamed to openpyxl's temporary files
     (write-only mode); Report and Summary, first in the book, are filled last.
 
-    Evidence is the data section as text, every cell as the CSV holds it: what data_sha256 covers.
-    Summary and Findings are for people: dates and numbers typed, widths, an autofilter."""
+    Every sheet but Report is typed (`_typed`) and derived from the data section: Evidence is it, with each
+    time's exact text beside it; Summary, Findings and History say what its rows say (`_Derived`), so that
+    `check` finds an edit of any of them. Widths, frozen header rows and an autofilter are for people."""
 
     keeps_section = False
 
@@ -511,34 +705,32 @@ class _XlsxWriter:
         self.book = Workbook(write_only=True)
         self.report = _Sheet(self.book, "Report", ("field", "value"))
         self.summary = _Sheet(self.book, "Summary", SUMMARY_COLUMNS)
-        self.findings = _Sheet(self.book, "Findings", (*FINDING_FIELDS, "evidence_items"))
-        self.evidence = _Sheet(self.book, "Evidence", COLUMNS)
+        self.findings = _Sheet(self.book, "Findings", FINDINGS_COLUMNS)
+        self.evidence = _Sheet(self.book, "Evidence", EVIDENCE_SHEET_COLUMNS)
         self.history = _Sheet(self.book, "History", HISTORY_COLUMNS)
-        self.by_rule: dict[str, list[Any]] = {}  # rule -> [name, findings, standing, amount involved]
+        self.derived = _Derived()
 
     def add(self, finding: dict[str, Any], cells: list[str], lines: list[list[str]]) -> None:
-        self.findings.append([*(_typed(self.findings, name, finding[name], text)
-                                for name, text in zip(FINDING_FIELDS, cells)), len(finding["evidence"])])
-        rule = self.by_rule.setdefault(finding["rule"], [finding["name"], 0, 0, Decimal(0)])
-        rule[1] += 1
-        rule[2] += finding["status"] != RESOLVED
-        rule[3] += Decimal(finding["amount_involved"] or 0)
+        row, entries = self.derived.add(lines)
+        self.findings.typed(FINDINGS_COLUMNS, row)
         for line in lines:
-            self.evidence.append(line)
-        for h in finding["history"]:
-            self.history.append([finding["id"], *_cells(h[name] for name in HISTORY_COLUMNS[1:])])
+            self.evidence.typed(COLUMNS, line, [line[i] for i in EXACT_AT])
+        for entry in entries:
+            self.history.typed(HISTORY_COLUMNS, entry)
 
     def finish(self, header: dict[str, Any], section: _Section) -> bytes:
         for line in _header_items(header):
             self.report.append(line)
-        for rule in sorted(self.by_rule, key=_rule_order):
-            name, count, standing, amount = self.by_rule[rule]
-            self.summary.append([rule, name, count, standing, self.summary.cell(amount, AMOUNT_FORMAT)])
+        for line in self.derived.summary():
+            self.summary.typed(SUMMARY_COLUMNS, line)
         for sheet in (self.summary, self.findings, self.evidence, self.history):
             sheet.filter()
         out = io.BytesIO()
         self.book.save(out)
         return out.getvalue()
+
+
+EXACT_AT = [COLUMNS.index(c) for c in COLUMNS if c in TIME_FIELDS]
 
 
 WRITERS: dict[str, Callable[[], _Writer]] = {"csv": _CsvWriter, "json": _JsonWriter, "xlsx": _XlsxWriter}
@@ -551,12 +743,14 @@ def _kafka_order(item: tuple[str, int]) -> tuple[str, int]:
 def export(store: Store, fmt: str, *, rule: str | None = None, status: str | None = None,
            since: dt.datetime | None = None, until: dt.datetime | None = None, mask: bool = False,
            mask_fields: Collection[str] = (), mask_key: bytes | None = None, config_fingerprint: str,
-           roles: Mapping[str, Roles] | None = None, now: dt.datetime | None = None) -> bytes:
+           roles: Mapping[str, Roles] | None = None, domain: Domain | None = None,
+           now: dt.datetime | None = None) -> bytes:
     """One report as the bytes of a file of format `fmt` (module docstring).
 
     `mask=True` masks the values of `mask_fields` (the config's export.mask_fields) with a keyed
     hash when `mask_key` (export.mask_key) is given, else with "***". `roles`: `roles_of` the
-    config's domain, for the evidence columns. SQL selects the findings; they are read and written
+    config's domain, for the evidence columns; `domain`: the config's, to price the findings whose rule does
+    not (dashboards.pricing). SQL selects the findings; they are read and written
     one at a time, so only the file being made grows with their number.
     """
     if fmt not in WRITERS:
@@ -572,7 +766,7 @@ def export(store: Store, fmt: str, *, rule: str | None = None, status: str | Non
     with store.snapshot():
         binlog = store.checkpoint(BINLOG_CHECKPOINT)
         kafka = store.checkpoint(KAFKA_CHECKPOINT) or {}
-        for finding in _findings(store, _filter(rule, status, since, until), hide, roles or {}):
+        for finding in _findings(store, _filter(rule, status, since, until), hide, roles or {}, domain):
             cells, lines = _finding_rows(finding)
             section.add(lines)
             writer.add(finding, cells, lines)
@@ -590,67 +784,236 @@ def export(store: Store, fmt: str, *, rule: str | None = None, status: str | Non
         "kafka_positions": dict(sorted(kafka.items(), key=_kafka_order)),
         "config_sha256": config_fingerprint,
         "findings": found, "evidence_rows": section.rows,
+        "columns_sha256": section.columns.digests(),
         "data_sha256": section.sha256(),
     }
+    header["fields_sha256"] = fields_sha256(_header_items(header))
     header["report_sha256"] = header_sha256(_header_items(header))
     return writer.finish(header, section)
 
 
 # ---------------------------------------------------------------- verification
 
-# Each reader gives the header as (field, text) pairs in the file's order, and the data section's bytes.
-Parts = tuple[list[tuple[str, str]], bytes]
+@dataclass(frozen=True)
+class _Parts:
+    """What a reader found in a report: the header as (field, text) pairs in the file's order, the data
+    section as rows of text (COLUMNS first) and as the bytes data_sha256 covers, where a header field and a
+    data row are in the file, and what it found changed on the way (sheets that no longer say what the data
+    section says, fields that are not the report's)."""
+
+    header: list[tuple[str, str]]
+    table: list[list[str]]
+    section: bytes
+    header_at: Callable[[int, str], str]
+    row_at: Callable[[int], str]
+    problems: tuple[str, ...] = ()
 
 
-def _read_csv(data: bytes) -> Parts:
+def _read_csv(data: bytes) -> _Parts:
     pos, header = 0, []
     while data.startswith(b"#", pos):
         end = data.find(b"\n", pos) + 1 or len(data)  # find() gives -1 on a last line without newline
         name, _, value = data[pos:end].decode(errors="replace").removeprefix("#").partition(":")
         header.append((name.strip(), value.strip()))
         pos = end
-    return header, data[pos:]
+    table = list(csv.reader(io.StringIO(data[pos:].decode(errors="replace"), newline="")))
+    return _Parts(header, table, data[pos:], lambda i, name: f"header field {name} (line {i + 1})",
+                  lambda i: f"data row {i + 1}" + (f" (finding {table[i + 1][0]})" if table[i + 1] else ""))
 
 
-def _read_json(data: bytes) -> Parts:
+JSON_FINDING_FIELDS = frozenset({*FINDING_FIELDS, "evidence", "rows_sha256"})
+
+
+def _read_json(data: bytes) -> _Parts:
     try:
         doc = json.loads(data)
-        return _header_items(doc["header"]), data_section(rows(doc["findings"]))
+        header, findings = _header_items(doc["header"]), doc["findings"]
+        problems, table, places = [], [list(COLUMNS)], []
+        for i, f in enumerate(findings):
+            label = f"finding {i + 1} ({f.get('id')})"
+            problems += [f"{label}: field {k} {'added' if k in f else 'removed'}"
+                         for k in sorted(JSON_FINDING_FIELDS ^ f.keys())]
+            items = f.get("evidence") or []
+            for j, e in enumerate(items):
+                problems += [f"{label}, evidence item {j + 1}: field {k} {'added' if k in e else 'removed'}"
+                             for k in sorted(set(EVIDENCE_FIELDS) ^ e.keys())]
+            complete = {**dict.fromkeys(FINDING_FIELDS), **f,
+                        "evidence": [{**dict.fromkeys(EVIDENCE_FIELDS), **e} for e in items]}
+            stated = f.get("rows_sha256") or []
+            for j, line in enumerate(_finding_rows(complete)[1]):
+                table.append([*line[:-1], str(stated[j]) if j < len(stated) else ""])
+                places.append(f"{label}, evidence item {j + 1}" if items else label)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ReportError(f"not an oncewatch JSON report ({exc}); was it written by `oncewatch export`?") from exc
+    return _Parts(header, table, _csv(table), lambda i, name: f"header field {name}",
+                  lambda i: places[i], tuple(problems))
 
 
-def _read_xlsx(data: bytes) -> Parts:
+def _texts(cells: Iterable[Any], columns: Sequence[str]) -> list[str]:
+    """A typed sheet's row as text (`_read`), as wide as `columns`."""
+    cells = list(cells)
+    cells += [None] * (len(columns) - len(cells))
+    return [_read(name, getattr(c, "value", None), getattr(c, "number_format", "General") or "General")
+            for name, c in zip(columns, cells)] + [_read("", getattr(c, "value", None), "General")
+                                                   for c in cells[len(columns):]]
+
+
+def _evidence_rows(ws: Any, problems: list[str]) -> list[list[str]]:
+    """The data section from a typed Evidence sheet: each time from its exact text, which the typed cell
+    beside it must show."""
+    rows = ws.iter_rows()
+    names = _texts(next(rows, ()), ())
+    if names != list(EVIDENCE_SHEET_COLUMNS):
+        problems.append("sheet Evidence, row 1: the column names were changed")
+    exact = {c: EVIDENCE_SHEET_COLUMNS.index(c + EXACT) for c in COLUMNS if c in TIME_FIELDS}
+    table = [list(COLUMNS)]
+    for n, cells in enumerate(rows, start=2):
+        texts = _texts(cells, EVIDENCE_SHEET_COLUMNS)
+        line = []
+        for i, name in enumerate(COLUMNS):
+            if name in exact:
+                line.append(texts[exact[name]])
+                if texts[i] != _shown(name, texts[exact[name]]):
+                    problems.append(f"sheet Evidence, row {n} (finding {texts[0]}), column {name}: shows "
+                                    f"{texts[i]!r}, its exact text is {texts[exact[name]]!r}")
+            else:
+                line.append(texts[i])
+        table.append(line + texts[len(EVIDENCE_SHEET_COLUMNS):])
+    return table
+
+
+def _derived_problems(wb: Any, table: list[list[str]]) -> list[str]:
+    """Where the Summary, Findings and History sheets no longer say what the data section says."""
+    derived, findings, history = _Derived(), [], []
+    data = table[1:]
+    start = 0
+    for i in range(1, len(data) + 1):
+        if i == len(data) or data[i][0] != data[start][0]:
+            row, entries = derived.add(data[start:i])
+            findings.append(row)
+            history += entries
+            start = i
+    problems: list[str] = []
+    for name, columns, expected in (("Summary", SUMMARY_COLUMNS, derived.summary()),
+                                    ("Findings", FINDINGS_COLUMNS, findings), ("History", HISTORY_COLUMNS, history)):
+        found = [_texts(cells, columns) for cells in wb[name].iter_rows()]
+        if not found or found[0][:len(columns)] != list(columns):
+            problems.append(f"sheet {name}, row 1: the column names were changed")
+        problems += [f"sheet {name}, row {n}: a row its data rows do not give (column "
+                     f"{', '.join(c for c, text in zip(columns, got) if text)})"
+                     for n, got in enumerate(found[len(expected) + 1:], start=len(expected) + 2)]
+        if len(found) - 1 < len(expected):
+            problems.append(f"sheet {name}: {len(found) - 1} rows, its data rows give {len(expected)}: rows were "
+                            "removed")
+        for n, (got, want) in enumerate(zip(found[1:], expected), start=2):
+            shown = [_shown(c, text) for c, text in zip(columns, want)] + [""] * (len(got) - len(columns))
+            names = [*columns, *(get_column_letter(j + 1) for j in range(len(columns), len(got)))]
+            problems += [f"sheet {name}, row {n} ({columns[0]} {want[0]}), column {names[j]}: says {g!r}, the "
+                         f"Evidence sheet gives {w!r}" for j, (g, w) in enumerate(zip(got, shown)) if g != w]
+    return problems
+
+
+def _read_xlsx(data: bytes) -> _Parts:
     try:
         wb = load_workbook(io.BytesIO(data), read_only=True)
         header = [("" if k is None else str(k), "" if v is None else str(v))
                   for k, v in wb["Report"].iter_rows(min_row=2, max_col=2, values_only=True)]
-        table = [["" if v is None else str(v) for v in line] for line in wb["Evidence"].iter_rows(values_only=True)]
+        problems: list[str] = []
+        if dict(header).get("report") == "oncewatch-report/3":  # every Evidence cell text, no other sheet hashed
+            table = [["" if v is None else str(v) for v in line] for line in wb["Evidence"].iter_rows(values_only=True)]
+        else:
+            if wb.sheetnames != list(SHEETS):
+                problems.append(f"the sheets are {', '.join(wb.sheetnames)}; the report wrote {', '.join(SHEETS)}")
+            table = _evidence_rows(wb["Evidence"], problems)
+            problems += _derived_problems(wb, table)
         wb.close()
     except (zipfile.BadZipFile, KeyError, ValueError) as exc:
         raise ReportError(f"not an oncewatch XLSX report ({exc}); was it written by `oncewatch export`?") from exc
-    return header, _csv(table)
+    return _Parts(header, table, _csv(table), lambda i, name: f"sheet Report, row {i + 2} (header field {name})",
+                  lambda i: f"sheet Evidence, row {i + 2} (finding {table[i + 1][0]})", tuple(problems))
 
 
-READERS: dict[str, Callable[[bytes], Parts]] = {"csv": _read_csv, "json": _read_json, "xlsx": _read_xlsx}
+READERS: dict[str, Callable[[bytes], _Parts]] = {"csv": _read_csv, "json": _read_json, "xlsx": _read_xlsx}
+
+
+def _json_field(claimed: dict[str, str], name: str) -> dict[str, str] | None:
+    try:
+        value = json.loads(claimed[name])
+    except (KeyError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _header_problems(parts: _Parts, claimed: dict[str, str]) -> list[str]:
+    """The header fields that do not have the digest fields_sha256 states (a report of format 4 or later)."""
+    if "fields_sha256" not in claimed:
+        return []
+    digests = _json_field(claimed, "fields_sha256")
+    if digests is None:
+        return [f"{_header_at(parts, 'fields_sha256')}: changed"]
+    out, seen = [], set()
+    for i, (name, text) in enumerate(parts.header):
+        if name in ("fields_sha256", "report_sha256"):
+            continue
+        seen.add(name)
+        if name not in digests:
+            out.append(f"{parts.header_at(i, name)}: a field the report did not have")
+        elif not hmac.compare_digest(digests[name], _sha256(text.encode())[:ROW_DIGEST]):
+            out.append(f"{parts.header_at(i, name)}: changed")
+    out += [f"header field {name}: removed" for name in digests if name not in seen]
+    if not out and claimed["fields_sha256"] != _text(fields_sha256(parts.header)):
+        out.append(f"{_header_at(parts, 'fields_sha256')}: changed")
+    if not out and not hmac.compare_digest(claimed.get("report_sha256", ""), header_sha256(parts.header)):
+        out.append(f"{_header_at(parts, 'report_sha256')}: changed")
+    return out
+
+
+def _header_at(parts: _Parts, name: str) -> str:
+    return next(parts.header_at(i, k) for i, (k, _) in enumerate(parts.header) if k == name)
+
+
+def _data_problems(parts: _Parts, claimed: dict[str, str]) -> list[str]:
+    """Where the data section was changed: rows by their row_sha256, columns by columns_sha256."""
+    if parts.table[0] != list(COLUMNS):
+        return ["the data section's row of column names was changed"]
+    data = parts.table[1:]
+    out = [f"{parts.row_at(i)}: {len(line)} cells, the report wrote {len(COLUMNS)}"
+           for i, line in enumerate(data) if len(line) != len(COLUMNS)]
+    rows = [i for i, line in enumerate(data) if len(line) == len(COLUMNS) and row_sha256(line[:-1]) != line[-1]]
+    stated = _json_field(claimed, "columns_sha256") or {}
+    hashes = _ColumnHashes()
+    hashes.add(data)
+    columns = [c for c, digest in hashes.digests().items() if stated.get(c) != digest]
+    if claimed.get("evidence_rows", "").isdigit() and int(claimed["evidence_rows"]) != len(data):
+        out.append(f"{len(data)} data rows, the header counts {claimed['evidence_rows']}: rows were added or removed")
+    for i in rows:
+        changed = [c for c in columns if c != "row_sha256"] or columns or ["a cell"]
+        out += [f"{parts.row_at(i)}, column {c}: changed" for c in changed]
+    if not rows and columns:
+        out.append(f"column {', '.join(columns)}: changed, or rows moved")
+    return out
 
 
 def check(data: bytes, fmt: str) -> list[str]:
-    """What in a report no longer matches the hashes its header states (empty: it is as written).
-    data_sha256 is recomputed over the data section, report_sha256 over the header."""
+    """What in a report no longer matches the hashes its header states (empty: it is as written), each
+    difference with where it is: the sheet, row and column, the header field, the finding.
+    data_sha256 is recomputed over the data section, report_sha256 over the header; in an XLSX report the
+    other sheets are compared with what the data section gives."""
     if fmt not in READERS:
         raise ValueError(f"unknown report format {fmt!r}: use one of {', '.join(FORMATS)}")
-    header, section = READERS[fmt](data)
-    claimed = dict(header)
+    parts = READERS[fmt](data)
+    claimed = dict(parts.header)
     if not claimed.get("data_sha256"):
         raise ReportError(f"no data_sha256 in the header: not an oncewatch {fmt} report")
-    problems = []
-    if not hmac.compare_digest(claimed["data_sha256"], _sha256(section)):
+    problems = [*parts.problems, *_header_problems(parts, claimed)]
+    if not hmac.compare_digest(claimed["data_sha256"], _sha256(parts.section)):
+        if "columns_sha256" in claimed:
+            problems += _data_problems(parts, claimed)
         problems.append("the data section does not have the data_sha256 the header states: a cell was changed, "
                         "added or removed")
     if "report_sha256" not in claimed:
         problems.append("no report_sha256 in the header: a report of format 1 or 2, whose header no hash covers")
-    elif not hmac.compare_digest(claimed["report_sha256"], header_sha256(header)):
+    elif not hmac.compare_digest(claimed["report_sha256"], header_sha256(parts.header)):
         problems.append("the header does not have the report_sha256 it states: a header field was changed")
     return problems
 
@@ -668,4 +1031,5 @@ def report(cfg: Config, fmt: str, *, rule: str | None = None, status: str | None
     with closing(open_reader(cfg.store.target)) as store:
         return export(store, fmt, rule=rule, status=status, since=since, until=until, mask=mask,
                       mask_fields=cfg.export.mask_fields, mask_key=cfg.export.key() if mask else None,
-                      config_fingerprint=cfg.content_sha256, roles=roles_of(cfg.domain, cfg.announce))
+                      config_fingerprint=cfg.content_sha256, roles=roles_of(cfg.domain, cfg.announce),
+                      domain=cfg.domain)

@@ -131,7 +131,8 @@ def cmd_findings(args: argparse.Namespace) -> int:
 
     cfg = load(args.config)
     with closing(open_reader(cfg.store.target)) as store:
-        found = findings_json(store, rule=args.rule, status=args.status, roles=roles_of(cfg.domain, cfg.announce))
+        found = findings_json(store, rule=args.rule, status=args.status, roles=roles_of(cfg.domain, cfg.announce),
+                              domain=cfg.domain)
     print(json.dumps(found, indent=2, ensure_ascii=False) if args.format == "json" else findings_table(found))
     return EXIT_OK
 

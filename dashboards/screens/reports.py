@@ -41,8 +41,9 @@ with ui.store() as store:
         since=ui.epoch(since), until=ui.epoch(until)))
 st.metric("Findings in this report", f"{count:,}")
 st.caption("Each report has a header with the range it covers, the binlog and Kafka positions reached, the config's "
-           "SHA-256, a SHA-256 of the data and one of the header, so it can be checked later (`oncewatch verify "
-           "REPORT`). The XLSX has a Summary sheet (per rule: findings, still standing, amount involved).")
+           "SHA-256 and hashes of its data and header: `oncewatch verify REPORT` finds an edit of any cell, field or "
+           "sheet and says where. Every finding where money is at stake carries its amount_involved. The XLSX has a "
+           "Summary sheet (per rule: findings, still standing, amount involved).")
 
 stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 for col, (fmt, mime) in zip(st.columns(len(FORMATS)), FORMATS.items()):

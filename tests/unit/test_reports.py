@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import csv
 import dataclasses
 import datetime as dt
@@ -17,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oncewatch.core.config import parse
-from oncewatch.core.records import Evidence, Finding
+from oncewatch.core.config import load, parse
+from oncewatch.core.records import Evidence, Finding, RowChange
 from oncewatch.dashboards import reports
 from oncewatch.store import Store, queries, reviews
 from tests.conftest import StoreTarget
@@ -93,6 +94,16 @@ def xlsx_sheets(data: bytes) -> dict[str, list[list]]:
             for ws in wb.worksheets}
 
 
+def evidence_table(data: bytes) -> list[list[str]]:
+    """The data section as `verify` reads it from an XLSX report's typed Evidence sheet."""
+    return reports.READERS["xlsx"](data).table
+
+
+def json_findings(data: bytes) -> list[dict]:
+    """A JSON report's findings without the row digests it adds to `findings_json` output."""
+    return [{k: v for k, v in f.items() if k != "rows_sha256"} for f in json.loads(data)["findings"]]
+
+
 def all_formats(store: Store, **kw) -> dict[str, bytes]:
     return {fmt: make(store, fmt, **kw) for fmt in reports.FORMATS}
 
@@ -110,8 +121,8 @@ def test_three_formats_hold_the_same_rows_and_findings(store):
     sheets = xlsx_sheets(out["xlsx"])
     doc = json.loads(out["json"])
 
-    assert doc["findings"] == reports.findings_json(store)
-    assert csv_table == sheets["Evidence"] == [list(reports.COLUMNS), *reports.rows(doc["findings"])]
+    assert json_findings(out["json"]) == reports.findings_json(store)
+    assert csv_table == evidence_table(out["xlsx"]) == [list(reports.COLUMNS), *reports.rows(doc["findings"])]
     # One row per evidence item; the finding without evidence still has its row.
     assert [r[0] for r in csv_table[1:]] == ["f-dup"] * 3 + ["f-amount", "f-drift"]
     assert [r[0] for r in sheets["Findings"][1:]] == [f["id"] for f in doc["findings"]]
@@ -277,7 +288,7 @@ def test_any_text_survives_every_format_and_verifies(text, value):
         store.close()
     for fmt, data in out.items():
         assert reports.verify(data, fmt), fmt
-    assert csv_parts(out["csv"])[1] == xlsx_sheets(out["xlsx"])["Evidence"]
+    assert csv_parts(out["csv"])[1] == evidence_table(out["xlsx"])
     assert json.loads(out["json"])["findings"][0]["summary"] == text  # JSON keeps the text exactly
 
 
@@ -339,7 +350,7 @@ def test_every_format_carries_each_findings_history(store):
     }
     out = all_formats(store)
     doc = json.loads(out["json"])
-    assert doc["header"]["report"] == "oncewatch-report/3"
+    assert doc["header"]["report"] == "oncewatch-report/4"
     assert {f["id"]: f["history"] for f in doc["findings"]} == expected
     assert {f["id"]: f["history"] for f in reports.findings_json(store)} == expected
     _, table = csv_parts(out["csv"])
@@ -348,9 +359,9 @@ def test_every_format_carries_each_findings_history(store):
     sheets = xlsx_sheets(out["xlsx"])
     assert sheets["History"][0] == list(reports.HISTORY_COLUMNS)
     assert [tuple(r[:4]) for r in sheets["History"][1:]] == [
-        ("f-dup", "2024-05-01T10:00:10.000000Z", "acknowledged", "ana@shop.example"),
-        ("f-drift", "2024-05-03T10:00:40.000000Z", "closed", "bo"),
-        ("f-drift", "2024-05-03T10:01:30.000000Z", "open", "oncewatch")]
+        ("f-dup", dt.datetime(2024, 5, 1, 10, 0, 10), "acknowledged", "ana@shop.example"),
+        ("f-drift", dt.datetime(2024, 5, 3, 10, 0, 40), "closed", "bo"),
+        ("f-drift", dt.datetime(2024, 5, 3, 10, 1, 30), "open", "oncewatch")]
     for fmt, data in out.items():
         assert reports.verify(data, fmt), fmt
 
@@ -415,6 +426,7 @@ def test_the_report_hash_covers_the_header(store):
     out = all_formats(store)
     tampered = out["csv"].replace(b"# config_sha256: c0ffee", b"# config_sha256: c0ffef")
     assert tampered != out["csv"] and reports.check(tampered, "csv") == [
+        "header field config_sha256 (line 11): changed",
         "the header does not have the report_sha256 it states: a header field was changed"]
     doc = json.loads(out["json"])
     doc["header"]["binlog_position"]["pos"] = 1
@@ -423,4 +435,172 @@ def test_the_report_hash_covers_the_header(store):
     wb["Report"]["B3"] = "2099-01-01T00:00:00.000000Z"  # generated_at
     changed = io.BytesIO()
     wb.save(changed)
-    assert len(reports.check(changed.getvalue(), "xlsx")) == 1
+    assert reports.check(changed.getvalue(), "xlsx") == [
+        "sheet Report, row 3 (header field generated_at): changed",
+        "the header does not have the report_sha256 it states: a header field was changed"]
+
+
+# ------------------------------------------------------- format 4: findings priced, every cell checked (issue 43)
+
+SHOP = load(Path(__file__).resolve().parents[2] / "examples" / "shop.toml")
+
+
+def _row(table: str, op: str, pk: int, after: dict, n: int, t: float) -> RowChange:
+    return RowChange("shop", table, op, (pk,), None, after, f"0-1-{n}", 0, "binlog.000003", 100 * n, t, "gtid")
+
+
+def _effect(table: str, pk: int, n: int) -> Evidence:
+    return Evidence("row_change", f"binlog.000003:{100 * n}#0-1-{n}/0", T0 + n,
+                    {"table": f"shop.{table}", "op": "insert", "commit_clock": "gtid", "trade_no": "T1", "row_id": pk})
+
+
+PRICED = [
+    # three shipments and two points grants of T1: three effects too many
+    Finding(id="f-three", rule="F1", name="duplicate_effect", severity="critical", keys={"trade_no": "T1"},
+            summary="trade_no T1: 3 rows in shop.shipments, 2 rows in shop.points_grants", first_seen=T0 + 3,
+            last_seen=T0 + 7, evidence=(_effect("shipments", 1, 3), _effect("shipments", 2, 4),
+                                        _effect("shipments", 3, 5), _effect("points_grants", 1, 6),
+                                        _effect("points_grants", 2, 7))),
+    Finding(id="f-stuck", rule="F3", name="stuck_pending", severity="warning", keys={"order": "O2"},
+            summary="order O2 pending", first_seen=T0 + 8, last_seen=T0 + 8,
+            evidence=(Evidence("row_change", "binlog.000003:800#0-1-8/0", T0 + 1,
+                               {"table": "shop.orders", "op": "insert", "order_no": "O2", "status": "pending"}),)),
+    Finding(id="f-twice", rule="F9", name="duplicate_event", severity="critical", keys={"key": "O2"},
+            summary="order.paid O2 twice", first_seen=T0 + 9, last_seen=T0 + 9,
+            evidence=tuple(Evidence("event", f"shop.events/0@{n}", T0 + 9, {"event_type": "order.paid", "key": "O2",
+                                                                          "amount": "7.25"}) for n in (1, 2, 3))),
+]
+SHOP_ROWS = [  # (row, its entities)
+    (_row("payments", "insert", 1, {"trade_no": "T1", "order_no": "O1", "amount": Decimal("25.00"),
+                                    "status": "pending"}, 1, T0), ("trade_no:T1", "order_key:O1")),
+    (_row("payments", "update", 1, {"trade_no": "T1", "order_no": "O1", "amount": Decimal("25.00"),
+                                    "status": "success"}, 2, T0 + 2), ("trade_no:T1", "order_key:O1")),
+    (_row("orders", "insert", 2, {"order_no": "O2", "amount": Decimal("99.90"), "status": "pending"}, 8, T0 + 1),
+     ("order_key:O2",)),
+]
+
+
+@pytest.fixture
+def priced(store):
+    with store.batch() as tx:
+        tx.upsert_findings(PRICED)
+        tx.add_row_changes([r for r, _ in SHOP_ROWS], [(i, e) for i, (_, es) in enumerate(SHOP_ROWS) for e in es])
+    return store
+
+
+def test_every_finding_with_money_at_stake_is_priced_from_the_shops_rows(priced):
+    roles = reports.roles_of(SHOP.domain, SHOP.announce)
+    doc = json.loads(make(priced, "json", roles=roles, domain=SHOP.domain))
+    found = {f["id"]: f for f in doc["findings"]}
+    assert found["f-three"]["amount_involved"] == "75.00"  # 25.00 for each of the three rows too many
+    paid = found["f-three"]["evidence"][-1]
+    assert (paid["table"], paid["key"], paid["amount"], paid["status"], paid["coordinates"]) == (
+        "shop.payments", "T1", "25.00", "success", "binlog.000003:200#0-1-2/0")
+    assert found["f-stuck"]["amount_involved"] == "99.90"
+    assert found["f-stuck"]["evidence"][-1]["amount"] == "99.90"
+    assert found["f-twice"]["amount_involved"] == "14.50"  # two copies too many
+    assert found["f-drift"]["amount_involved"] is None  # a lag has no money
+    assert found["f-dup"]["amount_involved"] is None  # its evidence names no effect table's rows: unknown, not 0
+    # the CLI's findings list says the same
+    assert reports.findings_json(priced, roles=roles, domain=SHOP.domain) == json_findings(
+        make(priced, "json", roles=roles, domain=SHOP.domain))
+    wb = openpyxl.load_workbook(io.BytesIO(make(priced, "xlsx", roles=roles, domain=SHOP.domain)))
+    summary = {r[0]: r[1:] for r in wb["Summary"].iter_rows(min_row=2, values_only=True)}
+    assert summary["F1"][3] == 75 and summary["F11"][3] is None
+
+
+def test_keys_and_values_in_readable_columns(store):
+    _, table = csv_parts(make(store, "csv"))
+    row = dict(zip(table[0], table[1]))
+    assert row["key_fields"] == "order_no: O1; trade_no: T1; user_id: 42"
+    assert row["evidence_fields"].startswith("after.address.city: Hangzhou; after.address.street: West Lake Rd 1; "
+                                             "after.amount: 12.50; ")
+
+
+def test_every_sheet_is_typed(store):
+    wb = openpyxl.load_workbook(io.BytesIO(make(store, "xlsx")))
+    evidence = wb["Evidence"]
+    head = [c.value for c in evidence[1]]
+    first = dict(zip(head, evidence[2]))
+    assert first["evidence_time"].is_date and first["evidence_time"].value == dt.datetime(2024, 5, 1, 10, 0, 0, 123000)
+    assert first["evidence_time_exact"].value == "2024-05-01T10:00:00.123456Z"  # Excel keeps milliseconds
+    history = wb["History"]
+    assert all(row[1].is_date for row in history.iter_rows(min_row=2))
+
+
+def _changed(value):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, dt.datetime):
+        return value.replace(year=value.year - 1)
+    return f"{value or ''}x"
+
+
+def _xlsx_edited(data: bytes, sheet: str, row: int, column: int) -> bytes:
+    wb = openpyxl.load_workbook(io.BytesIO(data))
+    cell = wb[sheet].cell(row=row, column=column)
+    cell.value = _changed(cell.value)
+    out = io.BytesIO()
+    wb.save(out)
+    return out.getvalue()
+
+
+def test_verify_finds_an_edit_of_any_cell_of_any_sheet_and_says_where(priced):
+    data = make(priced, "xlsx", domain=SHOP.domain)
+    wb = openpyxl.load_workbook(io.BytesIO(data), read_only=True)
+    for sheet in wb.sheetnames:
+        rows = list(wb[sheet].iter_rows(values_only=True))
+        for column, name in enumerate(rows[0], start=1):
+            row = 2 if sheet != "Report" else column + 1  # Report: each header field in turn
+            if sheet == "Report" and row > len(rows):
+                break
+            problems = reports.check(_xlsx_edited(data, sheet, row, column if sheet != "Report" else 2), "xlsx")
+            where = f"sheet {sheet}, row {row}"
+            assert any(p.startswith(where) for p in problems), (sheet, row, name, problems)
+            if sheet != "Report":
+                assert any(p.startswith(where) and f"column {name.removesuffix(reports.EXACT)}" in p
+                           for p in problems), (sheet, name, problems)
+    added = openpyxl.load_workbook(io.BytesIO(data))
+    added.create_sheet("Notes")["A1"] = "all fine"
+    out = io.BytesIO()
+    added.save(out)
+    assert reports.check(out.getvalue(), "xlsx") == [
+        "the sheets are Report, Summary, Findings, Evidence, History, Notes; the report wrote Report, Summary, "
+        "Findings, Evidence, History"]
+
+
+def test_verify_finds_an_edit_of_any_csv_or_json_field_and_says_where(priced):
+    data = make(priced, "csv", domain=SHOP.domain)
+    header, table = csv_parts(data)
+    lines = data.decode().splitlines(keepends=True)
+    for i, name in enumerate(header):
+        edited = "".join(lines[:i] + [lines[i].rstrip("\r\n") + "x\r\n"] + lines[i + 1:]).encode()
+        assert f"header field {name} (line {i + 1}): changed" in reports.check(edited, "csv"), name
+    for column, name in enumerate(table[0]):
+        rows = [list(r) for r in table]
+        rows[2][column] += "x"
+        buf = io.StringIO(newline="")
+        csv.writer(buf).writerows(rows)
+        edited = "".join(lines[:len(header)]).encode() + buf.getvalue().encode()
+        assert f"data row 2 (finding {rows[2][0]}), column {name}: changed" in reports.check(edited, "csv"), name
+
+    doc = json.loads(make(priced, "json", domain=SHOP.domain))
+    for name in doc["header"]:
+        changed = copy.deepcopy(doc)
+        changed["header"][name] = "x"
+        assert f"header field {name}: changed" in reports.check(json.dumps(changed).encode(), "json"), name
+    for name in (*reports.FINDING_FIELDS[1:], "evidence"):
+        changed = copy.deepcopy(doc)
+        changed["findings"][0][name] = "x" if name != "evidence" else []
+        assert any(p.startswith("finding 1 (f-dup)") for p in reports.check(json.dumps(changed).encode(), "json")), name
+    for name in reports.EVIDENCE_FIELDS:
+        changed = copy.deepcopy(doc)
+        changed["findings"][0]["evidence"][1][name] = "x"
+        problems = reports.check(json.dumps(changed).encode(), "json")
+        assert any(p.startswith("finding 1 (f-dup), evidence item 2, column") for p in problems), (name, problems)
+    changed = copy.deepcopy(doc)
+    changed["findings"][0]["evidence"][0]["extra"] = 1
+    assert reports.check(json.dumps(changed).encode(), "json") == [
+        "finding 1 (f-dup), evidence item 1: field extra added"]
