@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.dashboard_load import build  # noqa: E402
-from oncewatch.dashboards import reports  # noqa: E402
+from oncewatch.dashboards import report_check, reports  # noqa: E402
 from oncewatch.store import Store  # noqa: E402
 
 CACHE = Path("/tmp/oncewatch-bench")
@@ -69,7 +69,7 @@ def export(path: Path, fmt: str, filters: dict[str, object]) -> bytes:
 
 def digest(fmt: str, data: bytes) -> str:
     if fmt == "xlsx":
-        return "data " + hashlib.sha256(reports.READERS["xlsx"](data).section).hexdigest()[:16]
+        return "data " + hashlib.sha256(report_check.READERS["xlsx"](data).section).hexdigest()[:16]
     return "file " + hashlib.sha256(data).hexdigest()[:16]
 
 

@@ -4,7 +4,7 @@
 (through `report()`). `oncewatch findings` prints the same finding dicts (`findings_json`) or a
 table (`findings_table`). A finding carries its history: every change of its status after it
 opened, by the monitor (the fact that ended it, a lapse) or by a person (an acknowledgement, a
-close with its reason). `check()` / `verify()` recompute its hashes and say where it was changed
+close with its reason). dashboards.report_check recomputes its hashes and says where it was changed
 (`oncewatch verify`).
 
 A report is a header and a data section.
@@ -28,10 +28,10 @@ Header (CSV: the leading lines `# field: value`; JSON: "header"; XLSX: sheet "Re
                     same for one file wherever it lies (`oncewatch check-config` prints it)
   findings, evidence_rows   counts
   columns_sha256    per column of the data section, SHA-256 of its cells (below the names row) one after
-                    another, each as a JSON string and a line feed: tells `check` which column changed
+                    another, each as a JSON string and a line feed: tells `oncewatch verify` which column changed
   data_sha256       SHA-256 of the data section, as defined below
   fields_sha256     per field above, the first 16 hex digits of the SHA-256 of its text (UTF-8): tells
-                    `check` which field changed
+                    `oncewatch verify` which field changed
   report_sha256     SHA-256 of the header: canonical JSON (sorted keys, no spaces, UTF-8) of the list of
                     [field, text] pairs of every field above, text as the CSV header holds it; since
                     data_sha256 is one of them, it covers the whole report
@@ -51,7 +51,7 @@ read from joins the evidence (dashboards.pricing; F1: the trade's paid amount fo
 beyond the first, its payment row in the evidence). key_fields and evidence_fields are keys and
 values for people ("name: value; ...", nested names dotted: `fields_text`); keys and values keep them
 as JSON. row_sha256 is the first 16 hex digits of the SHA-256 of the canonical JSON of the row's
-other cells: `check` names the row an edit is in. evidence_table is the watched
+other cells: `oncewatch verify` names the row an edit is in. evidence_table is the watched
 table (a topic for an event); evidence_key, _amount and _status are the values of the columns
 the config's domain names for that table (`roles_of`), or an event's record key and payload
 amount and status. history is a JSON list, oldest first, of {"at", "status" (the status it
@@ -67,7 +67,7 @@ involved), Findings (one row per finding), Evidence (the data section, then each
 text as "<column>_exact": Excel keeps milliseconds), History (one row per change). Every sheet but
 Report is typed: times as dates (UTC), amounts as numbers shown to their scale (text where binary
 floating point could not give the same digits back), counts as integers. Summary, Findings and
-History are made from the data section's rows (`_Derived`), and `check` makes them again from the
+History are made from the data section's rows (`Derived`), and `oncewatch verify` makes them again from the
 Evidence sheet and compares every cell, so an edit of any sheet is found and placed.
 
 data_sha256 = SHA-256 of the data section written as CSV: the COLUMNS row, then the data rows,
@@ -93,7 +93,6 @@ import hmac
 import io
 import json
 import re
-import zipfile
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
@@ -101,11 +100,10 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 
-from openpyxl import Workbook, load_workbook
+from openpyxl import Workbook
 from openpyxl.cell import WriteOnlyCell
 from openpyxl.cell.cell import ERROR_CODES
 from openpyxl.utils import get_column_letter
-from openpyxl.utils.datetime import from_excel, to_excel
 
 from oncewatch.core.config import Config
 from oncewatch.core.domain import Announce, Domain
@@ -149,10 +147,6 @@ DATETIME_FORMAT = "yyyy-mm-dd hh:mm:ss.000"
 NOT_IN_XML = re.compile(r"[\x00-\x08\x0b-\x1f\ufffe\uffff]")
 # The CSV of the data section is hashed (and, for a CSV report, kept) in pieces of about this many characters.
 SECTION_CHUNK = 1 << 20
-
-
-class ReportError(ValueError):
-    """A file given to `verify()` is not an oncewatch report of the stated format."""
 
 
 # ---------------------------------------------------------------- values
@@ -386,7 +380,7 @@ def findings_table(findings: list[dict[str, Any]]) -> str:
 
 # ---------------------------------------------------------------- the data section and its hash
 
-def _finding_rows(f: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def finding_lines(f: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """One finding of `findings_json` output: its cells (FINDING_FIELDS) and its rows of the data section."""
     head = _cells(f[name] for name in FINDING_FIELDS)
     if not f["evidence"]:
@@ -396,17 +390,17 @@ def _finding_rows(f: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 def row_sha256(cells: Sequence[str]) -> str:
     """A data row's row_sha256: the first ROW_DIGEST hex digits of the SHA-256 of the canonical JSON of its
-    other cells, which tells `check` the row an edit is in."""
-    return _sha256(canonical_json(list(cells)).encode())[:ROW_DIGEST]
+    other cells, which tells `oncewatch verify` the row an edit is in."""
+    return sha256_hex(canonical_json(list(cells)).encode())[:ROW_DIGEST]
 
 
 def _signed(cells: list[str]) -> list[str]:
     return [*cells, row_sha256(cells)]
 
 
-class _ColumnHashes:
+class ColumnHashes:
     """columns_sha256: per column of the data section, the SHA-256 of its cells one after another, each as
-    a JSON string and a line feed; it tells `check` the column an edit is in."""
+    a JSON string and a line feed; it tells `oncewatch verify` the column an edit is in."""
 
     def __init__(self) -> None:
         self._sha = [hashlib.sha256() for _ in COLUMNS]
@@ -422,10 +416,10 @@ class _ColumnHashes:
 
 def rows(findings: list[dict[str, Any]]) -> list[list[str]]:
     """The data section: one row of COLUMNS per evidence item of `findings_json` output."""
-    return [line for f in findings for line in _finding_rows(f)[1]]
+    return [line for f in findings for line in finding_lines(f)[1]]
 
 
-def _csv(table: Iterable[Iterable[str]]) -> bytes:
+def csv_bytes(table: Iterable[Iterable[str]]) -> bytes:
     buf = io.StringIO(newline="")
     csv.writer(buf).writerows(table)
     return buf.getvalue().encode()
@@ -441,7 +435,7 @@ class _Section:
         self._sha = hashlib.sha256()
         self.chunks: list[bytes] | None = [] if keep else None
         self.rows = 0
-        self.columns = _ColumnHashes()
+        self.columns = ColumnHashes()
         self._writer.writerow(COLUMNS)
 
     def add(self, lines: list[list[str]]) -> None:
@@ -466,29 +460,29 @@ class _Section:
 
 def data_section(data: list[list[str]]) -> bytes:
     """The canonical bytes that data_sha256 covers (module docstring)."""
-    return _csv([COLUMNS, *data])
+    return csv_bytes([COLUMNS, *data])
 
 
-def _sha256(b: bytes) -> str:
+def sha256_hex(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
 
 # ---------------------------------------------------------------- writers
 
-def _header_items(header: dict[str, Any]) -> list[tuple[str, str]]:
+def header_items(header: dict[str, Any]) -> list[tuple[str, str]]:
     return [(k, _text(v)) for k, v in header.items()]
 
 
 def header_sha256(items: Iterable[tuple[str, str]]) -> str:
     """report_sha256: SHA-256 of the header's fields before it, as the text the file holds them in
     (module docstring); data_sha256 is one of them, so it covers the whole report."""
-    return _sha256(canonical_json([[k, v] for k, v in items if k != "report_sha256"]).encode())
+    return sha256_hex(canonical_json([[k, v] for k, v in items if k != "report_sha256"]).encode())
 
 
 def fields_sha256(items: Iterable[tuple[str, str]]) -> dict[str, str]:
     """fields_sha256: per header field before it, the first ROW_DIGEST hex digits of the SHA-256 of its text,
-    which tells `check` the field an edit is in."""
-    return {k: _sha256(v.encode())[:ROW_DIGEST] for k, v in items if k not in ("fields_sha256", "report_sha256")}
+    which tells `oncewatch verify` the field an edit is in."""
+    return {k: sha256_hex(v.encode())[:ROW_DIGEST] for k, v in items if k not in ("fields_sha256", "report_sha256")}
 
 
 class _Writer(Protocol):
@@ -511,7 +505,7 @@ class _CsvWriter:
         pass
 
     def finish(self, header: dict[str, Any], section: _Section) -> bytes:
-        block = "".join(f"# {k}: {v}".rstrip() + "\r\n" for k, v in _header_items(header)).encode()
+        block = "".join(f"# {k}: {v}".rstrip() + "\r\n" for k, v in header_items(header)).encode()
         return b"".join([block, *(section.chunks or ())])
 
 
@@ -581,7 +575,7 @@ class _Sheet:
         self.ws.auto_filter.ref = f"A1:{get_column_letter(self.width)}{self.rows + 1}"
 
 
-def _when(text: str) -> dt.datetime | None:
+def when_of(text: str) -> dt.datetime | None:
     """A report's time text as the naive UTC datetime a sheet holds, None for other text."""
     if not text.endswith("Z"):
         return None
@@ -591,7 +585,7 @@ def _when(text: str) -> dt.datetime | None:
         return None
 
 
-def _ms_iso(t: dt.datetime) -> str:
+def ms_iso(t: dt.datetime) -> str:
     return t.isoformat(timespec="milliseconds") + "Z"
 
 
@@ -599,7 +593,7 @@ def _amount_format(scale: int) -> str:
     return "#,##0" + ("." + "0" * scale if scale else "")
 
 
-def _number_text(value: float | int, number_format: str) -> str:
+def number_text(value: float | int, number_format: str) -> str:
     """An amount cell as text: its digits to the scale its number format shows (what `_number` wrote)."""
     exact = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
     scale = len(number_format.partition(".")[2].rstrip(";")) if "." in number_format else 0
@@ -617,7 +611,7 @@ def _number(text: str) -> tuple[Decimal, str] | None:
     if not d.is_finite() or str(d) != text or d.as_tuple().exponent > 0:
         return None
     fmt = _amount_format(-d.as_tuple().exponent)
-    return (d, fmt) if _number_text(float(d), fmt) == text else None
+    return (d, fmt) if number_text(float(d), fmt) == text else None
 
 
 def _typed(sheet: _Sheet, name: str, text: str) -> Any:
@@ -625,7 +619,7 @@ def _typed(sheet: _Sheet, name: str, text: str) -> Any:
     numbers (shown to their scale), counts as integers; other text, and text that is not one, as it is."""
     if not text:
         return None
-    if name in TIME_FIELDS and (when := _when(text)) is not None:
+    if name in TIME_FIELDS and (when := when_of(text)) is not None:
         return sheet.cell(when, DATETIME_FORMAT)
     if name in AMOUNT_FIELDS and (number := _number(text)) is not None:
         return sheet.cell(*number)
@@ -634,23 +628,6 @@ def _typed(sheet: _Sheet, name: str, text: str) -> Any:
     return text
 
 
-def _shown(name: str, text: str) -> str:
-    """What `_read` gives back for a cell `_typed` wrote from `text`: times to the millisecond."""
-    when = _when(text) if name in TIME_FIELDS else None
-    return text if when is None else _ms_iso(from_excel(to_excel(when)))
-
-
-def _read(name: str, value: Any, number_format: str) -> str:
-    """A cell of a typed sheet, as read back, as text."""
-    if value is None:
-        return ""
-    if isinstance(value, dt.datetime):
-        return _ms_iso(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if name in AMOUNT_FIELDS:
-            return _number_text(value, number_format)
-        return str(int(value)) if float(value).is_integer() else repr(value)
-    return str(value)
 
 
 def _rule_order(rule: str) -> tuple[int, str]:
@@ -661,9 +638,9 @@ FINDING_CELLS = len(FINDING_FIELDS)
 KIND_AT = COLUMNS.index("evidence_kind")
 
 
-class _Derived:
+class Derived:
     """The Summary, Findings and History sheets as text, from the data section's rows, finding by finding:
-    how the XLSX writer makes them and how `check` tells whether a sheet still says what the data says."""
+    how the XLSX writer makes them and how `oncewatch verify` tells whether a sheet still says what the data says."""
 
     def __init__(self) -> None:
         self.by_rule: dict[str, list[Any]] = {}  # rule -> [name, findings, standing, amount or None]
@@ -696,8 +673,8 @@ class _XlsxWriter:
     (write-only mode); Report and Summary, first in the book, are filled last.
 
     Every sheet but Report is typed (`_typed`) and derived from the data section: Evidence is it, with each
-    time's exact text beside it; Summary, Findings and History say what its rows say (`_Derived`), so that
-    `check` finds an edit of any of them. Widths, frozen header rows and an autofilter are for people."""
+    time's exact text beside it; Summary, Findings and History say what its rows say (`Derived`), so that
+    `oncewatch verify` finds an edit of any of them. Widths, frozen header rows and an autofilter are for people."""
 
     keeps_section = False
 
@@ -708,7 +685,7 @@ class _XlsxWriter:
         self.findings = _Sheet(self.book, "Findings", FINDINGS_COLUMNS)
         self.evidence = _Sheet(self.book, "Evidence", EVIDENCE_SHEET_COLUMNS)
         self.history = _Sheet(self.book, "History", HISTORY_COLUMNS)
-        self.derived = _Derived()
+        self.derived = Derived()
 
     def add(self, finding: dict[str, Any], cells: list[str], lines: list[list[str]]) -> None:
         row, entries = self.derived.add(lines)
@@ -719,7 +696,7 @@ class _XlsxWriter:
             self.history.typed(HISTORY_COLUMNS, entry)
 
     def finish(self, header: dict[str, Any], section: _Section) -> bytes:
-        for line in _header_items(header):
+        for line in header_items(header):
             self.report.append(line)
         for line in self.derived.summary():
             self.summary.typed(SUMMARY_COLUMNS, line)
@@ -767,7 +744,7 @@ def export(store: Store, fmt: str, *, rule: str | None = None, status: str | Non
         binlog = store.checkpoint(BINLOG_CHECKPOINT)
         kafka = store.checkpoint(KAFKA_CHECKPOINT) or {}
         for finding in _findings(store, _filter(rule, status, since, until), hide, roles or {}, domain):
-            cells, lines = _finding_rows(finding)
+            cells, lines = finding_lines(finding)
             section.add(lines)
             writer.add(finding, cells, lines)
             found += 1
@@ -787,240 +764,9 @@ def export(store: Store, fmt: str, *, rule: str | None = None, status: str | Non
         "columns_sha256": section.columns.digests(),
         "data_sha256": section.sha256(),
     }
-    header["fields_sha256"] = fields_sha256(_header_items(header))
-    header["report_sha256"] = header_sha256(_header_items(header))
+    header["fields_sha256"] = fields_sha256(header_items(header))
+    header["report_sha256"] = header_sha256(header_items(header))
     return writer.finish(header, section)
-
-
-# ---------------------------------------------------------------- verification
-
-@dataclass(frozen=True)
-class _Parts:
-    """What a reader found in a report: the header as (field, text) pairs in the file's order, the data
-    section as rows of text (COLUMNS first) and as the bytes data_sha256 covers, where a header field and a
-    data row are in the file, and what it found changed on the way (sheets that no longer say what the data
-    section says, fields that are not the report's)."""
-
-    header: list[tuple[str, str]]
-    table: list[list[str]]
-    section: bytes
-    header_at: Callable[[int, str], str]
-    row_at: Callable[[int], str]
-    problems: tuple[str, ...] = ()
-
-
-def _read_csv(data: bytes) -> _Parts:
-    pos, header = 0, []
-    while data.startswith(b"#", pos):
-        end = data.find(b"\n", pos) + 1 or len(data)  # find() gives -1 on a last line without newline
-        name, _, value = data[pos:end].decode(errors="replace").removeprefix("#").partition(":")
-        header.append((name.strip(), value.strip()))
-        pos = end
-    table = list(csv.reader(io.StringIO(data[pos:].decode(errors="replace"), newline="")))
-    return _Parts(header, table, data[pos:], lambda i, name: f"header field {name} (line {i + 1})",
-                  lambda i: f"data row {i + 1}" + (f" (finding {table[i + 1][0]})" if table[i + 1] else ""))
-
-
-JSON_FINDING_FIELDS = frozenset({*FINDING_FIELDS, "evidence", "rows_sha256"})
-
-
-def _read_json(data: bytes) -> _Parts:
-    try:
-        doc = json.loads(data)
-        header, findings = _header_items(doc["header"]), doc["findings"]
-        problems, table, places = [], [list(COLUMNS)], []
-        for i, f in enumerate(findings):
-            label = f"finding {i + 1} ({f.get('id')})"
-            problems += [f"{label}: field {k} {'added' if k in f else 'removed'}"
-                         for k in sorted(JSON_FINDING_FIELDS ^ f.keys())]
-            items = f.get("evidence") or []
-            for j, e in enumerate(items):
-                problems += [f"{label}, evidence item {j + 1}: field {k} {'added' if k in e else 'removed'}"
-                             for k in sorted(set(EVIDENCE_FIELDS) ^ e.keys())]
-            complete = {**dict.fromkeys(FINDING_FIELDS), **f,
-                        "evidence": [{**dict.fromkeys(EVIDENCE_FIELDS), **e} for e in items]}
-            stated = f.get("rows_sha256") or []
-            for j, line in enumerate(_finding_rows(complete)[1]):
-                table.append([*line[:-1], str(stated[j]) if j < len(stated) else ""])
-                places.append(f"{label}, evidence item {j + 1}" if items else label)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ReportError(f"not an oncewatch JSON report ({exc}); was it written by `oncewatch export`?") from exc
-    return _Parts(header, table, _csv(table), lambda i, name: f"header field {name}",
-                  lambda i: places[i], tuple(problems))
-
-
-def _texts(cells: Iterable[Any], columns: Sequence[str]) -> list[str]:
-    """A typed sheet's row as text (`_read`), as wide as `columns`."""
-    cells = list(cells)
-    cells += [None] * (len(columns) - len(cells))
-    return [_read(name, getattr(c, "value", None), getattr(c, "number_format", "General") or "General")
-            for name, c in zip(columns, cells)] + [_read("", getattr(c, "value", None), "General")
-                                                   for c in cells[len(columns):]]
-
-
-def _evidence_rows(ws: Any, problems: list[str]) -> list[list[str]]:
-    """The data section from a typed Evidence sheet: each time from its exact text, which the typed cell
-    beside it must show."""
-    rows = ws.iter_rows()
-    names = _texts(next(rows, ()), ())
-    if names != list(EVIDENCE_SHEET_COLUMNS):
-        problems.append("sheet Evidence, row 1: the column names were changed")
-    exact = {c: EVIDENCE_SHEET_COLUMNS.index(c + EXACT) for c in COLUMNS if c in TIME_FIELDS}
-    table = [list(COLUMNS)]
-    for n, cells in enumerate(rows, start=2):
-        texts = _texts(cells, EVIDENCE_SHEET_COLUMNS)
-        line = []
-        for i, name in enumerate(COLUMNS):
-            if name in exact:
-                line.append(texts[exact[name]])
-                if texts[i] != _shown(name, texts[exact[name]]):
-                    problems.append(f"sheet Evidence, row {n} (finding {texts[0]}), column {name}: shows "
-                                    f"{texts[i]!r}, its exact text is {texts[exact[name]]!r}")
-            else:
-                line.append(texts[i])
-        table.append(line + texts[len(EVIDENCE_SHEET_COLUMNS):])
-    return table
-
-
-def _derived_problems(wb: Any, table: list[list[str]]) -> list[str]:
-    """Where the Summary, Findings and History sheets no longer say what the data section says."""
-    derived, findings, history = _Derived(), [], []
-    data = table[1:]
-    start = 0
-    for i in range(1, len(data) + 1):
-        if i == len(data) or data[i][0] != data[start][0]:
-            row, entries = derived.add(data[start:i])
-            findings.append(row)
-            history += entries
-            start = i
-    problems: list[str] = []
-    for name, columns, expected in (("Summary", SUMMARY_COLUMNS, derived.summary()),
-                                    ("Findings", FINDINGS_COLUMNS, findings), ("History", HISTORY_COLUMNS, history)):
-        found = [_texts(cells, columns) for cells in wb[name].iter_rows()]
-        if not found or found[0][:len(columns)] != list(columns):
-            problems.append(f"sheet {name}, row 1: the column names were changed")
-        problems += [f"sheet {name}, row {n}: a row its data rows do not give (column "
-                     f"{', '.join(c for c, text in zip(columns, got) if text)})"
-                     for n, got in enumerate(found[len(expected) + 1:], start=len(expected) + 2)]
-        if len(found) - 1 < len(expected):
-            problems.append(f"sheet {name}: {len(found) - 1} rows, its data rows give {len(expected)}: rows were "
-                            "removed")
-        for n, (got, want) in enumerate(zip(found[1:], expected), start=2):
-            shown = [_shown(c, text) for c, text in zip(columns, want)] + [""] * (len(got) - len(columns))
-            names = [*columns, *(get_column_letter(j + 1) for j in range(len(columns), len(got)))]
-            problems += [f"sheet {name}, row {n} ({columns[0]} {want[0]}), column {names[j]}: says {g!r}, the "
-                         f"Evidence sheet gives {w!r}" for j, (g, w) in enumerate(zip(got, shown)) if g != w]
-    return problems
-
-
-def _read_xlsx(data: bytes) -> _Parts:
-    try:
-        wb = load_workbook(io.BytesIO(data), read_only=True)
-        header = [("" if k is None else str(k), "" if v is None else str(v))
-                  for k, v in wb["Report"].iter_rows(min_row=2, max_col=2, values_only=True)]
-        problems: list[str] = []
-        if dict(header).get("report") == "oncewatch-report/3":  # every Evidence cell text, no other sheet hashed
-            table = [["" if v is None else str(v) for v in line] for line in wb["Evidence"].iter_rows(values_only=True)]
-        else:
-            if wb.sheetnames != list(SHEETS):
-                problems.append(f"the sheets are {', '.join(wb.sheetnames)}; the report wrote {', '.join(SHEETS)}")
-            table = _evidence_rows(wb["Evidence"], problems)
-            problems += _derived_problems(wb, table)
-        wb.close()
-    except (zipfile.BadZipFile, KeyError, ValueError) as exc:
-        raise ReportError(f"not an oncewatch XLSX report ({exc}); was it written by `oncewatch export`?") from exc
-    return _Parts(header, table, _csv(table), lambda i, name: f"sheet Report, row {i + 2} (header field {name})",
-                  lambda i: f"sheet Evidence, row {i + 2} (finding {table[i + 1][0]})", tuple(problems))
-
-
-READERS: dict[str, Callable[[bytes], _Parts]] = {"csv": _read_csv, "json": _read_json, "xlsx": _read_xlsx}
-
-
-def _json_field(claimed: dict[str, str], name: str) -> dict[str, str] | None:
-    try:
-        value = json.loads(claimed[name])
-    except (KeyError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _header_problems(parts: _Parts, claimed: dict[str, str]) -> list[str]:
-    """The header fields that do not have the digest fields_sha256 states (a report of format 4 or later)."""
-    if "fields_sha256" not in claimed:
-        return []
-    digests = _json_field(claimed, "fields_sha256")
-    if digests is None:
-        return [f"{_header_at(parts, 'fields_sha256')}: changed"]
-    out, seen = [], set()
-    for i, (name, text) in enumerate(parts.header):
-        if name in ("fields_sha256", "report_sha256"):
-            continue
-        seen.add(name)
-        if name not in digests:
-            out.append(f"{parts.header_at(i, name)}: a field the report did not have")
-        elif not hmac.compare_digest(digests[name], _sha256(text.encode())[:ROW_DIGEST]):
-            out.append(f"{parts.header_at(i, name)}: changed")
-    out += [f"header field {name}: removed" for name in digests if name not in seen]
-    if not out and claimed["fields_sha256"] != _text(fields_sha256(parts.header)):
-        out.append(f"{_header_at(parts, 'fields_sha256')}: changed")
-    if not out and not hmac.compare_digest(claimed.get("report_sha256", ""), header_sha256(parts.header)):
-        out.append(f"{_header_at(parts, 'report_sha256')}: changed")
-    return out
-
-
-def _header_at(parts: _Parts, name: str) -> str:
-    return next(parts.header_at(i, k) for i, (k, _) in enumerate(parts.header) if k == name)
-
-
-def _data_problems(parts: _Parts, claimed: dict[str, str]) -> list[str]:
-    """Where the data section was changed: rows by their row_sha256, columns by columns_sha256."""
-    if parts.table[0] != list(COLUMNS):
-        return ["the data section's row of column names was changed"]
-    data = parts.table[1:]
-    out = [f"{parts.row_at(i)}: {len(line)} cells, the report wrote {len(COLUMNS)}"
-           for i, line in enumerate(data) if len(line) != len(COLUMNS)]
-    rows = [i for i, line in enumerate(data) if len(line) == len(COLUMNS) and row_sha256(line[:-1]) != line[-1]]
-    stated = _json_field(claimed, "columns_sha256") or {}
-    hashes = _ColumnHashes()
-    hashes.add(data)
-    columns = [c for c, digest in hashes.digests().items() if stated.get(c) != digest]
-    if claimed.get("evidence_rows", "").isdigit() and int(claimed["evidence_rows"]) != len(data):
-        out.append(f"{len(data)} data rows, the header counts {claimed['evidence_rows']}: rows were added or removed")
-    for i in rows:
-        changed = [c for c in columns if c != "row_sha256"] or columns or ["a cell"]
-        out += [f"{parts.row_at(i)}, column {c}: changed" for c in changed]
-    if not rows and columns:
-        out.append(f"column {', '.join(columns)}: changed, or rows moved")
-    return out
-
-
-def check(data: bytes, fmt: str) -> list[str]:
-    """What in a report no longer matches the hashes its header states (empty: it is as written), each
-    difference with where it is: the sheet, row and column, the header field, the finding.
-    data_sha256 is recomputed over the data section, report_sha256 over the header; in an XLSX report the
-    other sheets are compared with what the data section gives."""
-    if fmt not in READERS:
-        raise ValueError(f"unknown report format {fmt!r}: use one of {', '.join(FORMATS)}")
-    parts = READERS[fmt](data)
-    claimed = dict(parts.header)
-    if not claimed.get("data_sha256"):
-        raise ReportError(f"no data_sha256 in the header: not an oncewatch {fmt} report")
-    problems = [*parts.problems, *_header_problems(parts, claimed)]
-    if not hmac.compare_digest(claimed["data_sha256"], _sha256(parts.section)):
-        if "columns_sha256" in claimed:
-            problems += _data_problems(parts, claimed)
-        problems.append("the data section does not have the data_sha256 the header states: a cell was changed, "
-                        "added or removed")
-    if "report_sha256" not in claimed:
-        problems.append("no report_sha256 in the header: a report of format 1 or 2, whose header no hash covers")
-    elif not hmac.compare_digest(claimed["report_sha256"], header_sha256(parts.header)):
-        problems.append("the header does not have the report_sha256 it states: a header field was changed")
-    return problems
-
-
-def verify(data: bytes, fmt: str) -> bool:
-    """Whether a report still has both hashes its header states (`check` says what differs)."""
-    return not check(data, fmt)
 
 
 # ---------------------------------------------------------------- for the dashboard

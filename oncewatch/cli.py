@@ -176,7 +176,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Recompute a report's two hashes: exit 0 when both match, EXIT_TAMPERED (each difference said) when not."""
-    from oncewatch.dashboards.reports import FORMATS, ReportError, check
+    from oncewatch.dashboards.report_check import FORMATS, ReportError, check
 
     fmt = args.format or Path(args.report).suffix.lstrip(".").lower()
     if fmt not in FORMATS:

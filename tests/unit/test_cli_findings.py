@@ -16,7 +16,7 @@ import pytest
 from oncewatch.cli import EXIT_CONFIG, EXIT_OK, EXIT_TAMPERED, main
 from oncewatch.core.config import DEFAULT_MASK_FIELDS, ConfigError, load
 from oncewatch.core.records import QuarantinedRecord
-from oncewatch.dashboards import reports
+from oncewatch.dashboards import report_check, reports
 from oncewatch.store import Store
 from tests.conftest import StoreTarget, store_section
 from tests.unit.test_reports import BINLOG, seed
@@ -73,7 +73,7 @@ def test_exports_agree_with_findings_json(capsys, config, tmp_path):
         files[fmt] = tmp_path / f"report.{fmt}"
         code, _, err = run(capsys, "export", "--config", str(config), "--format", fmt, "--out", str(files[fmt]))
         assert code == EXIT_OK, err
-        assert reports.verify(files[fmt].read_bytes(), fmt)
+        assert report_check.verify(files[fmt].read_bytes(), fmt)
 
     doc = json.loads(files["json"].read_text())
     assert [{k: v for k, v in f.items() if k != "rows_sha256"} for f in doc["findings"]] == expected
@@ -169,7 +169,7 @@ def test_export_writes_over_an_existing_file_only_with_force(capsys, config, tmp
     assert out.read_text() == "last month's report"
     code, _, err = run(capsys, *argv, "--force")
     assert code == EXIT_OK, err
-    assert reports.verify(out.read_bytes(), "json")
+    assert report_check.verify(out.read_bytes(), "json")
 
 
 @pytest.mark.parametrize("command", ["alerts", "alert-tests", "grafana"])

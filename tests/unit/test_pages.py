@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 from devservices import scenario
 from oncewatch.core import names
 from oncewatch.core.records import Evidence, Finding, QuarantinedRows
-from oncewatch.dashboards import auth, login_limits, reports, views
+from oncewatch.dashboards import auth, login_limits, report_check, reports, views
 from oncewatch.store import Store, reviews
 from tests.conftest import SQLITE_ONLY, StoreTarget, name_store, store_keys, store_section
 from tests.unit.test_metrics import scenario_store  # noqa: F401 - the scenario store fixture
@@ -360,7 +360,7 @@ def test_report_bytes_are_the_verifiable_export(env: Path) -> None:
     cfg = views.config()
     for fmt in reports.FORMATS:
         data = reports.report(cfg, fmt, rule="F1")
-        assert reports.verify(data, fmt)
+        assert report_check.verify(data, fmt)
     assert b"# findings: 1" in reports.report(cfg, "csv", rule="F1")
 
 

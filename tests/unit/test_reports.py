@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from oncewatch.core.config import load, parse
 from oncewatch.core.records import Evidence, Finding, RowChange
-from oncewatch.dashboards import reports
+from oncewatch.dashboards import report_check, reports
 from oncewatch.store import Store, queries, reviews
 from tests.conftest import StoreTarget
 
@@ -96,7 +96,7 @@ def xlsx_sheets(data: bytes) -> dict[str, list[list]]:
 
 def evidence_table(data: bytes) -> list[list[str]]:
     """The data section as `verify` reads it from an XLSX report's typed Evidence sheet."""
-    return reports.READERS["xlsx"](data).table
+    return report_check.READERS["xlsx"](data).table
 
 
 def json_findings(data: bytes) -> list[dict]:
@@ -164,7 +164,7 @@ def test_header_states_positions_config_and_counts(store):
 def test_each_format_verifies_and_the_documented_recipe_gives_the_hash(store):
     out = all_formats(store)
     for fmt, data in out.items():
-        assert reports.verify(data, fmt), fmt
+        assert report_check.verify(data, fmt), fmt
     header, _ = csv_parts(out["csv"])
     data_section = out["csv"][out["csv"].index(b"finding_id,"):]
     assert hashlib.sha256(data_section).hexdigest() == header["data_sha256"]
@@ -174,28 +174,28 @@ def test_a_changed_byte_of_data_fails_verification(store):
     out = all_formats(store)
 
     tampered_csv = out["csv"].replace(b"12.50", b"12.51", 1)
-    assert tampered_csv != out["csv"] and not reports.verify(tampered_csv, "csv")
+    assert tampered_csv != out["csv"] and not report_check.verify(tampered_csv, "csv")
 
     doc = json.loads(out["json"])
     doc["findings"][1]["evidence"][0]["values"]["after"]["amount"] = "0.11"
-    assert not reports.verify(json.dumps(doc).encode(), "json")
+    assert not report_check.verify(json.dumps(doc).encode(), "json")
 
     wb = openpyxl.load_workbook(io.BytesIO(out["xlsx"]))
     wb["Evidence"]["E3"] = "resolved"
     changed = io.BytesIO()
     wb.save(changed)
-    assert not reports.verify(changed.getvalue(), "xlsx")
+    assert not report_check.verify(changed.getvalue(), "xlsx")
 
 
 def test_verify_refuses_what_is_not_a_report():
-    with pytest.raises(reports.ReportError, match="data_sha256"):
-        reports.verify(b"a,b\r\n1,2\r\n", "csv")
-    with pytest.raises(reports.ReportError, match="JSON report"):
-        reports.verify(b"[1, 2]", "json")
-    with pytest.raises(reports.ReportError, match="XLSX report"):
-        reports.verify(b"not a zip", "xlsx")
+    with pytest.raises(report_check.ReportError, match="data_sha256"):
+        report_check.verify(b"a,b\r\n1,2\r\n", "csv")
+    with pytest.raises(report_check.ReportError, match="JSON report"):
+        report_check.verify(b"[1, 2]", "json")
+    with pytest.raises(report_check.ReportError, match="XLSX report"):
+        report_check.verify(b"not a zip", "xlsx")
     with pytest.raises(ValueError, match="csv, json, xlsx"):
-        reports.verify(b"", "pdf")
+        report_check.verify(b"", "pdf")
 
 
 def test_time_range_keeps_findings_seen_inside_it(store):
@@ -209,7 +209,7 @@ def test_time_range_keeps_findings_seen_inside_it(store):
 
     later = json.loads(make(store, "json", since=dt.datetime(2024, 5, 2)))  # naive: UTC
     assert [f["id"] for f in later["findings"]] == ["f-drift"]
-    assert reports.verify(make(store, "csv", since=since, until=until), "csv")
+    assert report_check.verify(make(store, "csv", since=since, until=until), "csv")
 
 
 def test_rule_and_status_filters(store):
@@ -237,7 +237,7 @@ def test_mask_hides_personal_fields_with_a_stable_keyed_hash(store):
     assert (doc["header"]["mask"], doc["header"]["masked_fields"]) == ("hmac-sha256", sorted(PERSONAL))
     assert json.loads(make(store, "json", mask=True, mask_fields=PERSONAL, mask_key=b"audit key 2024")) == doc
     for fmt, data in out.items():
-        assert reports.verify(data, fmt)
+        assert report_check.verify(data, fmt)
 
 
 def test_mask_without_a_key_writes_stars(store):
@@ -287,7 +287,7 @@ def test_any_text_survives_every_format_and_verifies(text, value):
         out = all_formats(store)
         store.close()
     for fmt, data in out.items():
-        assert reports.verify(data, fmt), fmt
+        assert report_check.verify(data, fmt), fmt
     assert csv_parts(out["csv"])[1] == evidence_table(out["xlsx"])
     assert json.loads(out["json"])["findings"][0]["summary"] == text  # JSON keeps the text exactly
 
@@ -305,7 +305,7 @@ def test_data_section_written_in_pieces_is_the_same(store, monkeypatch):
     assert pieces["csv"] == whole["csv"] and pieces["json"] == whole["json"]
     assert xlsx_sheets(pieces["xlsx"]) == xlsx_sheets(whole["xlsx"])
     for fmt, data in pieces.items():
-        assert reports.verify(data, fmt), fmt
+        assert report_check.verify(data, fmt), fmt
 
 
 def test_report_counts_what_the_reports_page_counts(store):
@@ -363,7 +363,7 @@ def test_every_format_carries_each_findings_history(store):
         ("f-drift", dt.datetime(2024, 5, 3, 10, 0, 40), "closed", "bo"),
         ("f-drift", dt.datetime(2024, 5, 3, 10, 1, 30), "open", "oncewatch")]
     for fmt, data in out.items():
-        assert reports.verify(data, fmt), fmt
+        assert report_check.verify(data, fmt), fmt
 
 
 # ---------------------------------------------------------------- format 3: for finance (issue 14, item 2)
@@ -392,7 +392,7 @@ def test_evidence_in_columns_and_the_money_involved(store):
     assert [(r["evidence_table"], r["evidence_key"], r["evidence_amount"], r["evidence_status"]) for r in rows] == [
         ("shop.payments", "T8", "20.00", "success"), ("shop.events", "O9", "20.00", "paid")]
     assert {r["amount_involved"] for r in rows} == {"20.00"}
-    assert reports.verify(out, "csv")
+    assert report_check.verify(out, "csv")
 
 
 def test_xlsx_is_typed_for_people_with_a_summary(store):
@@ -425,17 +425,17 @@ def test_the_header_states_the_range_it_covers(store):
 def test_the_report_hash_covers_the_header(store):
     out = all_formats(store)
     tampered = out["csv"].replace(b"# config_sha256: c0ffee", b"# config_sha256: c0ffef")
-    assert tampered != out["csv"] and reports.check(tampered, "csv") == [
+    assert tampered != out["csv"] and report_check.check(tampered, "csv") == [
         "header field config_sha256 (line 11): changed",
         "the header does not have the report_sha256 it states: a header field was changed"]
     doc = json.loads(out["json"])
     doc["header"]["binlog_position"]["pos"] = 1
-    assert not reports.verify(json.dumps(doc).encode(), "json")
+    assert not report_check.verify(json.dumps(doc).encode(), "json")
     wb = openpyxl.load_workbook(io.BytesIO(out["xlsx"]))
     wb["Report"]["B3"] = "2099-01-01T00:00:00.000000Z"  # generated_at
     changed = io.BytesIO()
     wb.save(changed)
-    assert reports.check(changed.getvalue(), "xlsx") == [
+    assert report_check.check(changed.getvalue(), "xlsx") == [
         "sheet Report, row 3 (header field generated_at): changed",
         "the header does not have the report_sha256 it states: a header field was changed"]
 
@@ -556,7 +556,7 @@ def test_verify_finds_an_edit_of_any_cell_of_any_sheet_and_says_where(priced):
             row = 2 if sheet != "Report" else column + 1  # Report: each header field in turn
             if sheet == "Report" and row > len(rows):
                 break
-            problems = reports.check(_xlsx_edited(data, sheet, row, column if sheet != "Report" else 2), "xlsx")
+            problems = report_check.check(_xlsx_edited(data, sheet, row, column if sheet != "Report" else 2), "xlsx")
             where = f"sheet {sheet}, row {row}"
             assert any(p.startswith(where) for p in problems), (sheet, row, name, problems)
             if sheet != "Report":
@@ -566,7 +566,7 @@ def test_verify_finds_an_edit_of_any_cell_of_any_sheet_and_says_where(priced):
     added.create_sheet("Notes")["A1"] = "all fine"
     out = io.BytesIO()
     added.save(out)
-    assert reports.check(out.getvalue(), "xlsx") == [
+    assert report_check.check(out.getvalue(), "xlsx") == [
         "the sheets are Report, Summary, Findings, Evidence, History, Notes; the report wrote Report, Summary, "
         "Findings, Evidence, History"]
 
@@ -577,30 +577,31 @@ def test_verify_finds_an_edit_of_any_csv_or_json_field_and_says_where(priced):
     lines = data.decode().splitlines(keepends=True)
     for i, name in enumerate(header):
         edited = "".join(lines[:i] + [lines[i].rstrip("\r\n") + "x\r\n"] + lines[i + 1:]).encode()
-        assert f"header field {name} (line {i + 1}): changed" in reports.check(edited, "csv"), name
+        assert f"header field {name} (line {i + 1}): changed" in report_check.check(edited, "csv"), name
     for column, name in enumerate(table[0]):
         rows = [list(r) for r in table]
         rows[2][column] += "x"
         buf = io.StringIO(newline="")
         csv.writer(buf).writerows(rows)
         edited = "".join(lines[:len(header)]).encode() + buf.getvalue().encode()
-        assert f"data row 2 (finding {rows[2][0]}), column {name}: changed" in reports.check(edited, "csv"), name
+        assert f"data row 2 (finding {rows[2][0]}), column {name}: changed" in report_check.check(edited, "csv"), name
 
     doc = json.loads(make(priced, "json", domain=SHOP.domain))
     for name in doc["header"]:
         changed = copy.deepcopy(doc)
         changed["header"][name] = "x"
-        assert f"header field {name}: changed" in reports.check(json.dumps(changed).encode(), "json"), name
+        assert f"header field {name}: changed" in report_check.check(json.dumps(changed).encode(), "json"), name
     for name in (*reports.FINDING_FIELDS[1:], "evidence"):
         changed = copy.deepcopy(doc)
         changed["findings"][0][name] = "x" if name != "evidence" else []
-        assert any(p.startswith("finding 1 (f-dup)") for p in reports.check(json.dumps(changed).encode(), "json")), name
+        problems = report_check.check(json.dumps(changed).encode(), "json")
+        assert any(p.startswith("finding 1 (f-dup)") for p in problems), (name, problems)
     for name in reports.EVIDENCE_FIELDS:
         changed = copy.deepcopy(doc)
         changed["findings"][0]["evidence"][1][name] = "x"
-        problems = reports.check(json.dumps(changed).encode(), "json")
+        problems = report_check.check(json.dumps(changed).encode(), "json")
         assert any(p.startswith("finding 1 (f-dup), evidence item 2, column") for p in problems), (name, problems)
     changed = copy.deepcopy(doc)
     changed["findings"][0]["evidence"][0]["extra"] = 1
-    assert reports.check(json.dumps(changed).encode(), "json") == [
+    assert report_check.check(json.dumps(changed).encode(), "json") == [
         "finding 1 (f-dup), evidence item 1: field extra added"]
