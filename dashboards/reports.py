@@ -28,7 +28,8 @@ Header (CSV: the leading lines `# field: value`; JSON: "header"; XLSX: sheet "Re
                     same for one file wherever it lies (`oncewatch check-config` prints it)
   findings, evidence_rows   counts
   columns_sha256    per column of the data section, SHA-256 of its cells (below the names row) one after
-                    another, each as a JSON string and a line feed: tells `oncewatch verify` which column changed
+                    another, each followed by a NUL (which no cell holds, see below), UTF-8: tells
+                    `oncewatch verify` which column changed
   data_sha256       SHA-256 of the data section, as defined below
   fields_sha256     per field above, the first 16 hex digits of the SHA-256 of its text (UTF-8): tells
                     `oncewatch verify` which field changed
@@ -50,8 +51,8 @@ give theirs, the others are priced from the shop's rows the store keeps, and the
 read from joins the evidence (dashboards.pricing; F1: the trade's paid amount for each effect row
 beyond the first, its payment row in the evidence). key_fields and evidence_fields are keys and
 values for people ("name: value; ...", nested names dotted: `fields_text`); keys and values keep them
-as JSON. row_sha256 is the first 16 hex digits of the SHA-256 of the canonical JSON of the row's
-other cells: `oncewatch verify` names the row an edit is in. evidence_table is the watched
+as JSON. row_sha256 is the first 16 hex digits of the SHA-256 of the row's other cells, each followed
+by a NUL, UTF-8: `oncewatch verify` names the row an edit is in. evidence_table is the watched
 table (a topic for an event); evidence_key, _amount and _status are the values of the columns
 the config's domain names for that table (`roles_of`), or an event's record key and payload
 amount and status. history is a JSON list, oldest first, of {"at", "status" (the status it
@@ -389,9 +390,9 @@ def finding_lines(f: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def row_sha256(cells: Sequence[str]) -> str:
-    """A data row's row_sha256: the first ROW_DIGEST hex digits of the SHA-256 of the canonical JSON of its
-    other cells, which tells `oncewatch verify` the row an edit is in."""
-    return sha256_hex(canonical_json(list(cells)).encode())[:ROW_DIGEST]
+    """A data row's row_sha256: the first ROW_DIGEST hex digits of the SHA-256 of its other cells, each
+    followed by a NUL (which no cell holds: `_escape`), which tells `oncewatch verify` the row an edit is in."""
+    return sha256_hex(("\0".join(cells) + "\0").encode())[:ROW_DIGEST]
 
 
 def _signed(cells: list[str]) -> list[str]:
@@ -399,16 +400,16 @@ def _signed(cells: list[str]) -> list[str]:
 
 
 class ColumnHashes:
-    """columns_sha256: per column of the data section, the SHA-256 of its cells one after another, each as
-    a JSON string and a line feed; it tells `oncewatch verify` the column an edit is in."""
+    """columns_sha256: per column of the data section, the SHA-256 of its cells one after another, each
+    followed by a NUL; it tells `oncewatch verify` the column an edit is in."""
 
     def __init__(self) -> None:
         self._sha = [hashlib.sha256() for _ in COLUMNS]
 
-    def add(self, lines: Iterable[Sequence[str]]) -> None:
-        for line in lines:
-            for sha, cell in zip(self._sha, line):
-                sha.update((canonical_json(cell) + "\n").encode())
+    def add(self, lines: Sequence[Sequence[str]]) -> None:
+        if lines:
+            for sha, column in zip(self._sha, zip(*lines)):
+                sha.update(("\0".join(column) + "\0").encode())
 
     def digests(self) -> dict[str, str]:
         return {name: sha.hexdigest() for name, sha in zip(COLUMNS, self._sha)}
@@ -436,16 +437,19 @@ class _Section:
         self.chunks: list[bytes] | None = [] if keep else None
         self.rows = 0
         self.columns = ColumnHashes()
+        self._lines: list[list[str]] = []  # those written since the last flush: columns are hashed a chunk at once
         self._writer.writerow(COLUMNS)
 
     def add(self, lines: list[list[str]]) -> None:
         self._writer.writerows(lines)
-        self.columns.add(lines)
+        self._lines += lines
         self.rows += len(lines)
         if self._buf.tell() >= SECTION_CHUNK:
             self._flush()
 
     def _flush(self) -> None:
+        self.columns.add(self._lines)
+        self._lines.clear()
         chunk = self._buf.getvalue().encode()
         self._buf.seek(0)
         self._buf.truncate()
@@ -454,6 +458,7 @@ class _Section:
             self.chunks.append(chunk)
 
     def sha256(self) -> str:
+        """data_sha256, once every row is in; columns_sha256 is then complete too."""
         self._flush()
         return self._sha.hexdigest()
 
@@ -761,9 +766,9 @@ def export(store: Store, fmt: str, *, rule: str | None = None, status: str | Non
         "kafka_positions": dict(sorted(kafka.items(), key=_kafka_order)),
         "config_sha256": config_fingerprint,
         "findings": found, "evidence_rows": section.rows,
-        "columns_sha256": section.columns.digests(),
-        "data_sha256": section.sha256(),
     }
+    data_sha256 = section.sha256()
+    header.update(columns_sha256=section.columns.digests(), data_sha256=data_sha256)
     header["fields_sha256"] = fields_sha256(header_items(header))
     header["report_sha256"] = header_sha256(header_items(header))
     return writer.finish(header, section)
