@@ -27,8 +27,9 @@ from openpyxl.utils.datetime import from_excel, to_excel
 from oncewatch.dashboards.reports import (AMOUNT_FIELDS, COLUMNS, EVIDENCE_FIELDS, EVIDENCE_SHEET_COLUMNS, EXACT,
                                           FINDING_FIELDS, FINDINGS_COLUMNS, FORMATS, HISTORY_COLUMNS, ROW_DIGEST,
                                           SHEETS, SUMMARY_COLUMNS, TIME_FIELDS, ColumnHashes, Derived,
-                                          canonical_json, csv_bytes, fields_sha256, finding_lines, header_items,
-                                          header_sha256, ms_iso, number_text, row_sha256, sha256_hex, when_of)
+                                          canonical_json, cells_text, csv_bytes, fields_sha256, finding_lines,
+                                          header_items, header_sha256, ms_iso, number_text, row_sha256, sha256_hex,
+                                          when_of)
 
 
 class ReportError(ValueError):
@@ -84,10 +85,30 @@ def _read_csv(data: bytes) -> _Parts:
 JSON_FINDING_FIELDS = frozenset({*FINDING_FIELDS, "evidence", "rows_sha256"})
 
 
+# Format 3's data section: its JSON reports are flattened with its columns (nothing placed a change then).
+V3 = "oncewatch-report/3"
+V3_FINDING_FIELDS = tuple(f for f in FINDING_FIELDS if f != "key_fields")
+V3_EVIDENCE_FIELDS = tuple(f for f in EVIDENCE_FIELDS if f != "fields")
+V3_COLUMNS = tuple(c for c in COLUMNS if c not in ("key_fields", "evidence_fields", "row_sha256"))
+
+
+def _v3_rows(findings: list[dict[str, Any]]) -> list[list[str]]:
+    out = [list(V3_COLUMNS)]
+    for f in findings:
+        head = cells_text(f[name] for name in V3_FINDING_FIELDS)
+        out += [head + cells_text(e[name] for name in V3_EVIDENCE_FIELDS) for e in f["evidence"]] or \
+            [head + [""] * len(V3_EVIDENCE_FIELDS)]
+    return out
+
+
 def _read_json(data: bytes) -> _Parts:
     try:
         doc = json.loads(data)
         header, findings = header_items(doc["header"]), doc["findings"]
+        if doc["header"].get("report") == V3:
+            table = _v3_rows(findings)
+            return _Parts(header, table, csv_bytes(table), lambda i, name: f"header field {name}",
+                          lambda i: f"finding row {i + 1}")
         problems, table, places = [], [list(COLUMNS)], []
         for i, f in enumerate(findings):
             label = f"finding {i + 1} ({f.get('id')})"
@@ -179,7 +200,7 @@ def _read_xlsx(data: bytes) -> _Parts:
         header = [("" if k is None else str(k), "" if v is None else str(v))
                   for k, v in wb["Report"].iter_rows(min_row=2, max_col=2, values_only=True)]
         problems: list[str] = []
-        if dict(header).get("report") == "oncewatch-report/3":  # every Evidence cell text, no other sheet hashed
+        if dict(header).get("report") == V3:  # every Evidence cell text, no other sheet hashed
             table = [["" if v is None else str(v) for v in line] for line in wb["Evidence"].iter_rows(values_only=True)]
         else:
             if wb.sheetnames != list(SHEETS):
