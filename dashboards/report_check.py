@@ -25,11 +25,11 @@ from openpyxl.utils import get_column_letter
 from openpyxl.utils.datetime import from_excel, to_excel
 
 from oncewatch.dashboards.reports import (AMOUNT_FIELDS, COLUMNS, EVIDENCE_FIELDS, EVIDENCE_SHEET_COLUMNS, EXACT,
-                                          FINDING_FIELDS, FINDINGS_COLUMNS, FORMATS, HISTORY_COLUMNS, ROW_DIGEST,
-                                          SHEETS, SUMMARY_COLUMNS, TIME_FIELDS, ColumnHashes, Derived,
-                                          canonical_json, cells_text, csv_bytes, fields_sha256, finding_lines,
-                                          header_items, header_sha256, ms_iso, number_text, row_sha256, sha256_hex,
-                                          when_of)
+                                          FINDING_FIELDS, FINDINGS_COLUMNS, FORMATS, HEADER_FIELDS, HISTORY_COLUMNS,
+                                          REPORT_COLUMNS, ROW_DIGEST, SHEETS, SUMMARY_COLUMNS, TIME_FIELDS,
+                                          TYPED_HEADER, ColumnHashes, Derived, canonical_json, cells_text, csv_bytes,
+                                          fields_sha256, finding_lines, header_items, header_sha256, ms_iso,
+                                          number_text, row_sha256, sha256_hex, when_of)
 
 
 class ReportError(ValueError):
@@ -87,6 +87,7 @@ JSON_FINDING_FIELDS = frozenset({*FINDING_FIELDS, "evidence", "rows_sha256"})
 
 # Format 3's data section: its JSON reports are flattened with its columns (nothing placed a change then).
 V3 = "oncewatch-report/3"
+LEGACY = frozenset({"oncewatch-report/1", "oncewatch-report/2", V3})  # formats without fields_sha256
 V3_FINDING_FIELDS = tuple(f for f in FINDING_FIELDS if f != "key_fields")
 V3_EVIDENCE_FIELDS = tuple(f for f in EVIDENCE_FIELDS if f != "fields")
 V3_COLUMNS = tuple(c for c in COLUMNS if c not in ("key_fields", "evidence_fields", "row_sha256"))
@@ -197,14 +198,17 @@ def _derived_problems(wb: Any, table: list[list[str]]) -> list[str]:
 def _read_xlsx(data: bytes) -> _Parts:
     try:
         wb = load_workbook(io.BytesIO(data), read_only=True)
-        header = [("" if k is None else str(k), "" if v is None else str(v))
-                  for k, v in wb["Report"].iter_rows(min_row=2, max_col=2, values_only=True)]
+        report = [_texts(cells, REPORT_COLUMNS) for cells in wb["Report"].iter_rows(min_row=2)]
+        header = [(line[0], line[1]) for line in report]
         problems: list[str] = []
         if dict(header).get("report") == V3:  # every Evidence cell text, no other sheet hashed
             table = [["" if v is None else str(v) for v in line] for line in wb["Evidence"].iter_rows(values_only=True)]
         else:
             if wb.sheetnames != list(SHEETS):
                 problems.append(f"the sheets are {', '.join(wb.sheetnames)}; the report wrote {', '.join(SHEETS)}")
+            problems += [f"sheet Report, row {n} (header field {name}), column typed: shows {typed!r}, its value is "
+                         f"{text!r}" for n, (name, text, typed, *_) in enumerate(report, start=2)
+                         if typed != (shown(name, text) if name in TYPED_HEADER else "")]
             table = _evidence_rows(wb["Evidence"], problems)
             problems += _derived_problems(wb, table)
         wb.close()
@@ -226,22 +230,17 @@ def _json_field(claimed: dict[str, str], name: str) -> dict[str, str] | None:
 
 
 def _header_problems(parts: _Parts, claimed: dict[str, str]) -> list[str]:
-    """The header fields that do not have the digest fields_sha256 states (a report of format 4 or later)."""
-    if "fields_sha256" not in claimed:
+    """The header fields added, removed, or without the digest fields_sha256 states (format 4 and later)."""
+    if claimed.get("report") in LEGACY:
         return []
+    out = [f"{parts.header_at(i, name)}: a field the report did not have"
+           for i, (name, _) in enumerate(parts.header) if name not in HEADER_FIELDS]
+    out += [f"header field {name}: removed" for name in HEADER_FIELDS if name not in claimed]
     digests = _json_field(claimed, "fields_sha256")
     if digests is None:
-        return [f"{_header_at(parts, 'fields_sha256')}: changed"]
-    out, seen = [], set()
-    for i, (name, text) in enumerate(parts.header):
-        if name in ("fields_sha256", "report_sha256"):
-            continue
-        seen.add(name)
-        if name not in digests:
-            out.append(f"{parts.header_at(i, name)}: a field the report did not have")
-        elif not hmac.compare_digest(digests[name], sha256_hex(text.encode())[:ROW_DIGEST]):
-            out.append(f"{parts.header_at(i, name)}: changed")
-    out += [f"header field {name}: removed" for name in digests if name not in seen]
+        return out + ([f"{_header_at(parts, 'fields_sha256')}: changed"] if "fields_sha256" in claimed else [])
+    out += [f"{parts.header_at(i, name)}: changed" for i, (name, text) in enumerate(parts.header)
+            if name in digests and not hmac.compare_digest(str(digests[name]), sha256_hex(text.encode())[:ROW_DIGEST])]
     if not out and claimed["fields_sha256"] != canonical_json(fields_sha256(parts.header)):
         out.append(f"{_header_at(parts, 'fields_sha256')}: changed")
     if not out and not hmac.compare_digest(claimed.get("report_sha256", ""), header_sha256(parts.header)):
@@ -250,7 +249,7 @@ def _header_problems(parts: _Parts, claimed: dict[str, str]) -> list[str]:
 
 
 def _header_at(parts: _Parts, name: str) -> str:
-    return next(parts.header_at(i, k) for i, (k, _) in enumerate(parts.header) if k == name)
+    return next((parts.header_at(i, k) for i, (k, _) in enumerate(parts.header) if k == name), f"header field {name}")
 
 
 def _data_problems(parts: _Parts, claimed: dict[str, str]) -> list[str]:
@@ -284,10 +283,10 @@ def check(data: bytes, fmt: str) -> list[str]:
         raise ValueError(f"unknown report format {fmt!r}: use one of {', '.join(FORMATS)}")
     parts = READERS[fmt](data)
     claimed = dict(parts.header)
-    if not claimed.get("data_sha256"):
+    if not claimed.get("data_sha256") and "fields_sha256" not in claimed:
         raise ReportError(f"no data_sha256 in the header: not an oncewatch {fmt} report")
     problems = _header_problems(parts, claimed)
-    if not hmac.compare_digest(claimed["data_sha256"], sha256_hex(parts.section)):
+    if not hmac.compare_digest(claimed.get("data_sha256", ""), sha256_hex(parts.section)):
         if "columns_sha256" in claimed:
             problems += _data_problems(parts, claimed)
         problems.append("the data section does not have the data_sha256 the header states: a cell was changed, "

@@ -63,13 +63,15 @@ strings ("12.50"). Empty cells are empty strings. Control characters other than 
 feed, and U+FFFE/U+FFFF, are written as \\uXXXX in every cell, so that XLSX (XML, which cannot
 hold them, and turns CR into LF) keeps the same text as CSV.
 
-XLSX sheets: Report (the header, as text), Summary (per rule: findings, those still standing, amount
-involved), Findings (one row per finding), Evidence (the data section, then each time column's exact
-text as "<column>_exact": Excel keeps milliseconds), History (one row per change). Every sheet but
-Report is typed: times as dates (UTC), amounts as numbers shown to their scale (text where binary
-floating point could not give the same digits back), counts as integers. Summary, Findings and
-History are made from the data section's rows (`Derived`), and `oncewatch verify` makes them again from the
-Evidence sheet and compares every cell, so an edit of any sheet is found and placed.
+XLSX sheets: Report (the header: each field's text, and beside the times and counts the same
+typed), Summary (per rule: findings, those still standing, amount involved), Findings (one row
+per finding), Evidence (the data section, then each time column's exact text as
+"<column>_exact": Excel keeps milliseconds), History (one row per change). The sheets are typed:
+times as dates (UTC), amounts as numbers shown to their scale (text where binary floating point
+could not give the same digits back), counts as integers. Summary, Findings and History are made
+from the data section's rows (`Derived`); `oncewatch verify` makes them again from the Evidence
+sheet and compares every cell, and every typed cell with the text it stands for, so that an edit
+of any sheet is found and placed.
 
 data_sha256 = SHA-256 of the data section written as CSV: the COLUMNS row, then the data rows,
 every cell a string, as RFC 4180 and Python's default csv.writer write it: cells separated by
@@ -132,9 +134,16 @@ SUMMARY_COLUMNS = ("rule", "name", "findings", "standing", "amount_involved")  #
 FINDINGS_COLUMNS = (*FINDING_FIELDS, "evidence_items")  # XLSX sheet "Findings"
 SHEETS = ("Report", "Summary", "Findings", "Evidence", "History")
 # How typed sheets write a column, by name: times as dates, amounts as numbers, counts as integers.
-TIME_FIELDS = frozenset({"first_seen", "last_seen", "resolved_at", "evidence_time", "at"})
+TIME_FIELDS = frozenset({"first_seen", "last_seen", "resolved_at", "evidence_time", "at", "generated_at", "since",
+                         "until"})
 AMOUNT_FIELDS = frozenset({"amount_involved", "evidence_amount"})
-COUNT_FIELDS = frozenset({"findings", "standing", "evidence_items"})
+COUNT_FIELDS = frozenset({"findings", "standing", "evidence_items", "evidence_rows"})
+HEADER_FIELDS = ("report", "generated_at", "since", "until", "rule", "status", "mask", "masked_fields",
+                 "binlog_position", "kafka_positions", "config_sha256", "findings", "evidence_rows", "columns_sha256",
+                 "data_sha256", "fields_sha256", "report_sha256")  # in this order (module docstring)
+# The Report sheet: each header field's text (what report_sha256 covers), and times and counts typed beside it.
+REPORT_COLUMNS = ("field", "value", "typed")
+TYPED_HEADER = frozenset({"generated_at", "since", "until", "findings", "evidence_rows"})
 # The Evidence sheet's exact times (Excel keeps milliseconds), after the data section's columns.
 EXACT = "_exact"
 EVIDENCE_SHEET_COLUMNS = (*COLUMNS, *(c + EXACT for c in COLUMNS if c in TIME_FIELDS))
@@ -685,7 +694,7 @@ class _XlsxWriter:
 
     def __init__(self) -> None:
         self.book = Workbook(write_only=True)
-        self.report = _Sheet(self.book, "Report", ("field", "value"))
+        self.report = _Sheet(self.book, "Report", REPORT_COLUMNS)
         self.summary = _Sheet(self.book, "Summary", SUMMARY_COLUMNS)
         self.findings = _Sheet(self.book, "Findings", FINDINGS_COLUMNS)
         self.evidence = _Sheet(self.book, "Evidence", EVIDENCE_SHEET_COLUMNS)
@@ -701,8 +710,8 @@ class _XlsxWriter:
             self.history.typed(HISTORY_COLUMNS, entry)
 
     def finish(self, header: dict[str, Any], section: _Section) -> bytes:
-        for line in header_items(header):
-            self.report.append(line)
+        for name, text in header_items(header):
+            self.report.append([name, text, _typed(self.report, name, text) if name in TYPED_HEADER else None])
         for line in self.derived.summary():
             self.summary.typed(SUMMARY_COLUMNS, line)
         for sheet in (self.summary, self.findings, self.evidence, self.history):

@@ -145,7 +145,7 @@ def test_header_states_positions_config_and_counts(store):
     out = all_formats(store)
     csv_header, _ = csv_parts(out["csv"])
     json_header = json.loads(out["json"])["header"]
-    xlsx_header = {k: v for k, v in xlsx_sheets(out["xlsx"])["Report"][1:]}
+    xlsx_header = {k: v for k, v, _ in xlsx_sheets(out["xlsx"])["Report"][1:]}
 
     assert json_header["binlog_position"] == BINLOG
     # Partitions in numeric order, so 10 comes after 2.
@@ -437,6 +437,8 @@ def test_the_report_hash_covers_the_header(store):
     wb.save(changed)
     assert report_check.check(changed.getvalue(), "xlsx") == [
         "sheet Report, row 3 (header field generated_at): changed",
+        "sheet Report, row 3 (header field generated_at), column typed: shows '2024-06-01T00:00:00.000Z', its value "
+        "is '2099-01-01T00:00:00.000000Z'",
         "the header does not have the report_sha256 it states: a header field was changed"]
 
 
@@ -553,15 +555,17 @@ def test_verify_finds_an_edit_of_any_cell_of_any_sheet_and_says_where(priced):
     for sheet in wb.sheetnames:
         rows = list(wb[sheet].iter_rows(values_only=True))
         for column, name in enumerate(rows[0], start=1):
-            row = 2 if sheet != "Report" else column + 1  # Report: each header field in turn
-            if sheet == "Report" and row > len(rows):
-                break
-            problems = report_check.check(_xlsx_edited(data, sheet, row, column if sheet != "Report" else 2), "xlsx")
-            where = f"sheet {sheet}, row {row}"
-            assert any(p.startswith(where) for p in problems), (sheet, row, name, problems)
-            if sheet != "Report":
-                assert any(p.startswith(where) and f"column {name.removesuffix(reports.EXACT)}" in p
-                           for p in problems), (sheet, name, problems)
+            places = [(2, column)]
+            if sheet == "Report":  # each header field's name and value, and each typed cell, in turn
+                places = [(row, column) for row, line in enumerate(rows[1:], start=2)
+                          if column < 3 or (len(line) >= column and line[column - 1] is not None)]
+            for row, col in places:
+                problems = report_check.check(_xlsx_edited(data, sheet, row, col), "xlsx")
+                where = f"sheet {sheet}, row {row}"
+                assert any(p.startswith(where) for p in problems), (sheet, row, name, problems)
+                if sheet != "Report" or name == "typed":
+                    assert any(p.startswith(where) and f"column {name.removesuffix(reports.EXACT)}" in p
+                               for p in problems), (sheet, name, problems)
     added = openpyxl.load_workbook(io.BytesIO(data))
     added.create_sheet("Notes")["A1"] = "all fine"
     out = io.BytesIO()
@@ -616,3 +620,7 @@ def test_reports_of_format_3_still_verify():
     changed = (Path(__file__).parent / "reports-v3" / "report.json").read_bytes().replace(b'"20.00"', b'"20.01"', 1)
     assert report_check.check(changed, "json") == [
         "the data section does not have the data_sha256 the header states: a cell was changed, added or removed"]
+
+
+def test_the_header_has_the_fields_verify_expects(store):
+    assert [k for k, _ in csv_parts(make(store, "csv"))[0].items()] == list(reports.HEADER_FIELDS)
