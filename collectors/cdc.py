@@ -45,6 +45,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from oncewatch.collectors.binlog import CollectorStatus, commit_time
+from oncewatch.collectors.cdc_snapshots import SnapshotPasses
 from oncewatch.collectors.debezium_rows import Undecodable, column_decoders, image, image_schema, key_columns
 from oncewatch.collectors.heartbeats import HeartbeatReader
 from oncewatch.core.config import CdcConfig, KafkaConfig, MySQLConfig
@@ -92,6 +93,7 @@ class DataRecord(NamedTuple):
     snapshot_last: bool = False  # the connector's snapshot ends with this record
     part: str = ""  # "topic/partition"
     row: int = 0  # source.row: the row's place in its binlog rows event (file, pos and row say which row it is)
+    snapshot_first: bool = False  # the connector's snapshot of its table begins with this record
 
 
 _HEAD, _PAYLOAD = b'{"schema":', b',"payload":'
@@ -238,6 +240,7 @@ def read_record(topic: str, partition: int, offset: int, key: bytes | None, valu
             key_changed = name
     order = tx.total_order if tx is not None else 0
     last = op == "r" and source.snapshot == "last"
+    first = op == "r" and source.snapshot in ("first", "first_in_data_collection")
     undecodable = None
     pk: tuple[Any, ...] = ()
     before = after = None
@@ -258,7 +261,7 @@ def read_record(topic: str, partition: int, offset: int, key: bytes | None, valu
             undecodable = f"the record key is not Debezium's ({exc})"
     return DataRecord(topic, partition, offset, txid, order, op, source.db, source.table, pk, before, after,
                       source.file, source.pos, source.ts_ms / 1000, key_changed, undecodable, last, part,
-                      source.row)
+                      source.row, first)
 
 
 class Unreadable:
@@ -377,6 +380,9 @@ class Assembler:
         self.without_end: OrderedDict[str, set[tuple[Any, ...]]] = OrderedDict()
         self.incomplete = self.late = self.resnapshots = 0
         self.resnapshotting = False  # the records read last were of a new snapshot (logged at its first)
+        self.snapshot_passes = SnapshotPasses()  # the first snapshot's rows, while it may be taken again
+        self.resumed = bool(self.done)  # changes were streamed before this reader's start
+        self.streamed_in: set[str] = set()  # the partitions that gave a streamed change
         self.level_at = float("-inf")  # the last time some topic was not read to its end (ready's `behind`)
         self.fed_at = float("-inf")  # the last time a record was read
         self.writing = 0.0  # seconds the connector has been writing (WRITING_SECONDS), as of `writing_at`
@@ -502,7 +508,10 @@ class Assembler:
     def on_record(self, record: DataRecord) -> Iterator[Transaction]:
         if record.op == "r":  # the connector's snapshot: no transaction, a row of the tables as they were
             name = f"snapshot:{record.db}.{record.table}"
-            if self.done:  # a new snapshot of tables whose changes were streamed since the first: rows known
+            # a new snapshot of tables whose changes were streamed since the first (in this partition, which the
+            # connector writes in order, or before this reader's start): rows known. The first snapshot's rows may still
+            # be read after a change another partition streamed: the partitions are read each at its own pace
+            if self.resumed or record.part in self.streamed_in:
                 if not self.resnapshotting:
                     self.resnapshotting = True
                     log.warning("the connector takes a new snapshot of tables it streamed (its offsets lost, or "
@@ -512,9 +521,16 @@ class Assembler:
                 self.resnapshots += 1
                 self.replays.replayed(record.part, record.offset, name)
                 return
+            if self.snapshot_passes.again(record):  # a worker stopped during the snapshot: taken again
+                self.replays.replayed(record.part, record.offset, name)
+                return
+            self.replays.ended(record.part)
             yield self._transaction(name, [record], snapshot_last=record.snapshot_last)
             return
         self.resnapshotting = False
+        if record.part not in self.streamed_in:
+            self.streamed_in.add(record.part)
+            self.snapshot_passes.streamed(f"{record.db}.{record.table}")
         gtid = parse(record.txid)
         if gtid is not None:
             newest = self.newest_in.get(record.part)

@@ -122,8 +122,9 @@ def connector_config() -> dict[str, str]:
     }
 
 
-def rest(method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    request = urllib.request.Request(f"http://{HOST}:{CONNECT_PORT}{path}", method=method,
+def rest(method: str, path: str, body: dict[str, Any] | None = None, port: int = CONNECT_PORT) -> Any:
+    """A call of the REST API of the worker on `port` (the standalone one's by default); its answer's JSON."""
+    request = urllib.request.Request(f"http://{HOST}:{port}{path}", method=method,
                                      data=None if body is None else json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=10) as resp:
@@ -213,14 +214,15 @@ def ends(topics: list[str]) -> int:
         consumer.close()
 
 
-def captured(quiet: float = 5.0, timeout: float = 900.0) -> None:
-    """The connector has put all of a workload on its topics: the transaction topic has not grown for `quiet` s."""
-    deadline, end, since = time.monotonic() + timeout, ends([TRANSACTION_TOPIC]), time.monotonic()
+def captured(quiet: float = 5.0, timeout: float = 900.0, topic: str = TRANSACTION_TOPIC) -> None:
+    """The connector has put all of a workload on its topics: its transaction topic (the dev connector's, or
+    `topic`) has not grown for `quiet` s."""
+    deadline, end, since = time.monotonic() + timeout, ends([topic]), time.monotonic()
     while time.monotonic() - since < quiet:
         if time.monotonic() > deadline:
             raise StackError(f"the connector did not finish capturing in {timeout:.0f} s; see {CONNECT.logfile}")
         time.sleep(1.0)
-        now = ends([TRANSACTION_TOPIC])
+        now = ends([topic])
         if now != end:
             end, since = now, time.monotonic()
 

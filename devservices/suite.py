@@ -26,7 +26,8 @@ INTEGRATION = "tests/integration"
 # The tests that restart, kill or pause a server of their stack (or the connector), in two lanes of about the same
 # length: the short chaos soak and the groups' tests, and the others.
 RESTARTING = ("test_under_fire.py", "test_broker_kill.py", "test_monitor_kill.py", "test_kafka_restart.py",
-              "test_binlog_collector.py", "test_cdc_clock.py", "test_cdc_replay.py")
+              "test_binlog_collector.py", "test_cdc_clock.py", "test_cdc_replay.py", "test_cdc_snapshot_kill.py",
+              "test_cdc_rebalance.py")
 CHAOS = ("test_chaos.py", "test_group.py", "test_group_start.py")
 
 
