@@ -38,6 +38,18 @@ class GroupStopped(Exception):
     """The instance was stopped while it waited for the Kafka broker, before it had started."""
 
 
+class BrokerAway(RuntimeError):
+    """A part of this instance lost the Kafka broker (restarting, or cut off): the instance stops its parts and
+    starts again once the broker answers, as it does when the store goes away."""
+
+
+def broker_away(exc: BaseException) -> bool:
+    """An error that says the broker cannot be reached now, not that something is wrong with what was asked."""
+    from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable, NodeNotReadyError
+
+    return isinstance(exc, (KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable, NodeNotReadyError))
+
+
 def member_name(cfg: Config) -> str:
     assert cfg.group is not None
     return cfg.group.member or f"{socket.gethostname()}-{os.getpid()}"
@@ -102,7 +114,7 @@ class GroupMember:
         else:
             log.error("a part of this group instance failed; the instance stops", exc_info=exc, extra={
                 "event": "group_part_failed", "part": part, "member": self.member})
-        # a store gone away is why the others fail too (a rebalance that cannot commit): start again, not stop
+        # a store or broker gone away is why the others fail too (a rebalance that cannot commit): start again
         if self.failure is None or isinstance(exc, StoreUnavailableError):
             self.failure = exc
         self.stop_event.set()
@@ -159,6 +171,8 @@ class GroupMember:
                 store.close()
         if isinstance(self.failure, StoreUnavailableError):
             raise self.failure
+        if self.failure is not None and broker_away(self.failure):
+            raise BrokerAway(f"{type(self.failure).__name__}: {self.failure}") from self.failure
         if self.failure is not None:
             raise GroupMemberFailed(f"{type(self.failure).__name__}: {self.failure}") from self.failure
 
@@ -197,23 +211,34 @@ class GroupSupervisor:
             self.member = None
 
         try:
-            through_outages(self._stop, self.outages, build, GroupMember.run, gone, "this group instance starts again")
+            while not self._stop.is_set():
+                try:
+                    through_outages(self._stop, self.outages, build, GroupMember.run, gone,
+                                    "this group instance starts again")
+                    return
+                except BrokerAway as exc:  # its parts are stopped; the next build waits for the broker
+                    self.kafka_outages.begin(time.time())
+                    log.error("a part of this group instance lost the Kafka broker; the instance starts again once "
+                              "it answers", extra={"event": "group_kafka_unavailable", "member": self.name,
+                                                   "error": str(exc), "outages": self.kafka_outages.count})
         except GroupStopped:
             pass
         finally:
             close_metrics()
 
     def _new_member(self) -> GroupMember:
-        """A new instance, once the Kafka broker answers: one away (restarting, or this machine up before it) is
-        waited out, logged once and counted on the instance's health row, as the store's outages are."""
+        """A new instance, once the Kafka broker answers: one away (restarting, or this machine up before it, or
+        lost by the instance before this one) is waited out, logged once and counted on the instance's health row,
+        as the store's outages are."""
         from kafka.errors import KafkaError
 
         tries = 0
         while True:
+            asked = time.time()  # the broker was away from then on, at the latest: the outage counts from there
             try:
                 member = GroupMember(self.cfg, self.name, self.outages, self.kafka_outages)
-            except KafkaError as exc:
-                if self.kafka_outages.begin(time.time()):
+            except KafkaError as exc:  # any: a new instance's first calls are all to the broker
+                if self.kafka_outages.begin(asked):
                     log.error("the Kafka broker cannot be reached; this group instance starts once it answers",
                               extra={"event": "group_kafka_unavailable", "member": self.name, "error": str(exc),
                                      "outages": self.kafka_outages.count})
