@@ -64,3 +64,15 @@ def test_any_other_error_ends_the_loop_with_what_was_built_closed() -> None:
     with pytest.raises(RuntimeError, match="a bug"):
         through_outages(threading.Event(), Outages(), lambda: "monitor", run, closed.append, "it starts")
     assert closed == ["monitor"]
+
+
+def test_a_group_part_that_lost_the_broker_is_an_outage_and_any_other_error_is_not():
+    """What a group instance waits out and starts again after (its parts stopped), rather than exit on."""
+    from kafka.errors import KafkaConnectionError, KafkaTimeoutError, UnknownTopicOrPartitionError
+
+    from oncewatch.monitor.group.run import broker_away
+
+    assert broker_away(KafkaConnectionError("111 ECONNREFUSED"))
+    assert broker_away(KafkaTimeoutError("Unable to bootstrap from ['127.0.0.1:19092']"))
+    assert not broker_away(UnknownTopicOrPartitionError())
+    assert not broker_away(ValueError("a bug"))

@@ -45,9 +45,9 @@ class BrokerAway(RuntimeError):
 
 def broker_away(exc: BaseException) -> bool:
     """An error that says the broker cannot be reached now, not that something is wrong with what was asked."""
-    from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable, NodeNotReadyError
+    from kafka.errors import BrokerNotAvailableError, KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError
 
-    return isinstance(exc, (KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable, NodeNotReadyError))
+    return isinstance(exc, (BrokerNotAvailableError, KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError))
 
 
 def member_name(cfg: Config) -> str:
