@@ -199,13 +199,21 @@ class KafkaEventCollector:
     """
 
     def __init__(self, cfg: KafkaConfig, positions: dict[str, int] | None = None,
-                 partitions: Collection[str] | None = None):
-        """`partitions` ("topic/partition"): read only those (a group's router reads what the group assigned it)."""
+                 partitions: Collection[str] | None = None, known: dict[str, tuple[int, int | None]] | None = None):
+        """`partitions` ("topic/partition"): read only those (a group's router reads what the group assigned it).
+        `known`: per partition the end and leader epoch a reader before this one last learned (`known()`), so that
+        a broker restarted since, which reports an end gone back or a new epoch, is seen as the reader before
+        would have seen it (a group's partitions change readers at every rebalance)."""
         self.cfg = cfg
         self._only = None if partitions is None else frozenset(partitions)
         self._parsers = {t.name: TopicParser(t, cfg.max_record_bytes) for t in cfg.topics}
         start = {parse_tp_key(k): int(v) for k, v in (positions or {}).items()}
         self._s = _State(positions={tp: o for tp, o in start.items() if tp.topic in self._parsers})
+        for key, (end, epoch) in (known or {}).items():
+            tp = parse_tp_key(key)
+            self._s.ends[tp] = (end, 0.0)  # learned by another: it vouches for nothing here
+            if epoch is not None:
+                self._s.epochs[tp] = epoch
         self._first_run = not positions
         self._lock = threading.Lock()
         self._timeout_ms = int(cfg.request_timeout_seconds * 1000)
@@ -265,6 +273,11 @@ class KafkaEventCollector:
     def positions(self) -> dict[str, int]:
         with self._lock:
             return {tp_key(tp): o for tp, o in sorted(self._s.positions.items())}
+
+    def known(self) -> dict[str, tuple[int, int | None]]:
+        """Per partition, the end and leader epoch last learned (for the reader after this one: `known`)."""
+        with self._lock:
+            return {tp_key(tp): (end, self._s.epochs.get(tp)) for tp, (end, _) in sorted(self._s.ends.items())}
 
     def caught_up(self, timeout_ms: int | None = None) -> bool:
         """True when, as of now, every partition of the configured topics has been read to its end.

@@ -173,10 +173,12 @@ path = "{store or tmp_path / 'store.db'}"
 {extra}""", tmp_path)
 
 
-def cdc_toml(prefix: str, **cdc: object) -> str:
-    """The TOML of a CDC mode config reading the topics of `prefix`, with more `[cdc]` keys: its `[kafka]` names an
-    events topic that is never made (these tests are of the CDC topics' reading)."""
-    keys = "".join(f"{k} = {json.dumps(v)}\n" for k, v in cdc.items())
+def cdc_toml(prefix: str | None, **cdc: object) -> str:
+    """The TOML of a CDC mode config reading the topics of `prefix` (None: Canal's, which `cdc` names), with more
+    `[cdc]` keys: its `[kafka]` names an events topic that is never made (these tests are of the CDC topics'
+    reading)."""
+    keys = {} if prefix is None else {"topic_prefix": prefix}
+    keys = "".join(f"{k} = {json.dumps(v)}\n" for k, v in (keys | cdc).items())
     return f"""
 [kafka]
 bootstrap_servers = ["{stack.HOST}:{stack.KAFKA_PORT}"]
@@ -185,7 +187,6 @@ name = "owtest.never-made"
 format = "json"
 required = []
 [cdc]
-topic_prefix = "{prefix}"
 {keys}"""
 
 

@@ -13,10 +13,9 @@ import json
 import time
 from pathlib import Path
 
-from devservices import stack
 from devservices.shop_monitor import findings, run_until_idle
 
-from .conftest import monitor_config_toml
+from .conftest import cdc_toml, monitor_config_toml
 from .kafka_fixtures import create_topic, kafka_admin, produce
 from .test_cdc_clock import payment_shop_toml
 
@@ -63,17 +62,8 @@ def shop_messages(start_ms: int) -> list[list[dict]]:
 
 def canal_config(folder: Path, topic: str) -> Path:
     folder.mkdir()
-    return monitor_config_toml(list(TABLES.values()), folder, extra=f"""
-[kafka]
-bootstrap_servers = ["{stack.HOST}:{stack.KAFKA_PORT}"]
-[[kafka.topics]]
-name = "owtest.never-made"
-format = "json"
-required = []
-[cdc]
-format = "canal"
-topics = ["{topic}"]
-{payment_shop_toml(TABLES)}""")
+    return monitor_config_toml(list(TABLES.values()), folder,
+                               extra=cdc_toml(None, format="canal", topics=[topic]) + payment_shop_toml(TABLES))
 
 
 def test_canal_s_replay_after_a_restart_is_applied_once_and_counted(kafka_admin, tmp_path):

@@ -40,6 +40,9 @@ log = logging.getLogger("oncewatch.monitor.group.routing")
 
 
 METADATA_MS = 5_000  # a topic made or grown is in the routers' assignment this soon
+# beside an event partition's position, the end and leader epoch its router last learned: the next router to read it
+# (after a rebalance, or this instance started again) holds its end back if the broker restarted meanwhile
+KNOWN = "{}#known"
 
 
 class RouterWriteError(RuntimeError):
@@ -169,8 +172,9 @@ class EventRouter:
         assert cfg.kafka is not None and cfg.group is not None
         self.cfg, self.output, self.store, self.partitions, self.counts = cfg, output, store, partitions, counts
         stored = {p: source_position(self.store, p) for p in partitions}
+        known = {p: source_position(self.store, KNOWN.format(p)) for p in partitions}
         self.collector = KafkaEventCollector(cfg.kafka, {p: o for p, o in stored.items() if o is not None} or None,
-                                             partitions)
+                                             partitions, {p: (k[0], k[1]) for p, k in known.items() if k is not None})
         self.router = Router(settings, cfg.group.shards)
         self.newest_ms: dict[str, int] = {}
         self.quarantined: list[Any] = []
@@ -195,10 +199,12 @@ class EventRouter:
                 continue
             self.output.mark(p.key, at, self.counts.get(p.topic, 0))
         self.output.flush()
-        positions = self.collector.positions()
+        positions, known = self.collector.positions(), self.collector.known()
         with self.store.batch() as tx:
             for key, offset in positions.items():
                 save_source_position(tx, key, offset)
+            for key, (end, epoch) in known.items():
+                save_source_position(tx, KNOWN.format(key), [end, epoch])
             tx.add_quarantined(self.quarantined)
         self.quarantined = []
 
