@@ -48,6 +48,8 @@ DEBIAN_PACKAGES = {
     "prometheus": ["prometheus"],  # the server and promtool (devservices.paging)
     "prometheus-alertmanager": ["prometheus-alertmanager"],
     "/usr/lib/postgresql/*/bin/postgres": ["postgresql"],  # the shared store (devservices.postgres)
+    "systemd-analyze": ["systemd"],  # checks deploy/oncewatch.service (tests/integration/test_service_unit.py)
+    "openssl": ["openssl"],  # the stack's CA and server certificates for its TLS listeners
 }
 
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -131,6 +132,17 @@ def assert_same(found, baseline) -> None:
     got, want = comparable(found), comparable(baseline)
     diff = {k: (got.get(k), want.get(k)) for k in got.keys() | want.keys() if got.get(k) != want.get(k)}
     assert not diff, diff
+
+
+def readyz(port: int) -> tuple[int, dict]:
+    """(status, JSON body) of the monitor's /readyz; (0, {}) while it does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+    except OSError:
+        return 0, {}
 
 
 def metric(port: int, name: str, labels: str = "") -> float | None:
