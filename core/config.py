@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from oncewatch.core import kafka_security
 from oncewatch.core.domain import Announce, Domain, Rules, parse_announce, parse_domain, parse_rules
+from oncewatch.core.kafka_security import KafkaSecurity
 from oncewatch.core.sections import MASK, ConfigError, Secret, Section, qualified_table, read_secret
 from oncewatch.core.tables import Watched, is_pattern
 
@@ -76,6 +78,7 @@ class KafkaConfig:
     # (their delivery.timeout.ms); the Kafka clock vouches for nothing new meanwhile (collectors.kafka_events).
     producer_delivery_seconds: float = 120.0
     lag_history_points: int = 60  # (end offset, time) points kept per partition for lag seconds
+    security: KafkaSecurity = KafkaSecurity()  # every client's protocol, SASL and TLS (core.kafka_security)
 
 
 @dataclass(frozen=True)
@@ -255,7 +258,7 @@ def _topic(s: Section) -> TopicConfig:
                        amount_scale=scale)
 
 
-def _kafka(s: Section) -> KafkaConfig:
+def _kafka(s: Section, base: Path) -> KafkaConfig:
     topics = tuple(_topic(t) for t in s.sections("topics"))
     if not topics:
         raise ConfigError(f"{s.key('topics')}: configure at least one [[kafka.topics]]")
@@ -274,6 +277,7 @@ def _kafka(s: Section) -> KafkaConfig:
         metadata_refresh_seconds=s.float("metadata_refresh_seconds", 5.0, minimum=0.1),
         producer_delivery_seconds=s.float("producer_delivery_seconds", 120.0, minimum=0.0),
         lag_history_points=s.int("lag_history_points", 60, minimum=2, maximum=10_000),
+        security=kafka_security.parse(s, base),
     )
     s.done()
     return cfg
@@ -356,7 +360,7 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     cdc_source = "cdc" in data and isinstance(data["cdc"], dict) and data["cdc"].get("mode", "source") == "source"
     mysql = _mysql(root.section("mysql", required=True), base, login=not cdc_source)
     kafka_section = root.section("kafka")
-    kafka = _kafka(kafka_section) if kafka_section.data else None
+    kafka = _kafka(kafka_section, base) if kafka_section.data else None
     cdc_section = root.section("cdc")
     cdc = _cdc(cdc_section, kafka, mysql) if "cdc" in data else None  # an empty [cdc] is missing its prefix
     store_s = root.section("store")

@@ -51,6 +51,12 @@ class Section:
             raise ConfigError(f"{self.key(name)}: must be one of {', '.join(choices)}, got {value!r}")
         return value
 
+    def bool(self, name: str, default: bool) -> bool:
+        value = self._get(name, default, False)
+        if not isinstance(value, bool):
+            raise ConfigError(f"{self.key(name)}: expected true or false, got {value!r}")
+        return value
+
     def opt_str(self, name: str) -> str | None:
         value = self._get(name, None, False)
         if value is not None and not isinstance(value, str):
@@ -154,17 +160,22 @@ class Secret:
 
     env: str | None = None
     file: str | None = None
+    key: str = "password"  # the dotted key it was given by, less its _env/_file, for errors
+
+    @property
+    def given(self) -> bool:
+        return bool(self.env or self.file)
 
     def value(self) -> str:
         if self.env:
             if self.env not in os.environ:
-                raise ConfigError(f"environment variable {self.env} is not set (named by password_env)")
+                raise ConfigError(f"environment variable {self.env} is not set (named by {self.key}_env)")
             return os.environ[self.env]
         if self.file:
             try:
                 return Path(self.file).read_text().strip()
             except OSError as exc:
-                raise ConfigError(f"password_file {self.file}: cannot read it ({exc.strerror})") from exc
+                raise ConfigError(f"{self.key}_file {self.file}: cannot read it ({exc.strerror})") from exc
         return ""
 
     def __repr__(self) -> str:
@@ -182,4 +193,4 @@ def read_secret(s: Section, base: Path, name: str = "password") -> Secret:
         raise ConfigError(f"{s.key(name + '_env')}: give {name}_env or {name}_file, not both")
     if file and not Path(file).is_absolute():
         file = str((base / file).resolve())
-    return Secret(env=env, file=file)
+    return Secret(env=env, file=file, key=s.key(name))

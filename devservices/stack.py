@@ -317,18 +317,21 @@ def kafka_dir() -> Path:
     return STATE / "kafka"
 
 
-def write_kafka_config() -> Path:
+def kafka_config() -> str:
+    """PLAINTEXT for the stack's own clients, and the secured listeners of devservices.tls beside it."""
+    from devservices import tls
+
     d = kafka_dir()
-    props = d / "server.properties"
-    props.write_text(f"""process.roles=broker,controller
+    listeners, advertised, protocols = tls.listeners()
+    return f"""process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers={HOST}:{KAFKA_CONTROLLER_PORT}
-listeners=PLAINTEXT://{HOST}:{KAFKA_PORT},CONTROLLER://{HOST}:{KAFKA_CONTROLLER_PORT}
-advertised.listeners=PLAINTEXT://{HOST}:{KAFKA_PORT}
+listeners=PLAINTEXT://{HOST}:{KAFKA_PORT},CONTROLLER://{HOST}:{KAFKA_CONTROLLER_PORT},{listeners}
+advertised.listeners=PLAINTEXT://{HOST}:{KAFKA_PORT},{advertised}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-log.dirs={d / 'data'}
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,{protocols}
+{tls.kafka_properties()}log.dirs={d / 'data'}
 num.partitions=3
 offsets.topic.replication.factor=1
 offsets.topic.num.partitions=10
@@ -340,7 +343,12 @@ group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 message.max.bytes=2097152
 log.retention.hours=168
-""")
+"""
+
+
+def write_kafka_config() -> Path:
+    props = kafka_dir() / "server.properties"
+    props.write_text(kafka_config())
     return props
 
 
@@ -364,6 +372,10 @@ def kafka_ready() -> bool:
 
 def kafka_up() -> None:
     svc = KAFKA
+    props = kafka_dir() / "server.properties"
+    if read_pid(svc) is not None and props.exists() and props.read_text() != kafka_config():
+        log("kafka's config changed (a new version of this script): restarting it")
+        kafka_down()
     if already_up(svc, KAFKA_PORT):
         return
     lib = ensure_kafka_jars()
@@ -379,7 +391,11 @@ def kafka_up() -> None:
                        check=True, capture_output=True)
     proc = spawn(svc, kafka_java_argv(lib, "kafka.Kafka", str(props)))
     wait_until("kafka", kafka_ready, proc, svc, 120)
-    log(f"kafka listening on {HOST}:{KAFKA_PORT} (KRaft single node, controller on {KAFKA_CONTROLLER_PORT})")
+    from devservices import tls
+
+    tls.ensure_scram_user()
+    log(f"kafka listening on {HOST}:{KAFKA_PORT} (KRaft single node, controller on {KAFKA_CONTROLLER_PORT}; "
+        f"SASL_SSL with SCRAM user {tls.SCRAM_USER} on {tls.KAFKA_SASL_SSL_PORT}, mutual TLS on {tls.KAFKA_SSL_PORT})")
 
 
 def kafka_down() -> bool:

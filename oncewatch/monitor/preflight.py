@@ -8,6 +8,7 @@ import pymysql
 from kafka import errors as kerrors
 
 from oncewatch.collectors.binlog import connect, watched_tables
+from oncewatch.collectors.kafka_client import bootstrap_failures, refusal
 from oncewatch.collectors.kafka_events import admin_client
 from oncewatch.core.config import Config, ConfigError
 from oncewatch.core.tables import is_pattern
@@ -68,8 +69,11 @@ def preflight_kafka(cfg: Config) -> None:
     """The brokers answer (topics that do not exist yet are waited for, not an error)."""
     if cfg.kafka is None:
         return
-    try:
-        admin_client(cfg.kafka).close()
-    except kerrors.KafkaError as exc:
-        raise SourceUnavailableError(f"cannot reach Kafka at {', '.join(cfg.kafka.bootstrap_servers)} "
-                                     f"({type(exc).__name__}); check kafka.bootstrap_servers") from exc
+    with bootstrap_failures() as failures:
+        try:
+            admin_client(cfg.kafka).close()
+        except kerrors.KafkaError as exc:
+            key, reason = refusal(cfg.kafka, failures)
+            raise SourceUnavailableError(f"cannot reach Kafka at {', '.join(cfg.kafka.bootstrap_servers)} over "
+                                         f"{cfg.kafka.security.protocol} ({type(exc).__name__}): {reason}; check "
+                                         f"{key}") from exc
