@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from oncewatch.core import kafka_security
 from oncewatch.core.domain import Announce, Domain, Rules, parse_announce, parse_domain, parse_rules
 from oncewatch.core.kafka_security import KafkaSecurity
-from oncewatch.core.sections import MASK, ConfigError, Secret, Section, qualified_table, read_secret
+from oncewatch.core.sections import MASK, ConfigError, Secret, Section, existing_file, qualified_table, read_secret
 from oncewatch.core.tables import Watched, is_pattern
 
 
@@ -42,6 +42,12 @@ class MySQLConfig:
     read_timeout: float
     heartbeat_seconds: float
     reconnect_max_seconds: float
+    # TLS for the replication stream and the SELECTs alike: the server's CA, a client certificate and its key
+    # (an account REQUIRE X509), and whether the server's certificate must name `host`
+    ssl_ca: str | None = None
+    ssl_cert: str | None = None
+    ssl_key: str | None = None
+    ssl_verify_identity: bool = False
 
     @cached_property
     def watched(self) -> Watched:
@@ -223,7 +229,16 @@ def _mysql(s: Section, base: Path, *, login: bool = True) -> MySQLConfig:
         read_timeout=s.float("read_timeout_seconds", 30.0, minimum=1.0),
         heartbeat_seconds=s.float("heartbeat_seconds", 5.0, minimum=0.5),
         reconnect_max_seconds=s.float("reconnect_max_seconds", 30.0, minimum=0.1),
+        ssl_ca=existing_file(s, "ssl_ca", base),
+        ssl_cert=existing_file(s, "ssl_cert", base),
+        ssl_key=existing_file(s, "ssl_key", base),
+        ssl_verify_identity=s.bool("ssl_verify_identity", False),
     )
+    if cfg.ssl_key and not cfg.ssl_cert:
+        raise ConfigError(f"{s.key('ssl_cert')}: missing: ssl_key is the key of a client certificate")
+    if cfg.ssl_verify_identity and not cfg.ssl_ca:
+        raise ConfigError(f"{s.key('ssl_verify_identity')}: needs ssl_ca, the CA the server's certificate is "
+                          f"checked against")
     s.done()
     return cfg
 

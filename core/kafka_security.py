@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from oncewatch.core.sections import ConfigError, Secret, Section, read_secret
+from oncewatch.core.sections import ConfigError, Secret, Section, existing_file, read_secret
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
@@ -41,16 +41,6 @@ class KafkaSecurity:
         return self.protocol.endswith("SSL")
 
 
-def _file(s: Section, name: str, base: Path) -> str | None:
-    value = s.opt_str(name)
-    if value is None:
-        return None
-    path = Path(value) if Path(value).is_absolute() else (base / value).resolve()
-    if not path.is_file():
-        raise ConfigError(f"{s.key(name)}: no such file {str(path)!r}")
-    return str(path)
-
-
 def _only_for(s: Section, keys: tuple[str, ...], what: str, protocol: str) -> None:
     for name in keys:
         if name in s.data:
@@ -64,7 +54,7 @@ def parse(s: Section, base: Path) -> KafkaSecurity:
     if out.sasl:
         mechanism = s.str("sasl_mechanism", required=True, choices=MECHANISMS)
         username, password = s.opt_str("sasl_username"), read_secret(s, base, "sasl_password")
-        token = _file(s, "sasl_oauth_token_file", base)
+        token = existing_file(s, "sasl_oauth_token_file", base)
         if mechanism == "OAUTHBEARER":
             if token is None:
                 raise ConfigError(f"{s.key('sasl_oauth_token_file')}: missing (required for OAUTHBEARER: a file "
@@ -86,12 +76,12 @@ def parse(s: Section, base: Path) -> KafkaSecurity:
     if not out.tls:
         _only_for(s, SSL_KEYS, "SSL or SASL_SSL", protocol)
         return out
-    certfile, keyfile = _file(s, "ssl_certfile", base), _file(s, "ssl_keyfile", base)
+    certfile, keyfile = existing_file(s, "ssl_certfile", base), existing_file(s, "ssl_keyfile", base)
     key_password = read_secret(s, base, "ssl_key_password")
     if keyfile and not certfile:
         raise ConfigError(f"{s.key('ssl_certfile')}: missing: ssl_keyfile is the key of a client certificate")
     if key_password.given and not (keyfile or certfile):
         raise ConfigError(f"{s.key('ssl_key_password_env')}: there is no ssl_keyfile or ssl_certfile to unlock")
     return KafkaSecurity(out.protocol, out.sasl_mechanism, out.sasl_username, out.sasl_password,
-                         out.sasl_oauth_token_file, _file(s, "ssl_cafile", base), certfile, keyfile, key_password,
+                         out.sasl_oauth_token_file, existing_file(s, "ssl_cafile", base), certfile, keyfile, key_password,
                          s.bool("ssl_check_hostname", True))

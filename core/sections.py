@@ -144,6 +144,17 @@ class Section:
             raise ConfigError(f"{self.key(unknown[0])}: unknown key (misspelt? see README 'Configuration')")
 
 
+def existing_file(s: Section, name: str, base: Path) -> str | None:
+    """The optional key `name` naming a file (relative to the config's folder), which must exist."""
+    value = s.opt_str(name)
+    if value is None:
+        return None
+    path = Path(value) if Path(value).is_absolute() else (base / value).resolve()
+    if not path.is_file():
+        raise ConfigError(f"{s.key(name)}: no such file {str(path)!r}")
+    return str(path)
+
+
 def qualified_table(value: str, key: str) -> str:
     """'schema.table', either part may be a pattern (oncewatch.core.tables)."""
     if value.count(".") != 1 or not all(value.split(".")):

@@ -196,10 +196,12 @@ def mariadb_socket() -> Path:
     return mariadb_dir() / "mysqld.sock"
 
 
-def write_mariadb_config() -> Path:
+def mariadb_config() -> str:
+    """The server's my.cnf: binlog as the monitor needs it, and TLS with the stack's certificates (devservices.tls)."""
+    from devservices import tls
+
     d = mariadb_dir()
-    cnf = d / "my.cnf"
-    cnf.write_text(f"""[mariadbd]
+    return f"""[mariadbd]
 datadir={d / 'data'}
 socket={mariadb_socket()}
 pid-file={d / 'mariadbd.server.pid'}
@@ -221,7 +223,12 @@ innodb_log_file_size=64M
 max_connections=200
 character-set-server=utf8mb4
 collation-server=utf8mb4_unicode_ci
-""")
+{tls.mariadb_properties()}"""
+
+
+def write_mariadb_config() -> Path:
+    cnf = mariadb_dir() / "my.cnf"
+    cnf.write_text(mariadb_config())
     return cnf
 
 
@@ -257,6 +264,10 @@ def already_up(svc: Service, port: int) -> bool:
 
 def mariadb_up() -> None:
     svc = MARIADB
+    cnf = mariadb_dir() / "my.cnf"
+    if read_pid(svc) is not None and cnf.exists() and cnf.read_text() != mariadb_config():
+        log("mariadb's config changed (a new version of this script): restarting it")
+        mariadb_down()
     if already_up(svc, MARIADB_PORT):
         ensure_mariadb_users()  # a schema or grant added since it started
         return
@@ -284,6 +295,8 @@ def mariadbd_binary() -> str:
 
 
 def ensure_mariadb_users() -> None:
+    from devservices import tls
+
     pw = monitor_password().replace("'", "''")
     schema_grants = "".join(
         f"CREATE DATABASE IF NOT EXISTS `{s}`; GRANT SELECT ON `{s}`.* TO '{MONITOR_USER}'@'127.0.0.1';"
@@ -294,7 +307,7 @@ def ensure_mariadb_users() -> None:
         f"CREATE USER IF NOT EXISTS '{MONITOR_USER}'@'127.0.0.1' IDENTIFIED BY '{pw}';"
         f"ALTER USER '{MONITOR_USER}'@'127.0.0.1' IDENTIFIED BY '{pw}';"
         f"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{MONITOR_USER}'@'127.0.0.1';"
-        f"{schema_grants} FLUSH PRIVILEGES;")
+        f"{schema_grants}{tls.mariadb_users(MONITOR_USER, pw, MONITORED_SCHEMAS)} FLUSH PRIVILEGES;")
 
 
 def mariadb_down() -> bool:

@@ -20,6 +20,7 @@ KAFKA_SASL_SSL_PORT = KAFKA_PORT + 7
 KAFKA_SSL_PORT = KAFKA_PORT + 8
 SERVER_NAME = "localhost"  # the only name in the servers' certificate
 SCRAM_USER = "oncewatch-scram"
+X509_USER = "oncewatch_x509"  # MariaDB: the monitor's grants and password, over TLS with a client certificate only
 SCRAM_PASSWORD_FILE = STATE / "secrets" / "kafka_scram_password"
 DAYS = 3650
 
@@ -73,6 +74,20 @@ def ensure() -> Files:
         key.chmod(0o600)
     log(f"made the stack's CA and certificates in {FILES.dir}")
     return FILES
+
+
+def mariadb_properties() -> str:
+    """MariaDB's my.cnf lines for TLS with the stack's certificates."""
+    files = ensure()
+    return f"ssl_ca={files.ca}\nssl_cert={files.server_cert}\nssl_key={files.server_key}\n"
+
+
+def mariadb_users(monitor: str, password: str, schemas: tuple[str, ...] | list[str]) -> str:
+    """SQL for X509_USER: the monitor's grants and password, and a client certificate required (REQUIRE X509)."""
+    grants = "".join(f"GRANT SELECT ON `{s}`.* TO '{X509_USER}'@'127.0.0.1';" for s in schemas)
+    return (f"CREATE USER IF NOT EXISTS '{X509_USER}'@'127.0.0.1' IDENTIFIED BY '{password}' REQUIRE X509;"
+            f"ALTER USER '{X509_USER}'@'127.0.0.1' IDENTIFIED BY '{password}' REQUIRE X509;"
+            f"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{X509_USER}'@'127.0.0.1';{grants}")
 
 
 def scram_password() -> str:

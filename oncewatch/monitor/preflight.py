@@ -38,7 +38,13 @@ def preflight_mysql(cfg: Config) -> None:
         if code == 1045:
             raise SourceUnavailableError(
                 f"MySQL at {m.host}:{m.port} refused user {m.user!r} (wrong password or no such account); "
-                f"check mysql.password_env / mysql.password_file") from exc
+                f"check mysql.password_env / mysql.password_file, or, for an account that requires TLS or a client "
+                f"certificate, mysql.ssl_ca / mysql.ssl_cert / mysql.ssl_key (the server: {exc.args[-1]})") from exc
+        reason = str(exc.args[-1])
+        if "CERTIFICATE_VERIFY_FAILED" in reason or "SSL" in reason:
+            key = ("mysql.ssl_verify_identity (and mysql.host)" if "mismatch" in reason.lower()
+                   or "hostname" in reason.lower() else "mysql.ssl_ca")
+            raise SourceUnavailableError(f"TLS to MySQL at {m.host}:{m.port} failed ({reason}); check {key}") from exc
         raise SourceUnavailableError(f"cannot reach MySQL at {m.host}:{m.port} ({exc.args[-1]}); check "
                                      f"mysql.host and mysql.port and that the server runs") from exc
     try:
