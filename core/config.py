@@ -128,6 +128,8 @@ class PostgresTarget:
 
     url: str
     password: Secret = Secret()
+    # libpq's TLS settings (sslmode, sslrootcert, sslcert, sslkey), as [store] gives them: (name, value) pairs
+    tls: tuple[tuple[str, str], ...] = ()
 
     def __str__(self) -> str:
         return self.url
@@ -421,14 +423,17 @@ def _group(s: Section, cdc: CdcConfig | None, postgres: PostgresTarget | None, d
     return cfg
 
 
+SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+
+
 def _postgres(s: Section, base: Path) -> PostgresTarget | None:
     """`[store] url`, a PostgreSQL database instead of the SQLite file at `path`; its password from
     `password_env` or `password_file` (or libpq's own PGPASSWORD / ~/.pgpass when neither is given)."""
     url = s.opt_str("url")
     if url is None:
-        for name in ("password_env", "password_file"):
+        for name in ("password_env", "password_file", "sslmode", "sslrootcert", "sslcert", "sslkey"):
             if name in s.data:
-                raise ConfigError(f"{s.key(name)}: only a PostgreSQL store (url) has a password")
+                raise ConfigError(f"{s.key(name)}: only a PostgreSQL store (url) has a password or TLS settings")
         return None
     parts = urlsplit(url)
     if parts.scheme not in ("postgresql", "postgres") or not parts.hostname or len(parts.path) < 2:
@@ -438,7 +443,13 @@ def _postgres(s: Section, base: Path) -> PostgresTarget | None:
                           f"the URL and give password_env = \"VAR\" or password_file = \"/path\"")
     if "path" in s.data:
         raise ConfigError(f"{s.key('path')}: give path (a SQLite store) or url (PostgreSQL), not both")
-    return PostgresTarget(url, read_secret(s, base))
+    tls = [("sslmode", s.str("sslmode", choices=SSLMODES))] if "sslmode" in s.data else []
+    tls += [(name, path) for name in ("sslrootcert", "sslcert", "sslkey")
+            if (path := existing_file(s, name, base)) is not None]
+    if dict(tls).get("sslmode", "").startswith("verify") and "sslrootcert" not in dict(tls):
+        raise ConfigError(f"{s.key('sslrootcert')}: missing: sslmode {dict(tls)['sslmode']} checks the server's "
+                          f"certificate against this CA file")
+    return PostgresTarget(url, read_secret(s, base), tuple(tls))
 
 
 def content_sha256(data: dict[str, Any]) -> str:

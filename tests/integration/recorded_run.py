@@ -18,6 +18,7 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import tomli_w
@@ -123,12 +124,16 @@ def postgres_config(start: tuple[Path, str], folder: Path, postgres: PostgresTar
     return shop_config(folder, metrics_port=metrics_port, topic=start[1], rules=RULES, postgres=postgres)
 
 
-def short_run(base: Path) -> tuple[Path, str, list]:
+def short_run(base: Path, first: Callable[[str], Path] | None = None) -> tuple[Path, str, list]:
     """(starting store, topic, findings of a plaintext monitor) of a short run with every fault (200 orders), for
-    monitors that reach the same servers another way (tests/integration/test_kafka_security.py, test_mysql_tls.py)."""
+    monitors that reach the same servers another way (tests/integration/test_kafka_security.py, test_mysql_tls.py);
+    `first(topic)`: the config of a monitor with a store of its own, which takes its first checkpoint before the run
+    (test_postgres_tls.py)."""
     _, topic = prepared(base)
     start = base / "start.db"
     Store(str(base / "store.db")).backup(str(start))
+    if first is not None:
+        run_until_idle(first(topic), idle=FIRST_IDLE)
     shop.run(shop_settings(topic, seed=46, orders=200, rate=100, faults="all"))
     plaintext = copied(start, topic, base / "plaintext")
     run_until_idle(plaintext, idle=IDLE)
