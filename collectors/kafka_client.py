@@ -104,9 +104,10 @@ def refusal(cfg: KafkaConfig, failures: list[BaseException]) -> tuple[str, str]:
     from the failures `bootstrap_failures` caught; the most telling failure wins (an authentication or TLS
     failure over the disconnects that follow it)."""
     sec = cfg.security
+    login = SASL_KEYS if sec.sasl_mechanism != "OAUTHBEARER" else "kafka.sasl_oauth_token_file"
     for exc in failures:
         if isinstance(exc, kerrors.SaslAuthenticationFailedError):
-            return (SASL_KEYS if sec.sasl_mechanism != "OAUTHBEARER" else "kafka.sasl_oauth_token_file"), _reason(exc)
+            return login, _reason(exc)
     for exc in failures:
         text = str(exc).upper()
         if "CERTIFICATE_VERIFY_FAILED" in text:
@@ -126,10 +127,10 @@ def refusal(cfg: KafkaConfig, failures: list[BaseException]) -> tuple[str, str]:
         # The broker answers a refused login and closes the connection at once; kafka-python 3.0.12 drops an
         # answer that comes in one read with the close (net/transport.py _read_from_sock), so the broker's
         # reason is often lost: what is left is a close right after the TLS handshake went through.
-        return (f"{SASL_KEYS} or kafka.sasl_mechanism",
+        return (f"{login} or kafka.sasl_mechanism",
                 f"the broker closed the connection during the {sec.sasl_mechanism} login, as it does on a wrong "
-                f"user name or password (its own words were lost with the close)")
-    reason = _reason(failures[-1]) if failures else "no answer"
+                f"user name, password or token (its own words were lost with the close)")
+    reason = _reason((lost or failures)[-1]) if failures else "no answer"
     return (f"kafka.security_protocol (the broker closed the connection: is the listener at "
             f"{', '.join(cfg.bootstrap_servers)} one for {sec.protocol}?) or kafka.bootstrap_servers"), reason
 

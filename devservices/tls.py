@@ -4,13 +4,16 @@
 `localhost` alone (so a client that checks host names and dials 127.0.0.1 is refused: the wrong-host test), and
 a client certificate for mutual TLS, all PEM. The broker takes them as PEM stores (no keytool needed). Its
 secured listeners beside PLAINTEXT: SASL_SSL (SCRAM-SHA-256 and -512, user `SCRAM_USER` with the password in
-`<state>/secrets/kafka_scram_password`) on the Kafka port + 7, and SSL with a client certificate required on
+`<state>/secrets/kafka_scram_password`; and OAUTHBEARER, whose unsecured tokens `unsecured_token` makes) on the Kafka port + 7, and SSL with a client certificate required on
 the Kafka port + 8; both advertise `localhost`. Cheap: the keys are EC P-256, made in well under a second.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,6 +93,15 @@ def mariadb_users(monitor: str, password: str, schemas: tuple[str, ...] | list[s
             f"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{X509_USER}'@'127.0.0.1';{grants}")
 
 
+def unsecured_token(lifetime_seconds: float) -> str:
+    """An OAUTHBEARER token the broker's default (unsecured, alg none) validator takes while it has not expired."""
+    def part(claims: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+
+    now = int(time.time())
+    return f"{part({'alg': 'none'})}.{part({'sub': 'oncewatch', 'iat': now, 'exp': now + int(lifetime_seconds)})}."
+
+
 def scram_password() -> str:
     return secret_file(SCRAM_PASSWORD_FILE)
 
@@ -98,9 +110,11 @@ def kafka_properties() -> str:
     """The broker's lines for its secured listeners (devservices.stack.write_kafka_config adds the listeners)."""
     files = ensure()
     scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-    return f"""sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256
+    oauth = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+    return f"""sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256,OAUTHBEARER
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={scram}
 listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config={scram}
+listener.name.sasl_ssl.oauthbearer.sasl.jaas.config={oauth}
 ssl.keystore.type=PEM
 ssl.keystore.location={files.server_store}
 ssl.truststore.type=PEM

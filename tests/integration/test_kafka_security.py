@@ -8,6 +8,8 @@ and the broker's (or the TLS layer's) reason, with no secret in what it prints.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from devservices import stack, tls
@@ -31,10 +33,20 @@ def recorded(tmp_path_factory):
     return short_run(tmp_path_factory.mktemp("kafka_security"))
 
 
-@pytest.mark.parametrize("name, kafka", [("SASL_SSL SCRAM-SHA-512", SASL_SSL), ("mutual TLS", MUTUAL_TLS)])
-def test_the_secured_listener_gives_the_plaintext_findings(recorded, tmp_path, name, kafka) -> None:
+def oauthbearer(folder: Path, lifetime_seconds: float) -> dict[str, object]:
+    """[kafka] keys for OAUTHBEARER over SASL_SSL, its token in a file in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    token = folder / "kafka.token"
+    token.write_text(tls.unsecured_token(lifetime_seconds) + "\n")
+    return {"bootstrap_servers": SASL_SSL["bootstrap_servers"], "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_file": str(token), "ssl_cafile": str(tls.FILES.ca)}
+
+
+@pytest.mark.parametrize("name", ["SASL_SSL SCRAM-SHA-512", "mutual TLS", "SASL_SSL OAUTHBEARER"])
+def test_the_secured_listener_gives_the_plaintext_findings(recorded, tmp_path, name) -> None:
     start, topic, plaintext = recorded
     assert plaintext, "the run has faults: the baseline must find some"
+    kafka = {"SASL_SSL SCRAM-SHA-512": SASL_SSL, "mutual TLS": MUTUAL_TLS}.get(name) or oauthbearer(tmp_path, 3600)
     config = copied(start, topic, tmp_path / "secured", **kafka)
     run_until_idle(config, idle=IDLE)
     assert_same(findings(config), plaintext)
@@ -54,6 +66,13 @@ MISCONFIGURED = [
     ("no client certificate", {**MUTUAL_TLS, "ssl_certfile": None, "ssl_keyfile": None}, "kafka.ssl_certfile",
      "alert bad certificate"),
 ]
+
+
+def test_an_expired_oauthbearer_token_exits_3_naming_the_token_file(recorded, tmp_path) -> None:
+    start, topic, _ = recorded
+    said = refused(copied(start, topic, tmp_path / "wrong", request_timeout_seconds=3.0,
+                          **oauthbearer(tmp_path, -60))).stderr
+    assert "kafka.sasl_oauth_token_file" in said.splitlines()[-1], said[-3000:]
 
 
 @pytest.mark.parametrize("case, kafka, key, reason", MISCONFIGURED, ids=[m[0] for m in MISCONFIGURED])
