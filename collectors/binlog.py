@@ -137,8 +137,12 @@ def ddl_targets(query: str, default_schema: str) -> list[tuple[str, str]]:
 
 
 def connection_settings(cfg: MySQLConfig) -> dict[str, Any]:
+    """PyMySQL's settings for the monitor user, the binlog stream's and the SELECTs' alike (TLS included)."""
+    # PyMySQL 1.1 checks the server's certificate against ssl_ca only when told to (ssl_verify_cert), else not at all
+    tls = {"ssl_ca": cfg.ssl_ca, "ssl_verify_cert": cfg.ssl_ca is not None, "ssl_cert": cfg.ssl_cert,
+           "ssl_key": cfg.ssl_key, "ssl_verify_identity": cfg.ssl_verify_identity} if cfg.ssl_ca or cfg.ssl_cert else {}
     return {"host": cfg.host, "port": cfg.port, "user": cfg.user, "password": cfg.password.value(),
-            "connect_timeout": cfg.connect_timeout, "read_timeout": cfg.read_timeout}
+            "connect_timeout": cfg.connect_timeout, "read_timeout": cfg.read_timeout, **tls}
 
 
 def library_filter(cfg: MySQLConfig) -> dict[str, list[str] | None]:
@@ -151,10 +155,7 @@ def library_filter(cfg: MySQLConfig) -> dict[str, list[str] | None]:
 
 def connect(cfg: MySQLConfig, **extra: Any) -> pymysql.Connection:
     """A plain client connection as the monitor user (bootstrap, status queries)."""
-    s = connection_settings(cfg)
-    return pymysql.connect(host=s["host"], port=s["port"], user=s["user"], password=s["password"],
-                           connect_timeout=s["connect_timeout"], read_timeout=s["read_timeout"],
-                           autocommit=True, **extra)
+    return pymysql.connect(**connection_settings(cfg), autocommit=True, **extra)
 
 
 def to_epoch(value: Any) -> float | None:

@@ -48,6 +48,7 @@ from oncewatch.collectors.binlog import CollectorStatus, commit_time
 from oncewatch.collectors.cdc_snapshots import SnapshotPasses
 from oncewatch.collectors.debezium_rows import Undecodable, column_decoders, image, image_schema, key_columns
 from oncewatch.collectors.heartbeats import HeartbeatReader
+from oncewatch.collectors.kafka_client import connection
 from oncewatch.core.config import CdcConfig, KafkaConfig, MySQLConfig
 from oncewatch.core.gtids import GtidSet, gtid_set, gtid_text, parse
 from oncewatch.core.names import UNDECODABLE, UNPARSEABLE
@@ -760,7 +761,7 @@ class CdcCollector:
         from kafka import KafkaConsumer
         from kafka.errors import KafkaError
 
-        consumer = KafkaConsumer(bootstrap_servers=list(self.kafka.bootstrap_servers), enable_auto_commit=False,
+        consumer = KafkaConsumer(**connection(self.kafka), enable_auto_commit=False,
                                  group_id=None, auto_offset_reset="earliest", client_id=f"{self.kafka.client_id}-cdc",
                                  request_timeout_ms=int(self.kafka.request_timeout_seconds * 1000) + 1000)
         a = self.assembler

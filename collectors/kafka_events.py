@@ -30,6 +30,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka import errors as kerrors
 from kafka.admin import OffsetSpec
 
+from oncewatch.collectors.kafka_client import connection
 from oncewatch.collectors.kafka_formats import TopicParser
 from oncewatch.collectors.kafka_raw import UnreadableBatchError, failed_batch, unpack
 from oncewatch.core.config import KafkaConfig
@@ -63,8 +64,7 @@ def parse_tp_key(key: str) -> TopicPartition:
 def client_settings(cfg: KafkaConfig) -> dict[str, Any]:
     """Settings shared by the consumer and admin clients of the monitor."""
     timeout_ms = int(cfg.request_timeout_seconds * 1000)
-    return {"bootstrap_servers": list(cfg.bootstrap_servers), "client_id": cfg.client_id,
-            "request_timeout_ms": timeout_ms, "bootstrap_timeout_ms": timeout_ms,
+    return {**connection(cfg), "client_id": cfg.client_id, "request_timeout_ms": timeout_ms, "bootstrap_timeout_ms": timeout_ms,
             "reconnect_backoff_max_ms": min(timeout_ms, 5000)}
 
 

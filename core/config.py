@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from oncewatch.core import kafka_security
 from oncewatch.core.domain import Announce, Domain, Rules, parse_announce, parse_domain, parse_rules
-from oncewatch.core.sections import MASK, ConfigError, Secret, Section, qualified_table, read_secret
+from oncewatch.core.kafka_security import KafkaSecurity
+from oncewatch.core.sections import MASK, ConfigError, Secret, Section, existing_file, qualified_table, read_secret
 from oncewatch.core.tables import Watched, is_pattern
 
 
@@ -40,6 +42,12 @@ class MySQLConfig:
     read_timeout: float
     heartbeat_seconds: float
     reconnect_max_seconds: float
+    # TLS for the replication stream and the SELECTs alike: the server's CA, a client certificate and its key
+    # (an account REQUIRE X509), and whether the server's certificate must name `host`
+    ssl_ca: str | None = None
+    ssl_cert: str | None = None
+    ssl_key: str | None = None
+    ssl_verify_identity: bool = False
 
     @cached_property
     def watched(self) -> Watched:
@@ -76,6 +84,7 @@ class KafkaConfig:
     # (their delivery.timeout.ms); the Kafka clock vouches for nothing new meanwhile (collectors.kafka_events).
     producer_delivery_seconds: float = 120.0
     lag_history_points: int = 60  # (end offset, time) points kept per partition for lag seconds
+    security: KafkaSecurity = KafkaSecurity()  # every client's protocol, SASL and TLS (core.kafka_security)
 
 
 @dataclass(frozen=True)
@@ -119,6 +128,8 @@ class PostgresTarget:
 
     url: str
     password: Secret = Secret()
+    # libpq's TLS settings (sslmode, sslrootcert, sslcert, sslkey), as [store] gives them: (name, value) pairs
+    tls: tuple[tuple[str, str], ...] = ()
 
     def __str__(self) -> str:
         return self.url
@@ -220,7 +231,16 @@ def _mysql(s: Section, base: Path, *, login: bool = True) -> MySQLConfig:
         read_timeout=s.float("read_timeout_seconds", 30.0, minimum=1.0),
         heartbeat_seconds=s.float("heartbeat_seconds", 5.0, minimum=0.5),
         reconnect_max_seconds=s.float("reconnect_max_seconds", 30.0, minimum=0.1),
+        ssl_ca=existing_file(s, "ssl_ca", base),
+        ssl_cert=existing_file(s, "ssl_cert", base),
+        ssl_key=existing_file(s, "ssl_key", base),
+        ssl_verify_identity=s.bool("ssl_verify_identity", False),
     )
+    if cfg.ssl_key and not cfg.ssl_cert:
+        raise ConfigError(f"{s.key('ssl_cert')}: missing: ssl_key is the key of a client certificate")
+    if cfg.ssl_verify_identity and not cfg.ssl_ca:
+        raise ConfigError(f"{s.key('ssl_verify_identity')}: needs ssl_ca, the CA the server's certificate is "
+                          f"checked against")
     s.done()
     return cfg
 
@@ -255,7 +275,7 @@ def _topic(s: Section) -> TopicConfig:
                        amount_scale=scale)
 
 
-def _kafka(s: Section) -> KafkaConfig:
+def _kafka(s: Section, base: Path) -> KafkaConfig:
     topics = tuple(_topic(t) for t in s.sections("topics"))
     if not topics:
         raise ConfigError(f"{s.key('topics')}: configure at least one [[kafka.topics]]")
@@ -274,6 +294,7 @@ def _kafka(s: Section) -> KafkaConfig:
         metadata_refresh_seconds=s.float("metadata_refresh_seconds", 5.0, minimum=0.1),
         producer_delivery_seconds=s.float("producer_delivery_seconds", 120.0, minimum=0.0),
         lag_history_points=s.int("lag_history_points", 60, minimum=2, maximum=10_000),
+        security=kafka_security.parse(s, base),
     )
     s.done()
     return cfg
@@ -356,7 +377,7 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     cdc_source = "cdc" in data and isinstance(data["cdc"], dict) and data["cdc"].get("mode", "source") == "source"
     mysql = _mysql(root.section("mysql", required=True), base, login=not cdc_source)
     kafka_section = root.section("kafka")
-    kafka = _kafka(kafka_section) if kafka_section.data else None
+    kafka = _kafka(kafka_section, base) if kafka_section.data else None
     cdc_section = root.section("cdc")
     cdc = _cdc(cdc_section, kafka, mysql) if "cdc" in data else None  # an empty [cdc] is missing its prefix
     store_s = root.section("store")
@@ -402,14 +423,17 @@ def _group(s: Section, cdc: CdcConfig | None, postgres: PostgresTarget | None, d
     return cfg
 
 
+SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+
+
 def _postgres(s: Section, base: Path) -> PostgresTarget | None:
     """`[store] url`, a PostgreSQL database instead of the SQLite file at `path`; its password from
     `password_env` or `password_file` (or libpq's own PGPASSWORD / ~/.pgpass when neither is given)."""
     url = s.opt_str("url")
     if url is None:
-        for name in ("password_env", "password_file"):
+        for name in ("password_env", "password_file", "sslmode", "sslrootcert", "sslcert", "sslkey"):
             if name in s.data:
-                raise ConfigError(f"{s.key(name)}: only a PostgreSQL store (url) has a password")
+                raise ConfigError(f"{s.key(name)}: only a PostgreSQL store (url) has a password or TLS settings")
         return None
     parts = urlsplit(url)
     if parts.scheme not in ("postgresql", "postgres") or not parts.hostname or len(parts.path) < 2:
@@ -419,7 +443,13 @@ def _postgres(s: Section, base: Path) -> PostgresTarget | None:
                           f"the URL and give password_env = \"VAR\" or password_file = \"/path\"")
     if "path" in s.data:
         raise ConfigError(f"{s.key('path')}: give path (a SQLite store) or url (PostgreSQL), not both")
-    return PostgresTarget(url, read_secret(s, base))
+    tls = [("sslmode", s.str("sslmode", choices=SSLMODES))] if "sslmode" in s.data else []
+    tls += [(name, path) for name in ("sslrootcert", "sslcert", "sslkey")
+            if (path := existing_file(s, name, base)) is not None]
+    if dict(tls).get("sslmode", "").startswith("verify") and "sslrootcert" not in dict(tls):
+        raise ConfigError(f"{s.key('sslrootcert')}: missing: sslmode {dict(tls)['sslmode']} checks the server's "
+                          f"certificate against this CA file")
+    return PostgresTarget(url, read_secret(s, base), tuple(tls))
 
 
 def content_sha256(data: dict[str, Any]) -> str:

@@ -14,10 +14,35 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import time
+from collections.abc import Mapping
+from typing import Any
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+# Settings whose values a library may log (kafka-python logs its whole configuration at DEBUG, the SASL and key
+# passwords and the OAUTHBEARER token provider included): masked wherever a log record's arguments hold them.
+SECRET_SETTINGS = re.compile(r"password|secret|token", re.IGNORECASE)
+MASK = "********"
+
+
+def _masked(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: MASK if isinstance(k, str) and SECRET_SETTINGS.search(k) and v is not None else _masked(v)
+                for k, v in value.items()}
+    return value
+
+
+class SecretsMasked(logging.Filter):
+    """Masks the secret settings in the arguments of a record (a library's configuration dict)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, Mapping):
+            record.args = _masked(record.args)
+        elif isinstance(record.args, tuple) and any(isinstance(a, Mapping) for a in record.args):
+            record.args = tuple(_masked(a) for a in record.args)
+        return True
 
 
 class JsonFormatter(logging.Formatter):
@@ -44,6 +69,7 @@ def setup(level: str | None = None) -> None:
     level = (level or os.environ.get("ONCEWATCH_LOG_LEVEL") or "INFO").upper()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
+    handler.addFilter(SecretsMasked())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -51,6 +51,12 @@ class Section:
             raise ConfigError(f"{self.key(name)}: must be one of {', '.join(choices)}, got {value!r}")
         return value
 
+    def bool(self, name: str, default: bool) -> bool:
+        value = self._get(name, default, False)
+        if not isinstance(value, bool):
+            raise ConfigError(f"{self.key(name)}: expected true or false, got {value!r}")
+        return value
+
     def opt_str(self, name: str) -> str | None:
         value = self._get(name, None, False)
         if value is not None and not isinstance(value, str):
@@ -138,6 +144,17 @@ class Section:
             raise ConfigError(f"{self.key(unknown[0])}: unknown key (misspelt? see README 'Configuration')")
 
 
+def existing_file(s: Section, name: str, base: Path) -> str | None:
+    """The optional key `name` naming a file (relative to the config's folder), which must exist."""
+    value = s.opt_str(name)
+    if value is None:
+        return None
+    path = Path(value) if Path(value).is_absolute() else (base / value).resolve()
+    if not path.is_file():
+        raise ConfigError(f"{s.key(name)}: no such file {str(path)!r}")
+    return str(path)
+
+
 def qualified_table(value: str, key: str) -> str:
     """'schema.table', either part may be a pattern (oncewatch.core.tables)."""
     if value.count(".") != 1 or not all(value.split(".")):
@@ -154,17 +171,22 @@ class Secret:
 
     env: str | None = None
     file: str | None = None
+    key: str = "password"  # the dotted key it was given by, less its _env/_file, for errors
+
+    @property
+    def given(self) -> bool:
+        return bool(self.env or self.file)
 
     def value(self) -> str:
         if self.env:
             if self.env not in os.environ:
-                raise ConfigError(f"environment variable {self.env} is not set (named by password_env)")
+                raise ConfigError(f"environment variable {self.env} is not set (named by {self.key}_env)")
             return os.environ[self.env]
         if self.file:
             try:
                 return Path(self.file).read_text().strip()
             except OSError as exc:
-                raise ConfigError(f"password_file {self.file}: cannot read it ({exc.strerror})") from exc
+                raise ConfigError(f"{self.key}_file {self.file}: cannot read it ({exc.strerror})") from exc
         return ""
 
     def __repr__(self) -> str:
@@ -182,4 +204,4 @@ def read_secret(s: Section, base: Path, name: str = "password") -> Secret:
         raise ConfigError(f"{s.key(name + '_env')}: give {name}_env or {name}_file, not both")
     if file and not Path(file).is_absolute():
         file = str((base / file).resolve())
-    return Secret(env=env, file=file)
+    return Secret(env=env, file=file, key=s.key(name))

@@ -10,16 +10,18 @@ only on oncewatch_finding_paging, one series per finding that pages, at most met
 from __future__ import annotations
 
 import re
+import socket
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from itertools import chain
+from socketserver import ThreadingMixIn
 from threading import Thread
 from typing import Any
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
@@ -28,7 +30,7 @@ from oncewatch import __version__
 from oncewatch.core import histogram, names
 from oncewatch.core.config import MetricsConfig, PostgresTarget
 from oncewatch.core.records import OffsetsSnapshot
-from oncewatch.dashboards import views
+from oncewatch.dashboards import probes, views
 from oncewatch.store import StoreError, retention
 from oncewatch.store.group import shard_checkpoints
 
@@ -484,9 +486,23 @@ def registry(target: str | PostgresTarget, member: str | None = None,
     return reg
 
 
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a scrape in progress never holds up the monitor's exit
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        """Scrapes and probes come every few seconds: no access log."""
+
+
 def serve(target: str | PostgresTarget, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, member: str | None = None,
           wide: Callable[[], bool] = lambda: True, group: str | None = None,
           paging_max: int = MetricsConfig.paging_max_findings) -> tuple[WSGIServer, Thread]:
-    """Serve /metrics for the store in a daemon thread. Port 0 picks a free port: read it from
-    `server.server_port`. Stop with `server.shutdown(); server.server_close()`."""
-    return start_http_server(port, addr=host, registry=registry(target, member, wide, group, paging_max))
+    """Serve /metrics for the store, and /healthz and /readyz beside it (dashboards.probes), in a daemon thread.
+    Port 0 picks a free port: read it from `server.server_port`. Stop with `server.shutdown(); server.server_close()`."""
+    app = probes.with_probes(make_wsgi_app(registry(target, member, wide, group, paging_max)), target, member)
+    server_class = type("Server", (_Server,), {"address_family": socket.getaddrinfo(host, port)[0][0]})
+    server = make_server(host, port, app, server_class, handler_class=_Quiet)
+    thread = Thread(target=server.serve_forever, name="metrics", daemon=True)
+    thread.start()
+    return server, thread

@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -105,9 +106,32 @@ def start() -> None:
     wait_until("postgres", lambda: psql("SELECT 1").strip() == "1", proc, POSTGRES, 60)
 
 
+def _ensure_ssl() -> None:
+    """TLS with the stack's certificates (devservices.tls), switched on by a reload (no restart): the server reads
+    its key only when the key belongs to it and no one else may read it, so both files are copied into its dir."""
+    from devservices import tls
+
+    files = tls.ensure()
+    for source, name in ((files.server_cert, "server.crt"), (files.server_key, "server.key")):
+        copy = DATA / name
+        shutil.copyfile(source, copy)
+        copy.chmod(0o600)
+        if os.geteuid() == 0:
+            shutil.chown(copy, OS_USER, OS_USER)
+    if psql("SHOW ssl").strip() != "on":
+        psql("ALTER SYSTEM SET ssl = on")
+        psql("SELECT pg_reload_conf()")
+        deadline = time.monotonic() + 30
+        while psql("SHOW ssl").strip() != "on":  # the reload is the server's to do, a moment later
+            if time.monotonic() > deadline:
+                raise StackError(f"postgres did not switch TLS on; see {POSTGRES.logfile}")
+            time.sleep(0.2)
+
+
 def up() -> None:
     if not already_up(POSTGRES, PORT):
         start()
+    _ensure_ssl()
     _ensure_store_user()
     log(f"postgres listening on {HOST}:{PORT} (store {url()}, password file "
         f"{shown(STORE_PASSWORD_FILE)})")

@@ -48,6 +48,8 @@ DEBIAN_PACKAGES = {
     "prometheus": ["prometheus"],  # the server and promtool (devservices.paging)
     "prometheus-alertmanager": ["prometheus-alertmanager"],
     "/usr/lib/postgresql/*/bin/postgres": ["postgresql"],  # the shared store (devservices.postgres)
+    "systemd-analyze": ["systemd"],  # checks deploy/oncewatch.service (tests/integration/test_service_unit.py)
+    "openssl": ["openssl"],  # the stack's CA and server certificates for its TLS listeners
 }
 
 
@@ -194,10 +196,12 @@ def mariadb_socket() -> Path:
     return mariadb_dir() / "mysqld.sock"
 
 
-def write_mariadb_config() -> Path:
+def mariadb_config() -> str:
+    """The server's my.cnf: binlog as the monitor needs it, and TLS with the stack's certificates (devservices.tls)."""
+    from devservices import tls
+
     d = mariadb_dir()
-    cnf = d / "my.cnf"
-    cnf.write_text(f"""[mariadbd]
+    return f"""[mariadbd]
 datadir={d / 'data'}
 socket={mariadb_socket()}
 pid-file={d / 'mariadbd.server.pid'}
@@ -219,7 +223,12 @@ innodb_log_file_size=64M
 max_connections=200
 character-set-server=utf8mb4
 collation-server=utf8mb4_unicode_ci
-""")
+{tls.mariadb_properties()}"""
+
+
+def write_mariadb_config() -> Path:
+    cnf = mariadb_dir() / "my.cnf"
+    cnf.write_text(mariadb_config())
     return cnf
 
 
@@ -255,6 +264,10 @@ def already_up(svc: Service, port: int) -> bool:
 
 def mariadb_up() -> None:
     svc = MARIADB
+    cnf = mariadb_dir() / "my.cnf"
+    if read_pid(svc) is not None and cnf.exists() and cnf.read_text() != mariadb_config():
+        log("mariadb's config changed (a new version of this script): restarting it")
+        mariadb_down()
     if already_up(svc, MARIADB_PORT):
         ensure_mariadb_users()  # a schema or grant added since it started
         return
@@ -282,6 +295,8 @@ def mariadbd_binary() -> str:
 
 
 def ensure_mariadb_users() -> None:
+    from devservices import tls
+
     pw = monitor_password().replace("'", "''")
     schema_grants = "".join(
         f"CREATE DATABASE IF NOT EXISTS `{s}`; GRANT SELECT ON `{s}`.* TO '{MONITOR_USER}'@'127.0.0.1';"
@@ -292,7 +307,7 @@ def ensure_mariadb_users() -> None:
         f"CREATE USER IF NOT EXISTS '{MONITOR_USER}'@'127.0.0.1' IDENTIFIED BY '{pw}';"
         f"ALTER USER '{MONITOR_USER}'@'127.0.0.1' IDENTIFIED BY '{pw}';"
         f"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{MONITOR_USER}'@'127.0.0.1';"
-        f"{schema_grants} FLUSH PRIVILEGES;")
+        f"{schema_grants}{tls.mariadb_users(MONITOR_USER, pw, MONITORED_SCHEMAS)} FLUSH PRIVILEGES;")
 
 
 def mariadb_down() -> bool:
@@ -315,18 +330,21 @@ def kafka_dir() -> Path:
     return STATE / "kafka"
 
 
-def write_kafka_config() -> Path:
+def kafka_config() -> str:
+    """PLAINTEXT for the stack's own clients, and the secured listeners of devservices.tls beside it."""
+    from devservices import tls
+
     d = kafka_dir()
-    props = d / "server.properties"
-    props.write_text(f"""process.roles=broker,controller
+    listeners, advertised, protocols = tls.listeners()
+    return f"""process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers={HOST}:{KAFKA_CONTROLLER_PORT}
-listeners=PLAINTEXT://{HOST}:{KAFKA_PORT},CONTROLLER://{HOST}:{KAFKA_CONTROLLER_PORT}
-advertised.listeners=PLAINTEXT://{HOST}:{KAFKA_PORT}
+listeners=PLAINTEXT://{HOST}:{KAFKA_PORT},CONTROLLER://{HOST}:{KAFKA_CONTROLLER_PORT},{listeners}
+advertised.listeners=PLAINTEXT://{HOST}:{KAFKA_PORT},{advertised}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-log.dirs={d / 'data'}
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,{protocols}
+{tls.kafka_properties()}log.dirs={d / 'data'}
 num.partitions=3
 offsets.topic.replication.factor=1
 offsets.topic.num.partitions=10
@@ -338,7 +356,12 @@ group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 message.max.bytes=2097152
 log.retention.hours=168
-""")
+"""
+
+
+def write_kafka_config() -> Path:
+    props = kafka_dir() / "server.properties"
+    props.write_text(kafka_config())
     return props
 
 
@@ -362,6 +385,10 @@ def kafka_ready() -> bool:
 
 def kafka_up() -> None:
     svc = KAFKA
+    props = kafka_dir() / "server.properties"
+    if read_pid(svc) is not None and props.exists() and props.read_text() != kafka_config():
+        log("kafka's config changed (a new version of this script): restarting it")
+        kafka_down()
     if already_up(svc, KAFKA_PORT):
         return
     lib = ensure_kafka_jars()
@@ -377,7 +404,11 @@ def kafka_up() -> None:
                        check=True, capture_output=True)
     proc = spawn(svc, kafka_java_argv(lib, "kafka.Kafka", str(props)))
     wait_until("kafka", kafka_ready, proc, svc, 120)
-    log(f"kafka listening on {HOST}:{KAFKA_PORT} (KRaft single node, controller on {KAFKA_CONTROLLER_PORT})")
+    from devservices import tls
+
+    tls.ensure_scram_user()
+    log(f"kafka listening on {HOST}:{KAFKA_PORT} (KRaft single node, controller on {KAFKA_CONTROLLER_PORT}; "
+        f"SASL_SSL with SCRAM user {tls.SCRAM_USER} on {tls.KAFKA_SASL_SSL_PORT}, mutual TLS on {tls.KAFKA_SSL_PORT})")
 
 
 def kafka_down() -> bool:

@@ -91,9 +91,14 @@ def connect(target: PostgresTarget, *, readonly: bool, role: str) -> PgConnectio
     password = target.password.value() if (target.password.env or target.password.file) else None
     try:
         conn = psycopg.connect(target.url, password=password, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS,
-                               application_name=f"oncewatch {role} pid {os.getpid()} on {socket.gethostname()}"[:63])
+                               application_name=f"oncewatch {role} pid {os.getpid()} on {socket.gethostname()}"[:63],
+                               **dict(target.tls))
     except psycopg.OperationalError as exc:
         text = str(exc)
+        if "certificate" in text or "SSL" in text:
+            raise StoreError(f"TLS to the PostgreSQL store {target} failed ({text.strip().splitlines()[0]}): check "
+                             f"store.sslmode, store.sslrootcert and the host name in store.url (verify-full: the "
+                             f"server's certificate must name it)") from exc
         if "password authentication failed" in text or "does not exist" in text or "permission denied" in text:
             raise StoreError(f"the PostgreSQL store {target} refused the login ({text.strip().splitlines()[0]}): "
                              f"check store.url and the password (store.password_env or password_file)") from exc

@@ -8,6 +8,7 @@ import pymysql
 from kafka import errors as kerrors
 
 from oncewatch.collectors.binlog import connect, watched_tables
+from oncewatch.collectors.kafka_client import bootstrap_failures, refusal
 from oncewatch.collectors.kafka_events import admin_client
 from oncewatch.core.config import Config, ConfigError
 from oncewatch.core.tables import is_pattern
@@ -37,7 +38,13 @@ def preflight_mysql(cfg: Config) -> None:
         if code == 1045:
             raise SourceUnavailableError(
                 f"MySQL at {m.host}:{m.port} refused user {m.user!r} (wrong password or no such account); "
-                f"check mysql.password_env / mysql.password_file") from exc
+                f"check mysql.password_env / mysql.password_file, or, for an account that requires TLS or a client "
+                f"certificate, mysql.ssl_ca / mysql.ssl_cert / mysql.ssl_key (the server: {exc.args[-1]})") from exc
+        reason = str(exc.args[-1])
+        if "CERTIFICATE_VERIFY_FAILED" in reason or "SSL" in reason:
+            key = ("mysql.ssl_verify_identity (and mysql.host)" if "mismatch" in reason.lower()
+                   or "hostname" in reason.lower() else "mysql.ssl_ca")
+            raise SourceUnavailableError(f"TLS to MySQL at {m.host}:{m.port} failed ({reason}); check {key}") from exc
         raise SourceUnavailableError(f"cannot reach MySQL at {m.host}:{m.port} ({exc.args[-1]}); check "
                                      f"mysql.host and mysql.port and that the server runs") from exc
     try:
@@ -68,8 +75,11 @@ def preflight_kafka(cfg: Config) -> None:
     """The brokers answer (topics that do not exist yet are waited for, not an error)."""
     if cfg.kafka is None:
         return
-    try:
-        admin_client(cfg.kafka).close()
-    except kerrors.KafkaError as exc:
-        raise SourceUnavailableError(f"cannot reach Kafka at {', '.join(cfg.kafka.bootstrap_servers)} "
-                                     f"({type(exc).__name__}); check kafka.bootstrap_servers") from exc
+    with bootstrap_failures() as failures:
+        try:
+            admin_client(cfg.kafka).close()
+        except kerrors.KafkaError as exc:
+            key, reason = refusal(cfg.kafka, failures)
+            raise SourceUnavailableError(f"cannot reach Kafka at {', '.join(cfg.kafka.bootstrap_servers)} over "
+                                         f"{cfg.kafka.security.protocol} ({type(exc).__name__}): {reason}; check "
+                                         f"{key}") from exc

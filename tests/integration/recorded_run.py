@@ -15,9 +15,13 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
+import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
+import tomli_w
 from kafka import KafkaProducer
 
 from devservices import stack
@@ -120,6 +124,52 @@ def postgres_config(start: tuple[Path, str], folder: Path, postgres: PostgresTar
     return shop_config(folder, metrics_port=metrics_port, topic=start[1], rules=RULES, postgres=postgres)
 
 
+def short_run(base: Path, first: Callable[[str], Path] | None = None) -> tuple[Path, str, list]:
+    """(starting store, topic, findings of a plaintext monitor) of a short run with every fault (200 orders), for
+    monitors that reach the same servers another way (tests/integration/test_kafka_security.py, test_mysql_tls.py);
+    `first(topic)`: the config of a monitor with a store of its own, which takes its first checkpoint before the run
+    (test_postgres_tls.py)."""
+    _, topic = prepared(base)
+    start = base / "start.db"
+    Store(str(base / "store.db")).backup(str(start))
+    if first is not None:
+        run_until_idle(first(topic), idle=FIRST_IDLE)
+    shop.run(shop_settings(topic, seed=46, orders=200, rate=100, faults="all"))
+    plaintext = copied(start, topic, base / "plaintext")
+    run_until_idle(plaintext, idle=IDLE)
+    return start, topic, findings(plaintext)
+
+
+def copied(start: Path, topic: str, folder: Path, mysql: dict[str, object] | None = None, **kafka: object) -> Path:
+    """A config reading the run from its starting store, with `mysql`'s [mysql] and `kafka`'s [kafka] keys (a key
+    given None is taken out)."""
+    folder.mkdir()
+    shutil.copy(start, folder / "store.db")
+    config = shop_config(folder, topic=topic, rules=RULES, **{k: v for k, v in kafka.items() if v is not None})
+    data = tomllib.loads(config.read_text())
+    for key, value in (mysql or {}).items():
+        if value is None:
+            data["mysql"].pop(key, None)
+        else:
+            data["mysql"][key] = value
+    for key in [k for k, v in kafka.items() if v is None]:
+        data["kafka"].pop(key, None)
+    config.write_text(tomli_w.dumps(data))
+    return config
+
+
+def refused(config: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`oncewatch run` of a config a source must refuse: its output, which must be no crash."""
+    result = subprocess.run([sys.executable, "-m", "oncewatch.cli", "run", "--config", str(config), "--until-idle", "1"],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT,
+                            env={"PATH": "/usr/bin:/bin", **(env or {})})
+    said = result.stdout + result.stderr
+    assert result.returncode == 3, said[-3000:]
+    # the libraries log the TLS layer's errors with their tracebacks, inside their JSON log lines; no crash
+    assert not [line for line in said.splitlines() if line.startswith("Traceback")], said[-3000:]
+    return result
+
+
 def start_monitor(config: Path, log: Path, *args: str) -> subprocess.Popen:
     with open(log, "ab") as out:
         return subprocess.Popen([sys.executable, "-m", "oncewatch.cli", "run", "--config", str(config), *args],
@@ -131,6 +181,17 @@ def assert_same(found, baseline) -> None:
     got, want = comparable(found), comparable(baseline)
     diff = {k: (got.get(k), want.get(k)) for k in got.keys() | want.keys() if got.get(k) != want.get(k)}
     assert not diff, diff
+
+
+def readyz(port: int) -> tuple[int, dict]:
+    """(status, JSON body) of the monitor's /readyz; (0, {}) while it does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+    except OSError:
+        return 0, {}
 
 
 def metric(port: int, name: str, labels: str = "") -> float | None:

@@ -42,7 +42,7 @@ from oncewatch.monitor import Monitor, ReaderFailedError, readers
 from oncewatch.store import Store
 
 from .conftest import wait_for
-from .recorded_run import assert_same, fresh_copy, metric, postgres_config, record, start_monitor
+from .recorded_run import assert_same, fresh_copy, metric, postgres_config, readyz, record, start_monitor
 from .shop_monitor import IDLE, score
 
 
@@ -98,16 +98,22 @@ def test_sigkill_at_random_moments(recorded, tmp_path):
 
 
 def test_mariadb_and_kafka_restarted_mid_run(recorded, tmp_path):
+    """/metrics and /readyz say the binlog is lost while MariaDB is down (503, the reason in JSON) and back after."""
     _, start, baseline, _ = recorded
     port = free_port()
     config = fresh_copy(start, tmp_path / "restarts", metrics_port=port)
     monitor = start_monitor(config, tmp_path / "monitor.log")
     try:
         wait_for("the monitor's /metrics", lambda: metric(port, "oncewatch_collector_up") is not None)
+        wait_for("/readyz 200", lambda: readyz(port)[0] == 200)
         stack.mariadb_down()
         wait_for("binlog down on /metrics", lambda: metric(port, "oncewatch_collector_up", 'collector="binlog"') == 0)
+        wait_for("/readyz 503", lambda: readyz(port)[0] == 503)
+        _, answer = readyz(port)
+        assert answer["ready"] is False and any(r.startswith("binlog disconnected") for r in answer["reasons"]), answer
         stack.mariadb_up()
         wait_for("binlog up again", lambda: metric(port, "oncewatch_collector_up", 'collector="binlog"') == 1)
+        wait_for("/readyz 200 again", lambda: readyz(port) == (200, {"ready": True, "reasons": []}))
         stack.kafka_down()
         wait_for("kafka down on /metrics",
                  lambda: metric(port, "oncewatch_collector_up", 'collector="kafka_events"') == 0)

@@ -47,6 +47,23 @@ def test_kafka_client_chatter_stays_below_warning_unless_asked_for(
     assert (("kafka.cluster", "Updated cluster metadata") in shown) is kafka_info_shown
 
 
+def test_kafka_clients_configuration_is_logged_without_its_secrets(restored, capsys, monkeypatch) -> None:
+    """kafka-python logs a client's whole configuration at DEBUG, passwords included (issue 46)."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    monkeypatch.setenv("ONCEWATCH_LOG_LEVEL", "DEBUG")
+    logs.setup()
+    with pytest.raises(KafkaError):  # nothing listens on port 1: the client logs its configuration, then gives up
+        KafkaAdminClient(bootstrap_servers="127.0.0.1:1", security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                         sasl_plain_username="ow", sasl_plain_password="canary-pw-Zq3", ssl_password="canary-key-Xr9",
+                         bootstrap_timeout_ms=300, request_timeout_ms=300)
+    err = capsys.readouterr().err
+    started = [d["msg"] for d in lines(err) if d["msg"].startswith("Starting KafkaAdminClient with configuration")]
+    assert started and "'sasl_plain_password': '********'" in started[0] and "'sasl_plain_username': 'ow'" in started[0]
+    assert "canary-pw-Zq3" not in err and "canary-key-Xr9" not in err
+
+
 def test_a_library_warning_is_a_json_log_line(restored, capsys, monkeypatch) -> None:
     monkeypatch.delenv("ONCEWATCH_LOG_LEVEL", raising=False)
     logs.setup()

@@ -20,6 +20,7 @@ import logging
 import time
 from typing import Any
 
+from oncewatch.collectors.kafka_client import connection
 from oncewatch.core.config import KafkaConfig
 
 log = logging.getLogger("oncewatch.monitor.group.membership")
@@ -38,7 +39,7 @@ def join(kafka: KafkaConfig, group_id: str, client_id: str, topics: list[str], l
     (the join itself happens in its first poll)."""
     from kafka import KafkaConsumer
 
-    consumer = KafkaConsumer(bootstrap_servers=list(kafka.bootstrap_servers), group_id=group_id,
+    consumer = KafkaConsumer(**connection(kafka), group_id=group_id,
                              client_id=client_id, enable_auto_commit=False, session_timeout_ms=SESSION_TIMEOUT_MS,
                              heartbeat_interval_ms=HEARTBEAT_MS, **settings)
     consumer.subscribe(topics, listener=listener)

@@ -26,6 +26,7 @@ from oncewatch.checks.clocks import heartbeat_watermark
 from oncewatch.checks.settings import Settings
 from oncewatch.checks.shards import Router
 from oncewatch.collectors.cdc import CdcCollector
+from oncewatch.collectors.kafka_client import connection
 from oncewatch.collectors.kafka_events import KafkaEventCollector, tp_key
 from oncewatch.core.config import Config
 from oncewatch.core.gtids import parse
@@ -61,7 +62,7 @@ class Output:
 
         assert cfg.kafka is not None and cfg.group is not None
         self.topic, self.shards = group_name(cfg.group.name, RECORDS), cfg.group.shards
-        self.producer = KafkaProducer(bootstrap_servers=list(cfg.kafka.bootstrap_servers), acks="all", linger_ms=5,
+        self.producer = KafkaProducer(**connection(cfg.kafka), acks="all", linger_ms=5,
                                       max_in_flight_requests_per_connection=1, retries=2_147_483_647,
                                       client_id=f"{cfg.kafka.client_id}-router-{member}",
                                       max_request_size=8 * 1024 * 1024)

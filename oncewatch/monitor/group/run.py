@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from oncewatch.checks.settings import Settings
+from oncewatch.collectors.kafka_client import connection
 from oncewatch.core.config import Config, ConfigError
 from oncewatch.monitor.group.judging import Judges
 from oncewatch.monitor.group.routing import Routers
@@ -62,8 +63,7 @@ def ensure_topics(cfg: Config) -> None:
 
     assert cfg.group is not None and cfg.kafka is not None
     records, lease = group_name(cfg.group.name, RECORDS), group_name(cfg.group.name, LEASE)
-    admin = KafkaAdminClient(bootstrap_servers=list(cfg.kafka.bootstrap_servers),
-                             client_id=f"{cfg.kafka.client_id}-group")
+    admin = KafkaAdminClient(**connection(cfg.kafka), client_id=f"{cfg.kafka.client_id}-group")
     try:
         for topic, partitions in ((records, cfg.group.shards), (lease, 1)):
             try:
