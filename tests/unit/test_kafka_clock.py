@@ -31,3 +31,29 @@ def test_an_empty_partition_has_nothing_to_wait_for():
 
 def test_no_partitions_assigned_yet_holds_the_clock():
     assert kafka_watermark([], {}, {}, 50.0) == 50.0
+
+
+def test_a_reader_told_what_the_reader_before_it_learned_holds_an_end_gone_back_or_of_a_new_epoch():
+    """A group's partitions change readers at every rebalance: a new reader of a broker restarted meanwhile must
+    hold the stale end the broker reports, as the reader before it would have (the chaos soak's group raised 223
+    false F7 when its new routers took such an end for a fresh one)."""
+    from kafka import TopicPartition
+
+    from oncewatch.collectors.kafka_events import KafkaEventCollector
+    from oncewatch.core.config import parse
+
+    kafka = parse({"mysql": {"host": "127.0.0.1", "user": "oncewatch", "tables": ["shop.orders"]},
+                   "kafka": {"bootstrap_servers": ["127.0.0.1:9092"],
+                             "topics": [{"name": "t", "format": "json", "required": []}]},
+                   "store": {"path": ":memory:"}}).kafka
+    gone_back, fresh = TopicPartition("t", 0), TopicPartition("t", 1)
+    reader = KafkaEventCollector(kafka, {"t/0": 90, "t/1": 40}, {"t/0", "t/1"}, {"t/0": (120, 3), "t/1": (50, 3)})
+    with reader._lock:
+        reader._learn({gone_back: 100, fresh: 60}, 1000.0, {gone_back: 3, fresh: 3})
+    assert reader._s.ends == {gone_back: (100, 0.0), fresh: (60, 1000.0)}  # the end gone back vouches for nothing
+    with reader._lock:
+        reader._learn({fresh: 70}, 1001.0, {fresh: 4})  # a new leader: its end is held too
+        # past the held end, once the producers' delivery time after the outage is up, it vouches again
+        later = reader._s.settle_until + 1
+        reader._learn({gone_back: 121, fresh: 70}, later, {gone_back: 3, fresh: 4})
+    assert reader._s.ends == {gone_back: (121, later), fresh: (70, 1000.0)}
