@@ -3,13 +3,13 @@
 The integration tests share their stack's services, and some restart or kill them, so one stack's tests run
 one after another in one session (tests/integration/conftest.py orders them and starts the demo beside the
 first ones). They mostly wait on servers and timers, not on a core, so they run in lanes, each a session on a
-stack of its own: the short chaos soak, which kills every server of its stack for minutes on end, and the groups'
-tests (CHAOS, on a third stack), the other tests that restart, kill or pause a server (RESTARTING, on a second
-stack) and the rest, the demo's among them (on the stack `make services` started). The suite starts the second and third stacks in
-the background (`.devstack-2` and `.devstack-3`, on the ports of LANES). The unit tests need no server: they
-run meanwhile in a session of their own. The outputs are kept in files and printed one after the other, so
-they never interleave; the suite fails if any session does. Arguments are passed to every session
-(`python -m devservices.suite -x`).
+stack of its own: the short chaos soak, which kills every server of its stack for minutes on end, the groups' tests
+and, for balance, some that restart nothing (CHAOS, on a third stack), the other tests that restart, kill or pause a
+server (RESTARTING, on a second stack) and the rest, the demo's among them (on the stack `make services` started).
+The suite starts the second and third stacks in the background (`.devstack-2` and `.devstack-3`, on the ports of
+LANES). The unit tests need no server: they run meanwhile in a session of their own. The outputs are kept in
+files and printed one after the other, so they never interleave; the suite fails if any session does. Arguments
+are passed to every session (`python -m devservices.suite -x`).
 """
 
 from __future__ import annotations
@@ -23,12 +23,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 INTEGRATION = "tests/integration"
-# The tests that restart, kill or pause a server of their stack (or the connector), in two lanes of about the same
-# length: the short chaos soak and the groups' tests, and the others.
+# The tests that restart, kill or pause a server of their stack (or the connector), in two lanes: the short chaos
+# soak and the groups' tests, and the others. The third lane also takes the secured connections' tests and the report
+# money test, which restart nothing, so that the three lanes take about as long (some 11 to 13 minutes each on two
+# cores).
 RESTARTING = ("test_under_fire.py", "test_broker_kill.py", "test_monitor_kill.py", "test_kafka_restart.py",
               "test_binlog_collector.py", "test_cdc_clock.py", "test_cdc_replay.py", "test_cdc_snapshot_kill.py",
               "test_cdc_rebalance.py")
-CHAOS = ("test_chaos.py", "test_group.py", "test_group_start.py")
+CHAOS = ("test_chaos.py", "test_group.py", "test_group_start.py", "test_kafka_security.py", "test_mysql_tls.py",
+         "test_postgres_tls.py", "test_report_money.py")
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,7 @@ class Lane:
     stack: dict[str, str]
 
 
-LANES = (Lane("chaos", "the short chaos soak and the groups (third stack)", CHAOS,
+LANES = (Lane("chaos", "the short chaos soak, the groups and the secured connections (third stack)", CHAOS,
               {"ONCEWATCH_DEV_STATE": ".devstack-3", "ONCEWATCH_DEV_MARIADB_PORT": "17306",
                "ONCEWATCH_DEV_KAFKA_PORT": "17092"}),
          Lane("restarting", "the integration tests that restart servers (second stack)", RESTARTING,
