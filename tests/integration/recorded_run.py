@@ -106,8 +106,11 @@ def record(base: Path, postgres: PostgresTarget | None = None):
 
 
 # The run is short: its stalled consumer group lags a few thousand records, so F11 (which finds
-# that stall; a stall of the whole group is not F12) is given a threshold the stall passes.
-RULES = {**SHORT_RULES, "offset_drift_threshold": 2000}
+# that stall; a stall of the whole group is not F12) is given a threshold the stall passes. An order pending 10 s
+# before F3, as in test_group.py: with three lanes of integration tests and the unit tests on two cores, the shop
+# itself closed orders 6.2 s after placing them (38 true F3 of a 6 s threshold, in every run of the module alike,
+# that its ground truth cannot explain); its faults' orders stay pending for good.
+RULES = {**SHORT_RULES, "offset_drift_threshold": 2000, "stuck_pending_seconds": 10}
 
 
 def fresh_copy(start: tuple[Path, str], folder: Path, metrics_port: int = 0) -> Path:

@@ -16,8 +16,8 @@ from .conftest import wait_for
 
 # past the 30 s a client made meanwhile tries to bootstrap for: shorter, and a retry may find the broker back
 AWAY_SECONDS = 35.0
-# as long as a broker SIGKILLed in the chaos soak took to serve again: the instance's clients give up meanwhile
-KILLED_SECONDS = 40.0
+# long enough for the instance's clients to fail (in the chaos soak a broker SIGKILLed took 35 s to serve again)
+KILLED_SECONDS = 20.0
 
 
 def test_a_member_waits_out_a_broker_away_at_its_start_and_while_it_runs(cdc_connector, tmp_path):
