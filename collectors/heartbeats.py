@@ -58,7 +58,7 @@ class HeartbeatReader:
         self._marks: list[tuple[int, bool]] = []  # (timestamp, a transaction open after it) of transaction markers
         self._open = False  # a transaction open as of the last heartbeat taken
         self._last: int | None = None  # the Kafka timestamp of the last heartbeat taken
-        self._newest: int | None = None  # the Kafka timestamp of the newest record read before it
+        self._newest = -1  # the Kafka timestamp of the newest record read before it (-1: none yet)
 
     def on_heartbeat(self, rec: Any) -> None:
         """A record of the heartbeat topic (kafka-python's ConsumerRecord)."""
@@ -101,9 +101,9 @@ class HeartbeatReader:
             if self._last is not None:
                 between = upto - bisect_left(times, self._last)
                 between += busy is not None and busy[0] <= sent and busy[1] >= self._last
-            newest = max(times[upto - 1] if upto else -1, min(busy[1], sent) if busy and busy[0] <= sent else -1, self._newest or -1)
-            self._newest = newest if newest >= 0 else None
-            quiet = (sent - newest) / 1000 if state and newest >= 0 else 0.0
+            self._newest = max(self._newest, times[upto - 1] if upto else -1,
+                               min(busy[1], sent) if busy is not None and busy[0] <= sent else -1)
+            quiet = (sent - self._newest) / 1000 if state and self._newest >= 0 else 0.0
             beats.append(Heartbeat(at, between, state, quiet))
             self._last = sent
         self._beats, self._open, self._marks = [], state, marks[i:]

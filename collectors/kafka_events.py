@@ -64,8 +64,8 @@ def parse_tp_key(key: str) -> TopicPartition:
 def client_settings(cfg: KafkaConfig) -> dict[str, Any]:
     """Settings shared by the consumer and admin clients of the monitor."""
     timeout_ms = int(cfg.request_timeout_seconds * 1000)
-    return {**connection(cfg), "client_id": cfg.client_id, "request_timeout_ms": timeout_ms, "bootstrap_timeout_ms": timeout_ms,
-            "reconnect_backoff_max_ms": min(timeout_ms, 5000)}
+    return {**connection(cfg), "client_id": cfg.client_id, "request_timeout_ms": timeout_ms,
+            "bootstrap_timeout_ms": timeout_ms, "reconnect_backoff_max_ms": min(timeout_ms, 5000)}
 
 
 def admin_client(cfg: KafkaConfig) -> KafkaAdminClient:

@@ -188,7 +188,7 @@ class GroupSupervisor:
         self.cfg = cfg
         self.name = member_name(cfg)
         self.outages = Outages()
-        self.kafka_outages = Outages()  # the broker away as an instance starts: waited out, never the end of it
+        self.kafka_outages = Outages()  # the broker away as an instance starts or runs: waited out, never its end
         self.member: GroupMember | None = None
         self._stop = threading.Event()
 
