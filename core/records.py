@@ -9,6 +9,7 @@ through the store without losing precision.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 from statistics import pstdev
 from typing import Any, NamedTuple
 
@@ -308,6 +309,28 @@ class Finding:
     status: str = "open"
     resolved_at: float | None = None
     resolution: str | None = None
+
+
+VERDICT_VERIFIED = "verified"
+VERDICT_VIOLATED = "violated"
+VERDICT_PENDING = "pending"
+
+
+@dataclass(frozen=True)
+class TradeVerdict:
+    """Whether one successful payment (a trade_no) happened exactly once (issue 45): verified once its order has one
+    successful payment, each configured effect exists once and every change that must be announced was, within the
+    rules' graces and with no finding touching it; violated from the first finding that touches it (`rule`);
+    pending while a grace still runs. `amount` is the paid amount in the shop's unit (None when not configured),
+    `committed_at` the payment's commit time and `reached_at` when the verdict was reached (None while pending)."""
+
+    trade_no: str
+    order_id: str | None
+    amount: Decimal | None
+    verdict: str
+    rule: str | None
+    committed_at: float
+    reached_at: float | None
 
 
 @dataclass(frozen=True)
