@@ -18,7 +18,8 @@ from pathlib import Path
 
 from devservices.kafka_connect import (CONNECT_PORT, PLUGINS, WORKER_LIB, connector_config, ensure_debezium_user,
                                      ensure_jars, rest)
-from devservices.stack import HOST, KAFKA_PORT, STATE, Service, StackError, already_up, log, spawn, stop, wait_until
+from devservices.stack import (HOST, KAFKA_PORT, STATE, Service, StackError, already_up, java_argv, log, spawn, stop,
+                               wait_until)
 
 GROUP = "oncewatch-connect-cluster"
 CLUSTER_PORTS = (CONNECT_PORT + 1, CONNECT_PORT + 2)
@@ -78,9 +79,8 @@ def start(*workers: int) -> None:
         if already_up(svc, port):
             continue
         props = write_worker_config(n)
-        started.append((n, spawn(svc, ["java", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-                                       "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", f"{WORKER_LIB}/*",
-                                       "org.apache.kafka.connect.cli.ConnectDistributed", str(props)])))
+        argv = java_argv(WORKER_LIB, "org.apache.kafka.connect.cli.ConnectDistributed", str(props))
+        started.append((n, spawn(svc, argv)))
     for n, proc in started:
         port = CLUSTER_PORTS[n]
         wait_until(f"kafka connect worker {n}", lambda p=port: rest("GET", "/", port=p) is not None, proc, worker(n),

@@ -29,8 +29,8 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
-from devservices.stack import (HOST, KAFKA_PORT, MARIADB_PORT, ROOT, STATE, Service, StackError, already_up, log,
-                               mariadb_admin_sql, spawn, stop, wait_until)
+from devservices.stack import (HOST, KAFKA_PORT, MARIADB_PORT, ROOT, STATE, Service, StackError, already_up, java_argv,
+                               log, mariadb_admin_sql, spawn, stop, wait_until)
 
 CONNECT_PORT = int(os.environ.get("ONCEWATCH_DEV_CONNECT_PORT", str(KAFKA_PORT - 1009)))  # 18083 by default
 JARS = ROOT / "devservices" / "connect"
@@ -232,9 +232,7 @@ def up() -> None:
     ensure_debezium_user()
     if not already_up(CONNECT, CONNECT_PORT):
         props = write_worker_config()
-        proc = spawn(CONNECT, ["java", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-                               "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-                               "-cp", f"{WORKER_LIB}/*", "org.apache.kafka.connect.cli.ConnectStandalone", str(props)])
+        proc = spawn(CONNECT, java_argv(WORKER_LIB, "org.apache.kafka.connect.cli.ConnectStandalone", str(props)))
         wait_until("kafka connect", lambda: rest("GET", "/") is not None, proc, CONNECT, 120)
     register()
     _wait_running(120)
