@@ -113,7 +113,8 @@ def _announcer(settings: ShopSettings, publisher: Publisher, recorder: Recorder)
 
 
 def _pending_seconds(runs: list[OrderRun], recorder: Recorder) -> float:
-    """The longest a clean order stayed pending; a clean order still pending is an incident."""
+    """The longest a clean order stayed pending, each long one kept in the ground truth; a clean order still pending
+    is an incident."""
     longest = 0.0
     for run in runs:
         if run.plan.mode is not None and run.plan.mode.rule == "F3":
@@ -121,6 +122,7 @@ def _pending_seconds(runs: list[OrderRun], recorder: Recorder) -> float:
         if run.left_pending_at is None or run.created_at is None:
             recorder.incident(f"order {run.plan.order_no} left pending without a fault")
             continue
+        recorder.left_pending(run.plan.order_no, run.left_pending_at - run.created_at)
         longest = max(longest, run.left_pending_at - run.created_at)
     return round(longest, 3)
 
@@ -211,10 +213,11 @@ def run(settings: ShopSettings) -> GroundTruth:
                  "events_sent": publisher.sent, "late_sends": len(recorder.late_sends()),
                  "max_schedule_late_seconds": round(scheduler.max_late, 3),
                  "max_clean_pending_seconds": _pending_seconds(traffic.runs, recorder),
+                 "slow_pendings": len(recorder.slow_pendings()),
                  "started_at": round(started_at, 3), "finished_at": round(time.time(), 3)}
     truth = GroundTruth(seed=settings.seed, style=settings.style, run_tag=tag, orders=settings.order_count,
                         mix=dict(mix.rates), faults=recorder.faults(), start=start, consumers=consumers,
-                        stats=stats, incidents=recorder.incidents(), late_sends=recorder.late_sends())
+                        stats=stats, incidents=recorder.incidents(), late_sends=recorder.late_sends(), slow_pendings=recorder.slow_pendings())
     if settings.truth_path:
         truth.write(settings.truth_path)
     log.info("shop run done", extra={"orders": truth.orders, "faults": len(truth.faults), **stats})

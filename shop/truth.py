@@ -27,6 +27,10 @@ time, on a machine too busy to send sooner (mode "late_send", rule F10, the meas
 `detail`). The shop stamps each record with its send time and knows its row's time column, so this
 is exactly the delay the monitor judges; an F10 on such a send is right and explained (`explains`),
 but nobody placed it, so it counts in no recall.
+
+`slow_pendings` are no faults either: clean orders the shop itself left pending SLOW_PENDING_SECONDS or more, from
+the commit that placed them to the one that moved them on, on a machine too busy to go sooner (mode "slow_pending",
+rule F3, the measured time in `detail`). An F3 on such an order is right and explained, and counts in no recall.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ from typing import Any
 
 LATE_SECONDS = 0.25  # half the lowest event_delay_seconds any run here judges with
 LATE_MODE = "late_send"
+SLOW_PENDING_SECONDS = 3.0  # half the lowest stuck_pending_seconds any run here judges with
+SLOW_PENDING_MODE = "slow_pending"
 
 # Key names the monitor uses (checks' finding keys, examples/shop.toml paths) -> the shop's names.
 KEY_ALIASES = {"order": "order_no", "order_key": "order_no", "key": "entity_id", "effect_id": "entity_id"}
@@ -75,6 +81,7 @@ class GroundTruth:
     stats: dict[str, Any]
     incidents: tuple[str, ...] = ()
     late_sends: tuple[Fault, ...] = ()
+    slow_pendings: tuple[Fault, ...] = ()
 
     def by_rule(self, rule: str) -> list[Fault]:
         return [f for f in self.faults if f.rule == rule]
@@ -84,9 +91,11 @@ class GroundTruth:
         return _first_match(self.faults, self._by_key, rule, keys)
 
     def explains(self, rule: str, keys: dict[str, Any]) -> bool:
-        """A fault is behind the finding, or (F10) a send the shop itself made late."""
+        """A fault is behind the finding, or a send the shop itself made late (F10), or an order it itself left
+        pending long (F3)."""
         return (self.fault_for(rule, keys) is not None
-                or _first_match(self.late_sends, self._late_by_key, rule, keys) is not None)
+                or _first_match(self.late_sends, self._late_by_key, rule, keys) is not None
+                or _first_match(self.slow_pendings, self._slow_by_key, rule, keys) is not None)
 
     @cached_property
     def _by_key(self) -> dict[tuple[str, str, str], list[int]]:
@@ -95,6 +104,10 @@ class GroundTruth:
     @cached_property
     def _late_by_key(self) -> dict[tuple[str, str, str], list[int]]:
         return _index(self.late_sends)
+
+    @cached_property
+    def _slow_by_key(self) -> dict[tuple[str, str, str], list[int]]:
+        return _index(self.slow_pendings)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,9 +122,9 @@ class GroundTruth:
     @classmethod
     def load(cls, path: str | Path) -> GroundTruth:
         d = json.loads(Path(path).read_text())
-        faults, late = (tuple(Fault(**{**f, "also": tuple(f["also"])}) for f in d.pop(name, ()))
-                        for name in ("faults", "late_sends"))
-        return cls(**{**d, "faults": faults, "late_sends": late, "incidents": tuple(d["incidents"])})
+        lists = {name: tuple(Fault(**{**f, "also": tuple(f["also"])}) for f in d.pop(name, ()))
+                 for name in ("faults", "late_sends", "slow_pendings")}
+        return cls(**{**d, **lists, "incidents": tuple(d["incidents"])})
 
 
 def _index(faults: tuple[Fault, ...]) -> dict[tuple[str, str, str], list[int]]:
@@ -140,6 +153,7 @@ class Recorder:
         self._faults: list[Fault] = []
         self._incidents: list[str] = []
         self._late: list[Fault] = []
+        self._slow: list[Fault] = []
 
     def fault(self, fault: Fault) -> None:
         with self._lock:
@@ -154,6 +168,17 @@ class Recorder:
         if delay_seconds >= LATE_SECONDS:
             with self._lock:
                 self._late.append(Fault(LATE_MODE, "F10", keys, detail={"delay_seconds": round(delay_seconds, 3)}))
+
+    def left_pending(self, order_no: str, seconds: float) -> None:
+        """A clean order left pending `seconds` after it was placed: kept as a slow pending past SLOW_PENDING_SECONDS."""
+        if seconds >= SLOW_PENDING_SECONDS:
+            with self._lock:
+                self._slow.append(Fault(SLOW_PENDING_MODE, "F3", {"order_no": order_no},
+                                        detail={"pending_seconds": round(seconds, 3)}))
+
+    def slow_pendings(self) -> tuple[Fault, ...]:
+        with self._lock:
+            return tuple(self._slow)
 
     def late_sends(self) -> tuple[Fault, ...]:
         with self._lock:
