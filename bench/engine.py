@@ -107,6 +107,7 @@ def run_engine(records_wanted: int, gap: float, horizon: float) -> None:
                 # the Kafka watermark trails the newest event read a little (three partitions)
                 engine.tick(now=binlog_time, binlog_time=binlog_time, kafka_time=kafka_time - 1.0)
                 engine.drain()
+                engine.drain_verdicts()
                 c0, d0 = time.process_time(), time.perf_counter()
                 delta_bytes += len(to_json(engine.state_delta()))
                 spent = time.process_time() - c0

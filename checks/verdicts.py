@@ -64,9 +64,26 @@ class Verdicts:
         self.effects = effects
         self.effect_columns = {e.table: e.trade_no_column for e in d.effects}
         self.watched = settings.watched
-        self.announced: dict[str, list[tuple[str, ...]]] = {}  # watched entry -> key columns of its [[announce]]
+        # watched entry -> the key columns of its [[announce]] entries whose key is not the row's order or trade_no
+        # itself (an effect's own id): those keys are linked to their trade as the rows come (`links`)
+        self.announced: dict[str, list[tuple[str, ...]]] = {}
+        # (watched entry, key columns) of the [[announce]] entries keyed by the order or trade_no itself: a finding
+        # about such a key names its order or trade without a link
+        self.own_keys: dict[tuple[str, tuple[str, ...]], str] = {}
         for a in settings.announce:
-            self.announced.setdefault(a.table, []).append(a.key_columns)
+            own = (ORDER if self.orders is not None and a.table == self.orders.table
+                   and a.key_columns == self.orders.key_columns
+                   else TRADE if a.key_columns == (self.effect_columns.get(a.table) or (
+                       self.p.trade_no_column if a.table == self.p.table else None),) else None)
+            if own is not None:
+                self.own_keys[a.table, a.key_columns] = own
+            else:
+                self.announced.setdefault(a.table, []).append(a.key_columns)
+        for (table, columns), kind in list(self.own_keys.items()):
+            if table in self.announced:  # a table announced by other keys too: a finding names no key columns
+                del self.own_keys[table, columns]
+                self.announced[table].append(columns)
+        self.own_tables = {table: kind for (table, _), kind in self.own_keys.items()}
         grace = settings.rules.missing_event_grace_seconds
         # trade_no -> [{"t": the time its deadline runs from, "c": commit time, "o": order, "a": amount text}]
         self.pending = memory.deadlines("pending_trades", BINLOG, grace)
@@ -91,14 +108,14 @@ class Verdicts:
             entry = entry_of(change.schema, change.table)
             if entry is None:
                 continue
-            if entry == self.p.table:
-                self._payment(change)
             target = self._target(entry, change)
             if target is None:
                 continue
-            if target[0] == TRADE:
+            if entry == self.p.table:
+                self._payment(change)  # its trade opens at this row's commit, or did earlier
+            elif target[0] == TRADE:
                 self._postpone((target[1],), change.commit_time)
-            elif self.orders is not None and entry == self.orders.table:
+            else:
                 self._postpone(self.order_trades.get(target[1]) or (), change.commit_time)
             for columns in self.announced.get(entry, ()):
                 key = key_of(change.row, columns)
@@ -141,7 +158,10 @@ class Verdicts:
     def _postpone(self, trade_nos: Iterable[str], at: float) -> None:
         """A row of these trades committed at `at`: a pending one's deadline runs from it, if later."""
         for trade_no in trade_nos:
-            taken = self.pending.take(trade_no) if self.pending.has(trade_no) else None
+            fresh = self.pending.fresh.get(trade_no)
+            if fresh is not None and fresh[0]["t"] >= at:
+                continue  # most rows of a trade come in its payment's transaction
+            taken = self.pending.take(trade_no) if fresh is not None or self.pending.has(trade_no) else None
             if taken is not None:
                 item = taken[0]
                 item["t"] = max(item["t"], at)
@@ -166,11 +186,15 @@ class Verdicts:
         if keys.get("order") is not None:
             targets.append([ORDER, key_text(keys["order"])])
         if keys.get("table") is not None and keys.get("key") is not None:
-            link = f"{keys['table']}\x1f{key_text(keys['key'])}"
-            self._remember(f"{LINK}:{link}", f.rule, at)
-            found = self.links.get(link)
-            if found is not None:
-                targets.append(found)
+            own = self.own_tables.get(keys["table"])
+            if own is not None:  # an order's or a payment's own change: its key is the order or the trade_no
+                targets.append([own, key_text(keys["key"])])
+            else:
+                link = f"{keys['table']}\x1f{key_text(keys['key'])}"
+                self._remember(f"{LINK}:{link}", f.rule, at)
+                found = self.links.get(link)
+                if found is not None:
+                    targets.append(found)
         for target in targets:
             self._touch(target, f.rule, at)
 
