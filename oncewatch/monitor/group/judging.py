@@ -28,7 +28,7 @@ from oncewatch.core.records import OffsetsSnapshot, QuarantinedRows
 from oncewatch.monitor.group.membership import Rebalance, join
 from oncewatch.monitor.group.wire import CDC_SOURCE, JUDGES, RECORDS, Mark, Message, Part, decode, group_name
 from oncewatch.core.names import ENGINE_STATS
-from oncewatch.store import Store, StoreUnavailableError, reviews
+from oncewatch.store import Store, StoreUnavailableError, reviews, verdicts
 from oncewatch.store.group import FencedError, claim, load_shard, save_shard, shard_checkpoints
 
 log = logging.getLogger("oncewatch.monitor.group.judging")
@@ -201,6 +201,8 @@ class Judges:
             return  # nothing read or found since the last commit: its state's changes wait for the next
         try:
             with self.store.batch() as tx:
+                # a group of one shard judges the trades too (checks.verdicts: one engine must see all of a trade)
+                verdicts.save(tx, judge.engine.drain_verdicts(), self.cfg.slo.within_seconds)
                 save_shard(tx, shard, epoch, judge.checkpoint(), judge.engine.state_delta(), drained,
                            judge.quarantined)
                 if elsewhere is not None:
