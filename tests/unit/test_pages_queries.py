@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from oncewatch.core import histogram
+from oncewatch.core.config import SloConfig
 from oncewatch.core.records import Evidence, Finding
 from oncewatch.dashboards import views
 from oncewatch.store import Store, queries
@@ -124,3 +125,15 @@ def test_a_shipment_and_its_event_share_the_key_its_findings_name(tmp_path: Path
                                                       "table": "shop.shipments"}))
     assert [r.table for r in found.rows] == ["shipments"] and len(found.events) == 1
     store.close()
+
+
+@pytest.mark.parametrize("good, judged, shown", [
+    (9998.0, 10000.0, "99.98% of ¥ in 24 h"),  # exactly: no float's last bit takes a hundredth off
+    (99999.0, 100000.0, "99.99% of ¥ in 24 h"),  # money violated never shows as 100.00%
+    (1.0, 1.0, "100.00% of ¥ in 24 h"),
+    (0.0, 0.0, "no trade judged in 24 h"),
+])
+def test_the_exactly_once_tile_floors_its_share(good: float, judged: float, shown: str) -> None:
+    value, help_ = views.exactly_once(good, judged, 3, SloConfig(unit="¥"))
+    assert value == shown
+    assert help_.endswith("within 60 s of its commit; the objective is 99.9%; 3 pending")

@@ -54,3 +54,14 @@ def test_totals_count_each_move_once_in_exact_money(store_target) -> None:
     # a first verdict each (A's move is no second one): 30 s, 100 s, 30 s, 30 s
     assert t["seconds"]["count"] == 4 and t["seconds"]["sum"] == 190.0
     assert store.trade_verdicts()[0].verified_at == 130.0  # A: verified, then violated
+
+
+
+def test_a_trade_verified_then_violated_in_one_hand_over_counts_both_moves(store_target) -> None:
+    store = Store(store_target)
+    save(store, verdict("E", VERDICT_PENDING), verdict("E", VERDICT_VERIFIED), verdict("E", VERDICT_VIOLATED,
+                                                                                        rule="F7", reached=140.0))
+    t = verdicts.totals(store)
+    assert (t["verified"], t["violated"], t["reversed"], t["seconds"]["count"]) == (1, {"F7": 1}, 1, 1)
+    [e] = store.trade_verdicts()
+    assert (e.verdict, e.rule, e.verified_at, e.reached_at) == (VERDICT_VIOLATED, "F7", 130.0, 140.0)
