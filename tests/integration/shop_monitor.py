@@ -88,11 +88,11 @@ class VerdictCheck:
 
 def check_verdicts(truth: GroundTruth, store_path: Path, schema: str) -> VerdictCheck:
     """Every successful payment of the shop's `payments` table (the flat shop's, in `schema`) has a verdict: violated
-    when a fault of the ground truth names its order (BENIGN_MODES aside) or, by F10, when the shop itself sent an
-    event of its order late (truth.late_sends); verified otherwise. The money of each verdict is summed by the store
-    and, for the same trade_nos, by SQL on the shop's table."""
+    when a fault of the ground truth names its order (BENIGN_MODES aside); verified otherwise, or violated by a rule
+    whose finding on its order the ground truth explains all the same (a send the busy shop itself made late, F10; an
+    order it left pending, F3). The money of each verdict is summed by the store and, for the same trade_nos, by SQL
+    on the shop's table."""
     faulty = {f.keys["order_no"] for f in truth.faults if f.mode not in BENIGN_MODES and "order_no" in f.keys}
-    late = {f.keys["order_no"] for f in truth.late_sends}
     conn = admin_connection(schema)
     try:
         with conn.cursor() as c:
@@ -112,7 +112,8 @@ def check_verdicts(truth: GroundTruth, store_path: Path, schema: str) -> Verdict
             problems.append(f"{t} of {v.order_id}: still pending")
         elif v.order_id in faulty and v.verdict != VERDICT_VIOLATED:
             problems.append(f"{t} of {v.order_id}: a fault's trade, {v.verdict}")
-        elif v.order_id not in faulty and v.verdict != VERDICT_VERIFIED and not (v.rule == "F10" and v.order_id in late):
+        elif v.order_id not in faulty and v.verdict != VERDICT_VERIFIED and not truth.explains(
+                v.rule or "", {"order_no": v.order_id, "trade_no": t}):
             problems.append(f"{t} of {v.order_id}: clean, {v.verdict} by {v.rule}")
     sums = {}
     conn = admin_connection(schema)
