@@ -322,7 +322,8 @@ class TradeVerdict:
     successful payment, each configured effect exists once and every change that must be announced was, within the
     rules' graces and with no finding touching it; violated from the first finding that touches it (`rule`);
     pending while a grace still runs. `amount` is the paid amount in the shop's unit (None when not configured),
-    `committed_at` the payment's commit time and `reached_at` when the verdict was reached (None while pending)."""
+    `committed_at` the payment's commit time and `reached_at` when the verdict was reached (None while pending).
+    Times are the stream clocks the rules judge by (checks.verdicts), never the host's."""
 
     trade_no: str
     order_id: str | None
@@ -331,6 +332,7 @@ class TradeVerdict:
     rule: str | None
     committed_at: float
     reached_at: float | None
+    verified_at: float | None = None  # when it was verified, kept when a later finding violated it
 
 
 @dataclass(frozen=True)

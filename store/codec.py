@@ -6,10 +6,11 @@ import base64
 import json
 import sqlite3
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import NamedTuple
 
 from oncewatch.core.exact_json import JSON_DECODER, from_json, parse_exact_json, to_json
-from oncewatch.core.records import EmittedEvent, Evidence, Finding, RowChange
+from oncewatch.core.records import EmittedEvent, Evidence, Finding, RowChange, TradeVerdict
 
 def finding_from_row(row: sqlite3.Row | tuple) -> Finding:
     (fid, rule, name, severity, status, keys, summary, first_seen, last_seen, resolved_at, resolution,
@@ -87,3 +88,14 @@ def headers_json(headers: Sequence[tuple[str, bytes | None]]) -> str:
 
 def headers_from_json(text: str) -> tuple[tuple[str, bytes | None], ...]:
     return tuple((k, None if v is None else base64.b64decode(v)) for k, v in json.loads(text))
+
+
+VERDICT_COLUMNS = "trade_no, order_id, amount, verdict, rule, committed_at, reached_at, verified_at"
+
+
+def verdict_from_row(row: tuple) -> TradeVerdict:
+    """A trade_verdicts row (VERDICT_COLUMNS): its amount is kept as exact decimal text."""
+    trade_no, order_id, amount, verdict, rule, committed_at, reached_at, verified_at = row
+    return TradeVerdict(trade_no=trade_no, order_id=order_id, amount=None if amount is None else Decimal(amount),
+                        verdict=verdict, rule=rule, committed_at=committed_at, reached_at=reached_at,
+                        verified_at=verified_at)

@@ -172,6 +172,21 @@ CREATE TABLE IF NOT EXISTS engine_entries (
     PRIMARY KEY (space, key)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS engine_entries_at ON engine_entries (space, at);
+-- The verdict of each successful payment (issue 45, checks.verdicts): pending, then verified or violated; a
+-- verified trade a later finding touches is violated, its verified_at kept. amount: exact decimal text in the
+-- shop's unit (NULL when the payments table has no amount column).
+CREATE TABLE IF NOT EXISTS trade_verdicts (
+    trade_no TEXT PRIMARY KEY,
+    order_id TEXT,
+    amount TEXT,
+    verdict TEXT NOT NULL,
+    rule TEXT,
+    committed_at REAL NOT NULL,
+    reached_at REAL,
+    verified_at REAL
+);
+CREATE INDEX IF NOT EXISTS trade_verdicts_committed ON trade_verdicts (committed_at, trade_no);
+CREATE INDEX IF NOT EXISTS trade_verdicts_verdict ON trade_verdicts (verdict);
 """
 
 # Columns added to a table after stores were made with it: CREATE TABLE IF NOT EXISTS leaves an older

@@ -22,10 +22,11 @@ from typing import Any
 from oncewatch.core.config import PostgresTarget
 from oncewatch.core.exact_json import from_json, to_json
 from oncewatch.core.names import OPEN
-from oncewatch.core.records import EmittedEvent, Finding, QuarantinedRecord, QuarantinedRows, RowChange
+from oncewatch.core.records import (EmittedEvent, Finding, QuarantinedRecord, QuarantinedRows, RowChange,
+                                    TradeVerdict)
 from oncewatch.store.batch import Batch
-from oncewatch.store.codec import (EVENT_COLUMNS, FINDING_COLUMNS, ROW_CHANGE_COLUMNS, event_from_row, finding_from_row,
-                                   headers_from_json, row_change_from_row)
+from oncewatch.store.codec import (EVENT_COLUMNS, FINDING_COLUMNS, ROW_CHANGE_COLUMNS, VERDICT_COLUMNS, event_from_row,
+                                   finding_from_row, headers_from_json, row_change_from_row, verdict_from_row)
 from oncewatch.store.errors import StoreError
 from oncewatch.store.files import MEMORY, create_private, make_dir, make_private, require_space, said_full
 from oncewatch.store.lock import MonitorLock
@@ -206,6 +207,20 @@ class Store:
             params.append(status)
         sql = f"SELECT {FINDING_COLUMNS} FROM findings" + (" WHERE " + " AND ".join(clauses) if clauses else "")
         return [finding_from_row(r) for r in self.conn.execute(sql + " ORDER BY first_seen, id", params)]
+
+    def trade_verdicts(self, since: float | None = None, until: float | None = None) -> list[TradeVerdict]:
+        """The verdicts of the trades committed in [since, until) (either end open when None), by commit time
+        then trade_no (checks.verdicts decides them, store.verdicts writes them)."""
+        clauses, params = [], []
+        if since is not None:
+            clauses.append("committed_at >= ?")
+            params.append(since)
+        if until is not None:
+            clauses.append("committed_at < ?")
+            params.append(until)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        return [verdict_from_row(r) for r in self.conn.execute(
+            f"SELECT {VERDICT_COLUMNS} FROM trade_verdicts{where} ORDER BY committed_at, trade_no", params)]
 
     def backup(self, path: str) -> None:
         """A consistent copy of the whole store in a new file (taken while the monitor may write), as
