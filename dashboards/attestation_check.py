@@ -144,3 +144,22 @@ def check(path: Path, key: Ed25519PublicKey, *, previous: Path | None = None, ch
                                   f"recorded in {at.name} (changed since, or another file)")
         at = nxt
     return found
+
+
+def chain_rows(directory: Path, key: Ed25519PublicKey) -> list[dict[str, Any]]:
+    """The Reports page's table of a folder's attestations, newest first: what each says and whether it verifies
+    with `key` (alone: its link to the one before is the next row's)."""
+    from oncewatch.dashboards.attestation import listing
+
+    rows = []
+    for item in reversed(listing(directory)):
+        problems = check(item.path, key, chain=False).problems
+        rows.append({"sequence": item.sequence, "since": item.since, "until": item.until,
+                     "verified": item.trades.get("verified", {}).get("trades"),
+                     "violated": item.trades.get("violated", {}).get("trades"),
+                     "pending": item.trades.get("pending", {}).get("trades"),
+                     "amount verified": item.trades.get("verified", {}).get("amount"), "findings": item.findings,
+                     "verifies": "yes" if not problems else "NO: " + "; ".join(p.removeprefix(f"{item.path}: ")
+                                                                                for p in problems),
+                     "file": item.path.name})
+    return rows
