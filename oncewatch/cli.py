@@ -225,7 +225,7 @@ def _is_attestation(path: str) -> bool:
 
 def _verify_attestation(args: argparse.Namespace) -> int:
     """`verify --public-key`: the attestation's hashes, signature, XLSX and chain (dashboards.attestation_check)."""
-    from oncewatch.dashboards.attestation_keys import public_key
+    from oncewatch.dashboards.attestation_keys import key_id, public_key
     from oncewatch.dashboards.attestation_check import check
 
     try:
@@ -251,7 +251,8 @@ def _verify_attestation(args: argparse.Namespace) -> int:
     for note in found.notes:
         print(f"oncewatch verify: note: {note}", file=sys.stderr)
     if not found.problems:
-        print(f"{path}: signature, hashes and chain verify ({', '.join(p.name for p in found.checked)})")
+        print(f"{path}: signature (key public_key_sha256 {key_id(key)}), hashes and chain verify "
+              f"({', '.join(p.name for p in found.checked)})")
     return EXIT_TAMPERED if found.problems else EXIT_OK
 
 
@@ -282,10 +283,12 @@ def cmd_attest(args: argparse.Namespace) -> int:
 
 def cmd_attest_key(args: argparse.Namespace) -> int:
     """Make an Ed25519 key pair for [attest] (--out DIR), or print the public key of the config's (--config)."""
-    from oncewatch.dashboards.attestation_keys import new_key_pair, public_pem, signing_key
+    from oncewatch.dashboards.attestation_keys import key_id, new_key_pair, public_key, public_pem, signing_key
 
     if args.config is not None:
-        sys.stdout.buffer.write(public_pem(signing_key(load(args.config)).public_key()))
+        public = signing_key(load(args.config)).public_key()
+        sys.stdout.buffer.write(public_pem(public))
+        print(f"oncewatch: public_key_sha256 {key_id(public)}", file=sys.stderr)
         return EXIT_OK
     folder = Path(args.out)
     folder.mkdir(parents=True, exist_ok=True)
@@ -298,8 +301,8 @@ def cmd_attest_key(args: argparse.Namespace) -> int:
         f.write(private)
     shared.write_bytes(public)
     print(f"oncewatch: wrote {secret} (the private key, mode 600: name it in [attest] key_file and keep it there) "
-          f"and {shared} (the public key, for auditors: `oncewatch verify FILE --public-key {shared.name}`)",
-          file=sys.stderr)
+          f"and {shared} (the public key, for auditors: `oncewatch verify FILE --public-key {shared.name}`; "
+          f"public_key_sha256 {key_id(public_key(public))})", file=sys.stderr)
     return EXIT_OK
 
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
+import shlex
+import shutil
 import stat
 from decimal import Decimal
 from pathlib import Path
@@ -106,7 +109,10 @@ def test_attest_then_verify_passes_and_says_the_periods_trades_findings_and_cove
     assert doc["signature"]["algorithm"] == "Ed25519"
     capsys.readouterr()
     assert verify(path, shop.parent / "keys/attest.pub") == cli.EXIT_OK
-    assert "signature, hashes and chain verify" in capsys.readouterr().out
+    key = attestation_keys.public_key((shop.parent / "keys/attest.pub").read_bytes())
+    assert f"signature (key public_key_sha256 {attestation_keys.key_id(key)}), hashes and chain verify" in \
+        capsys.readouterr().out
+    assert doc["signature"]["public_key_sha256"] == attestation_keys.key_id(key)
 
 
 @SQLITE_ONLY
@@ -288,6 +294,9 @@ def test_the_key_pair_is_private_and_its_public_key_is_printed(shop: Path, tmp_p
     secret = private.read_text().splitlines()[1]
     assert secret not in out.out + out.err
     assert json.loads(out.out)["attest"]["key"].startswith("********")
+    private.chmod(0o644)  # a key others may read is said, not refused
+    assert cli.main(["check-config", "--config", str(shop)]) == cli.EXIT_OK
+    assert f"attest.key_file {private} is open to its group or others (mode 644)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("attest_table, message", [
@@ -319,3 +328,46 @@ def test_a_key_that_is_not_ed25519_is_refused_naming_its_key(tmp_path: Path) -> 
         with pytest.raises(ConfigError, match=pattern):
             attestation_keys.signing_key(cfg)
     assert "not a key" not in json.dumps(describe(cfg))
+
+
+# ---------------------------------------------------------------- the README's walkthrough
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def run_block(block: str) -> list[int]:
+    """Each command of a README `sh` block, as written (an `oncewatch` command run in this process)."""
+    codes = []
+    for line in block.strip().splitlines():
+        argv = shlex.split(line, comments=True)
+        assert argv[0] == "oncewatch", line
+        codes.append(cli.main(argv[1:]))
+    return codes
+
+
+def test_the_readmes_auditor_walkthrough_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """README, Period attestations: make the key and two days' attestations, hand over the files and the public key,
+    check them in a folder with no config and no store; then one byte of the first day's changed exits 5."""
+    section = re.search(r"^## Period attestations\n(.*?)^## ", README.read_text(), re.M | re.S)[1]
+    keygen, operator, auditor = re.findall(r"```sh\n(.*?)```", section, re.S)
+    shop, office = tmp_path / "shop", tmp_path / "auditor"
+    shop.mkdir()
+    office.mkdir()
+    store = scenario.seed(str(shop / "oncewatch.db"), now=NOW.timestamp())
+    with store.batch() as tx:
+        verdicts.save(tx, VERDICTS, 60.0)
+    store.close()
+    (shop / "oncewatch.toml").write_text('[mysql]\nuser = "oncewatch"\ntables = ["shop.orders"]\n\n'
+                                         '[store]\npath = "oncewatch.db"\n\n'
+                                         + re.search(r"```toml\n(.*?)```", section, re.S)[1])
+    monkeypatch.chdir(shop)
+    assert run_block(keygen) == [cli.EXIT_OK]
+    assert run_block(operator) == [cli.EXIT_OK] * 3
+    for path in [*(shop / "attestations").iterdir(), shop / "keys/attest.pub"]:  # handed over
+        shutil.copy(path, office)
+    monkeypatch.chdir(office)
+    assert run_block(auditor) == [cli.EXIT_OK]
+    [first] = office.glob("attestation-000001-*.json")
+    assert json.loads(first.read_bytes())["trades"]["all"]["trades"] == 5  # the day the scenario's trades are in
+    first.write_bytes(flipped(first.read_bytes(), 100))
+    assert run_block(auditor) == [cli.EXIT_TAMPERED]
