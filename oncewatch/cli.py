@@ -180,7 +180,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     exit 0 when everything matches, EXIT_TAMPERED (each difference said) when not."""
     from oncewatch.dashboards.report_check import FORMATS, ReportError, check
 
-    if args.public_key is not None:
+    if args.public_key is not None and not _starts(args.report, (b"# report: oncewatch-report/", b'{\n  "header"')):
         return _verify_attestation(args)
     if args.previous is not None:
         print("oncewatch verify: --previous is for an attestation, which is checked with --public-key FILE",
@@ -212,15 +212,21 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_TAMPERED if problems else EXIT_OK
 
 
+def _starts(path: str, beginnings: tuple[bytes, ...]) -> bool:
+    """Whether a file begins with one of `beginnings` (False when it cannot be read: its command says why)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(64).startswith(beginnings)
+    except OSError:
+        return False
+
+
 def _is_attestation(path: str) -> bool:
     """Whether a file begins as `oncewatch attest` writes one (its XLSX: whether its JSON does)."""
     from oncewatch.dashboards.attestation import VERSION
 
-    try:
-        with open(Path(path).with_suffix(".json") if path.endswith(".xlsx") else path, "rb") as f:
-            return f.read(64).startswith(b'{\n  "attestation": "' + VERSION.encode())
-    except OSError:
-        return False
+    json_path = str(Path(path).with_suffix(".json")) if path.endswith(".xlsx") else path
+    return _starts(json_path, (b'{\n  "attestation": "' + VERSION.encode(),))
 
 
 def _verify_attestation(args: argparse.Namespace) -> int:

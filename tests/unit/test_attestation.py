@@ -169,6 +169,11 @@ def test_verify_tells_an_attestation_from_a_report(shop: Path, capsys) -> None:
     assert f"checking {path}" in capsys.readouterr().err
     assert verify(path, shop.parent / "keys/attest.key") == cli.EXIT_CONFIG  # the private key is not the one to give
     assert "not an Ed25519 public key in PEM" in capsys.readouterr().err
+    # a report is still a report, with a key or without
+    report = shop.parent / "report.json"
+    assert cli.main(["export", "--config", str(shop), "--format", "json", "--out", str(report)]) == cli.EXIT_OK
+    assert verify(report, shop.parent / "keys/attest.pub") == cli.EXIT_OK
+    assert "data_sha256 and report_sha256 match" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------- tampering
