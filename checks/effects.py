@@ -73,6 +73,10 @@ class DuplicateEffects:
         if len(rows) > 1:
             self._judge(trade_no, change.commit_time)
 
+    def count(self, table: str, trade_no: str) -> int:
+        """The rows of `trade_no` that exist in the effect table `table` (a configured entry)."""
+        return len(self._rows(f"{table}\x1f{trade_no}"))
+
     def truncated(self, table: str, at: float, where: str) -> None:
         """Every row of `table` (a real table) is gone, the engine has counted it: the F1s that stood on its rows
         end, unless their trade_no still has too many rows elsewhere."""

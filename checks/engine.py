@@ -49,6 +49,8 @@ API (the monitor loop calls these):
   not yet held), and the time the first of them comes due; `--until-idle` waits for them.
 - `drain() -> list[Finding]`: findings created or changed since the last drain (new, more
   evidence, resolved): upsert them by id (ids and lifecycle: checks.findings).
+- `drain_verdicts() -> list[TradeVerdict]`: the verdicts per trade reached or changed since the last call
+  (checks.verdicts; one engine only, not a group's shards): write them forward only (store.verdicts).
 - `stats() -> dict` for /metrics:
   {"backlog_by_table": {"schema.table": changes waiting for their event, committed before the Kafka
                         clock: what F11 judged at the last tick (Announcements.backlog_as_of); before
@@ -85,7 +87,9 @@ from oncewatch.checks.payments import PaymentChecks
 from oncewatch.checks.pipeline import PipelineChecks
 from oncewatch.checks.settings import Settings
 from oncewatch.checks.shards import WHOLE, Shard, check_shardable, owned, routes
-from oncewatch.core.records import EmittedEvent, Finding, OffsetsSnapshot, RowChange, SchemaChange, Transaction
+from oncewatch.checks.verdicts import Verdicts, verdict_from_dict, verdict_to_dict
+from oncewatch.core.records import (EmittedEvent, Finding, OffsetsSnapshot, RowChange, SchemaChange, TradeVerdict,
+                                    Transaction)
 from oncewatch.core.tables import is_pattern
 
 log = logging.getLogger("oncewatch.checks.engine")
@@ -151,6 +155,11 @@ class Engine:
             if domain.orders and (domain.payments.callback_status_column or domain.callbacks):
                 self.callbacks = payments
         self.announcements = Announcements(settings.announce, rules, self.memory, self.findings)
+        # the verdict per trade sees a trade's payment, effects, order and announced rows together: one engine only
+        self.verdicts: Verdicts | None = None
+        if domain.payments and shard.count == 1:
+            self.verdicts = Verdicts(settings, self.memory, self.effects)
+            self.findings.listener = self.verdicts.on_finding
         handlers = {"effect": lambda e: partial(self.effects.on_row, e), "order": lambda _: self.orders.on_row,
                     "payment": lambda _: payments.on_payment, "callback": lambda _: payments.on_callback,
                     "order_amount": lambda _: payments.on_order,
@@ -183,7 +192,8 @@ class Engine:
 
     def _head(self) -> dict[str, Any]:
         return {"version": STATE_VERSION, "shape": shape_digest(self.settings), "shard": list(self.shard),
-                "changed": [to_dict(f) for f in self.findings.changed.values()]}
+                "changed": [to_dict(f) for f in self.findings.changed.values()],
+                "verdicts": [verdict_to_dict(v) for v in self.verdicts.changed] if self.verdicts else []}
 
     def state(self) -> dict[str, Any]:
         return {**self._head(), **self.memory.dump()}
@@ -204,6 +214,8 @@ class Engine:
                                      "(or oncewatch version); start from a fresh state (re-bootstrap) to use this one")
         self.memory.load(state)
         self.findings.changed = {f["id"]: from_dict(f) for f in state["changed"]}
+        if self.verdicts is not None:
+            self.verdicts.changed = [verdict_from_dict(v) for v in state.get("verdicts", ())]
         self.announcements.recount()
         self.findings.blind = self.blind_tables()
         self._dropped_logged = self.memory.dropped()
@@ -219,6 +231,8 @@ class Engine:
                 handler(row)
         if self.callbacks is not None:
             self.callbacks.check_callbacks(tx)
+        if self.verdicts is not None:
+            self.verdicts.on_transaction(tx)
         for change in tx.schema_changes:
             self.on_schema_change(change, tx.commit_time)
         if tx.snapshot and tx.complete:
@@ -301,6 +315,8 @@ class Engine:
         if self.orders is not None:
             self.orders.tick(binlog_time)
         self.announcements.tick(binlog_time, kafka_time)
+        if self.verdicts is not None:
+            self.verdicts.tick(binlog_time, kafka_time)
         cdc_time = self.pipeline.marks["cdc_time"]  # what the CDC topics delivered, never the wall clock
         if self.pipeline.against_binlog:
             self.pipeline.tick(binlog_time, cdc_time)
@@ -337,6 +353,10 @@ class Engine:
 
     def drain(self) -> list[Finding]:
         return self.findings.drain()
+
+    def drain_verdicts(self) -> list[TradeVerdict]:
+        """The trade verdicts reached or changed since the last call (checks.verdicts): write them with the state."""
+        return self.verdicts.drain() if self.verdicts is not None else []
 
     def stats(self) -> dict[str, Any]:
         backlog = self.announcements.backlog if self.backlog is None else self.backlog

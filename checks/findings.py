@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from oncewatch.checks.horizon import STREAMS, Memory
@@ -128,6 +128,8 @@ class Findings:
         self.blind: dict[str, frozenset[str]] = {}
         self.suppressed = memory.counters("suppressed", {})
         self.changed: dict[str, Finding] = {}
+        # told of every finding raised or changed (checks.verdicts: the trades it touches)
+        self.listener: Callable[[Finding], None] | None = None
 
     def blinded(self, rule: str, keys: dict[str, Any]) -> bool:
         """A finding of `rule` with these keys reads a table its rule is blind for: its keys' "table" (F7-F10) or
@@ -146,6 +148,8 @@ class Findings:
         self.changed[f.id] = f
         if created:
             self.found_total[f.rule] += 1
+        if self.listener is not None:
+            self.listener(f)
         return f
 
     def raise_(self, rule: str, identity: tuple[Any, ...], *, keys: dict[str, Any], summary: str, time: float,

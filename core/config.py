@@ -206,6 +206,18 @@ class AttestConfig:
 
 
 @dataclass(frozen=True)
+class SloConfig:
+    """`[slo]`: the exactly-once objective (issue 45): the share of the money paid (in the unit the payments'
+    amounts are in, after amount_scale) that is verified within `within_seconds` of its commit. `unit` is how
+    people write that unit (the Overview's tile: "99.98% of ¥ in 24 h"); `window_hours` is the tile's window."""
+
+    objective: float = 0.999
+    within_seconds: float = 60.0
+    unit: str = ""
+    window_hours: float = 24.0
+
+
+@dataclass(frozen=True)
 class Config:
     source: str
     mysql: MySQLConfig
@@ -218,6 +230,7 @@ class Config:
     export: ExportConfig = ExportConfig()
     cdc: CdcConfig | None = None  # None: the binlog is the change source
     group: GroupConfig | None = None  # None: one instance judges everything
+    slo: SloConfig = SloConfig()
     attest: AttestConfig | None = None  # None: no period attestations are signed
     # The config hash on exports and in `oncewatch check-config`: SHA-256 of the file's content as parsed (canonical JSON: sorted keys, no spaces): the same
     # settings give the same hash whatever path, layout or comments the file has. The file holds
@@ -386,6 +399,22 @@ def _listen(s: Section, default_port: int) -> MetricsConfig:
     return cfg
 
 
+def _slo(s: Section) -> SloConfig:
+    objective = s.float("objective", SloConfig.objective)
+    if not 0 < objective < 1:
+        raise ConfigError(f"{s.key('objective')}: a share of the money between 0 and 1, exclusive (0.999 for 99.9%), "
+                          f"got {objective}")
+    within = s.float("within_seconds", SloConfig.within_seconds)
+    if within <= 0:
+        raise ConfigError(f"{s.key('within_seconds')}: must be more than 0 seconds, got {within}")
+    window = s.float("window_hours", SloConfig.window_hours)
+    if window <= 0:
+        raise ConfigError(f"{s.key('window_hours')}: must be more than 0 hours, got {window}")
+    unit = s.opt_str("unit") or ""
+    s.done()
+    return SloConfig(objective, within, unit, window)
+
+
 def _export(s: Section, base: Path) -> ExportConfig:
     cfg = ExportConfig(mask_fields=s.str_list("mask_fields", list(DEFAULT_MASK_FIELDS), nonempty=True),
                        mask_key=read_secret(s, base, "mask_key"))
@@ -431,12 +460,13 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     announce = parse_announce(root.sections("announce"), mysql, kafka, domain)
     rules = parse_rules(root.section("rules"))
     group = _group(root.section("group"), cdc, postgres, domain) if "group" in data else None
+    slo = _slo(root.section("slo"))
     attest = _attest(root.section("attest"), base) if "attest" in data else None
     root.done()
     return Config(source=source, mysql=mysql, kafka=kafka,
                   store=StoreConfig(store_path, memory_entries, retention_hours, postgres), metrics=metrics,
                   domain=domain,
-                  announce=announce, rules=rules, export=export, cdc=cdc, group=group, attest=attest,
+                  announce=announce, rules=rules, export=export, cdc=cdc, group=group, slo=slo, attest=attest,
                   content_sha256=content_sha256(data))
 
 

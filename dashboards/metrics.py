@@ -31,7 +31,7 @@ from oncewatch.core import histogram, names
 from oncewatch.core.config import MetricsConfig, PostgresTarget
 from oncewatch.core.records import OffsetsSnapshot
 from oncewatch.dashboards import probes, views
-from oncewatch.store import StoreError, retention
+from oncewatch.store import StoreError, retention, verdicts
 from oncewatch.store.group import shard_checkpoints
 
 DEFAULT_HOST = "127.0.0.1"
@@ -286,6 +286,49 @@ def _engine(stats: dict[str, Any], counts: list[tuple[str, str, str, int]]) -> I
     yield shape
 
 
+def _verdicts(totals: dict[str, Any], pending: int, monitor: dict[str, Any]) -> Iterator[Metric]:
+    """The verdict per trade (issue 45) from the store's running totals, which carry on across a restart; and the
+    objective the burn-rate alerts compare with (the monitor's [slo])."""
+    verified = _counter("trades_verified", "Successful payments (trade_nos) verified exactly once: one success for "
+                        "their order, each effect once, every change announced, no finding, within the graces.")
+    verified.add_metric([], totals["verified"])
+    violated = _counter("trades_violated", "Successful payments a finding touched, by the first rule that did (a "
+                        "verified one a later finding touches counts here too).", ("rule",))
+    for rule in dict.fromkeys([*(f"F{i}" for i in range(1, 11)), *sorted(totals["violated"])]):
+        violated.add_metric([rule], totals["violated"].get(rule, 0))
+    pending_ = _gauge("trades_pending", "Successful payments whose verdict is still to come (a grace still runs, or "
+                      "an effect's row is still to be written).")
+    pending_.add_metric([], pending)
+    yield from (verified, violated, pending_)
+    for name, key, doc in (
+            ("amount_verified", "amount_verified", "Money of the verified trades, in the shop's unit."),
+            ("amount_violated", "amount_violated", "Money of the violated trades, in the shop's unit."),
+            ("amount_verified_late", "amount_late", "Money of the trades verified later than slo.within_seconds "
+             "after their commit (bad events of the SLO, as the violated ones are)."),
+            ("amount_reversed", "amount_reversed", "Money of the trades verified, then violated by a later finding: "
+             "in both totals above, so the SLO counts it once in its denominator.")):
+        counter = _counter(name, doc)
+        counter.add_metric([], float(totals[key]))
+        yield counter
+    h = totals["seconds"]
+    running, buckets = 0, []
+    for bound, n in zip((*(floatToGoString(b) for b in verdicts.SECONDS_BUCKETS), "+Inf"), h["counts"]):
+        running += n
+        buckets.append((bound, running))
+    seconds = HistogramMetricFamily("oncewatch_verification_seconds", "From a payment's commit to its verdict "
+                                    "(verified or violated), on the stream clocks the rules judge by.")
+    seconds.add_metric([], buckets, h["sum"])
+    yield seconds
+    if "slo" in monitor:
+        for name, key, doc in (("slo_objective", "objective", "The share of money to verify within "
+                                "slo.within_seconds (the [slo] objective): what the burn-rate alerts burn."),
+                               ("slo_within_seconds", "within_seconds", "The objective's time from commit to "
+                                "verdict.")):
+            gauge = _gauge(name, doc)
+            gauge.add_metric([], monitor["slo"][key])
+            yield gauge
+
+
 def _lifecycle(counts: list[tuple[str, str, str, int]]) -> Metric:
     """The store's findings by lifecycle status: the paging alerts follow status="open" (neither
     acknowledged nor closed), so an alert ends when someone acts or the fact ends."""
@@ -445,6 +488,7 @@ class StoreCollector(Collector):
                 pruned = retention.pruned_total(store)
                 shards = shard_checkpoints(store)
                 paging = store.paging_findings(PAGED_BY_FINDING, self.paging_max)
+                totals, pending = verdicts.totals(store), verdicts.pending(store)
         except (StoreError, sqlite3.Error):  # missing, not yet initialised, or unreadable
             store_up.add_metric([], 0)
             yield store_up
@@ -463,7 +507,8 @@ class StoreCollector(Collector):
             _quarantine(quarantine, health[names.KAFKA_EVENTS].value if names.KAFKA_EVENTS in health else {}),
             _binlog_quarantine(binlog_quarantine)], _engine(stats, counts), _pipeline(stats), [_lifecycle(counts),
                                                                                              _pruned(pruned)],
-            _paging(*paging))
+            _paging(*paging),
+            _verdicts(totals, pending, health[names.MONITOR].value if names.MONITOR in health else {}))
         yield from wide if self.group is None else _as_instance(wide, f"group/{self.group}")
 
 

@@ -22,9 +22,10 @@ from decimal import Decimal
 from devservices.samples import shop_settings
 from oncewatch.checks import shape
 from oncewatch.core.config import PostgresTarget
-from oncewatch.core.records import (CLOCK_GTID_COMMIT_TS, CLOCK_ROW_COLUMN, OP_INSERT, OP_UPDATE, EmittedEvent,
-                                    Evidence, Finding, QuarantinedRecord, RowChange)
-from oncewatch.store import Store
+from oncewatch.core.records import (CLOCK_GTID_COMMIT_TS, CLOCK_ROW_COLUMN, OP_INSERT, OP_UPDATE, VERDICT_PENDING,
+                                    VERDICT_VERIFIED, VERDICT_VIOLATED, EmittedEvent, Evidence, Finding,
+                                    QuarantinedRecord, RowChange, TradeVerdict)
+from oncewatch.store import Store, verdicts
 
 TOPIC = "shop.events"
 GROUP = "shipping-service"
@@ -108,7 +109,8 @@ def write_health(store: Store, now: float) -> None:
                                                 "F11": {"offset_drift_threshold": 5000.0},
                                                 "F12": {"partition_skew_threshold": 3.0,
                                                         "partition_skew_relative": 0.5},
-                                                "F13": {"cdc_position_gap_threshold": 5000.0}}})
+                                                "F13": {"cdc_position_gap_threshold": 5000.0}},
+                                 "slo": {"objective": 0.999, "within_seconds": 60.0}})
 
 
 # A column the config names was dropped: F6 cannot judge (checks.shape).
@@ -134,6 +136,19 @@ ENGINE_STATS = {
     "pipeline": {"against_binlog": True, "lag_transactions": 2, "lag_rows": 5, "lag_seconds": 1.5,
                  "position_gap": 1800, "before_start": 0, "replayed_records": 0},
 }
+
+
+def trade_verdicts(t0: float) -> list[TradeVerdict]:
+    """The scenario's verdicts per trade: T1001 violated by its duplicated shipment, four verified (one of them
+    later than the objective's 60 s), one pending: 99.00 of 1098.50 violated."""
+    def verdict(trade_no: str, amount: str, state: str, at: float, reached: float | None,
+                rule: str | None = None) -> TradeVerdict:
+        return TradeVerdict(trade_no, f"O{trade_no[1:]}", Decimal(amount), state, rule, t0 + at,
+                            None if reached is None else t0 + reached)
+    return [verdict("T1001", "99.00", VERDICT_VIOLATED, 5, 9, "F1"),
+            verdict("T1002", "500.00", VERDICT_VERIFIED, 10, 40), verdict("T1003", "250.00", VERDICT_VERIFIED, 12, 42),
+            verdict("T1004", "199.50", VERDICT_VERIFIED, 15, 45), verdict("T1005", "50.00", VERDICT_VERIFIED, 20, 200),
+            verdict("T1006", "30.00", VERDICT_PENDING, 550, None)]
 
 
 def seed(path: str | PostgresTarget, now: float | None = None) -> Store:
@@ -190,6 +205,7 @@ def seed(path: str | PostgresTarget, now: float | None = None) -> Store:
                            + [QuarantinedRecord(TOPIC, 1, 9, int(t0 * 1000), "too_large", "2000000 bytes", 2_000_000,
                                                 "{\"type\": \"order.paid\", ...")])
         tx.upsert_findings(findings)
+        verdicts.save(tx, trade_verdicts(t0), 60.0)
         tx.set_state("engine_stats", ENGINE_STATS)
         ramp = range(21)
         tx.add_series([("backlog", {"table": "shop.orders"}, t0 + 30 * i, float(min(i, 7))) for i in ramp]

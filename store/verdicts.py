@@ -83,20 +83,18 @@ def _saved_totals(tx: Batch) -> dict[str, Any] | None:
 
 
 def save(tx: Batch, verdicts: Iterable[TradeVerdict], within_seconds: float) -> int:
-    """Write the verdicts that move a trade forward, inside the caller's transaction, and count those moves in
-    the totals (`within_seconds`: a verification later than this after the commit is counted late). Returns
-    how many trades moved."""
-    latest: dict[str, TradeVerdict] = {}
-    for v in verdicts:  # of one trade handed over twice, the furthest
-        if v.trade_no not in latest or RANK[v.verdict] > RANK[latest[v.trade_no].verdict]:
-            latest[v.trade_no] = v
-    if not latest:
+    """Write, in the order given, the verdicts that move a trade forward, inside the caller's transaction, and
+    count those moves in the totals (`within_seconds`: a verification later than this after the commit is
+    counted late). Returns how many moves there were."""
+    verdicts = list(verdicts)
+    if not verdicts:
         return 0
-    stored = _stored(tx, list(latest))
+    stored = _stored(tx, sorted({v.trade_no for v in verdicts}))
     totals = {**empty_totals(), **(_saved_totals(tx) or {})}
-    rows = []
-    for trade_no, new in latest.items():
-        old = stored.get(trade_no)
+    moved: dict[str, TradeVerdict] = {}
+    counted = 0
+    for new in verdicts:
+        old = stored.get(new.trade_no)
         if old is not None and RANK[new.verdict] <= RANK[old.verdict]:
             continue
         if old is not None and old.verdict == VERDICT_VERIFIED:
@@ -105,16 +103,18 @@ def save(tx: Batch, verdicts: Iterable[TradeVerdict], within_seconds: float) -> 
             new = dataclasses.replace(new, verified_at=new.reached_at)
         if new.verdict != VERDICT_PENDING:
             _count(totals, old, new, within_seconds)
-        rows.append((new.trade_no, new.order_id, None if new.amount is None else str(new.amount), new.verdict,
-                     new.rule, new.committed_at, new.reached_at, new.verified_at))
+        stored[new.trade_no] = moved[new.trade_no] = new
+        counted += 1
+    rows = [(v.trade_no, v.order_id, None if v.amount is None else str(v.amount), v.verdict, v.rule, v.committed_at,
+             v.reached_at, v.verified_at) for v in moved.values()]
     tx.insert_rows(f"INSERT INTO trade_verdicts ({VERDICT_COLUMNS}) VALUES ", "(?,?,?,?,?,?,?,?)", PER_STATEMENT, rows,
                    " ON CONFLICT(trade_no) DO UPDATE SET verdict = excluded.verdict, rule = excluded.rule, "
                    "reached_at = excluded.reached_at, verified_at = excluded.verified_at, "
                    "amount = COALESCE(excluded.amount, trade_verdicts.amount), "
                    "order_id = COALESCE(excluded.order_id, trade_verdicts.order_id)")
-    if any(v[3] != VERDICT_PENDING for v in rows):
+    if any(v.verdict != VERDICT_PENDING for v in moved.values()):
         tx.set_state(TOTALS, totals)
-    return len(rows)
+    return counted
 
 
 def totals(store: Store) -> dict[str, Any]:

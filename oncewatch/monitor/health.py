@@ -20,6 +20,7 @@ from typing import Any
 import pymysql
 
 from oncewatch.collectors.binlog import TRANSPORT_ERRORS
+from oncewatch.core.config import SloConfig
 from oncewatch.core.domain import Rules
 from oncewatch.core.gtids import gtid_set
 from oncewatch.core.histogram import delay_p99
@@ -80,8 +81,9 @@ class Outages:
 class Health:
     def __init__(self, store: Store, readers: dict[str, Reader], progress: Progress, stats: Any, rules: Rules,
                  shape: Callable[[], list[dict[str, Any]]], outages: Outages,
-                 reads: dict[str, list[str]] | None = None):
+                 reads: dict[str, list[str]] | None = None, slo: SloConfig = SloConfig()):
         self.store = store
+        self.slo = slo  # published on /metrics beside the verdicts, for the burn-rate alerts
         self.outages = outages
         self.shape = shape  # the engine's standing shape problems (checks.shape)
         self.reads = reads or {}  # rule -> the watched tables whose configured columns it reads (Engine.reads)
@@ -184,7 +186,9 @@ class Health:
                                         "probe_error": self.probe_error,
                                         "store_outages": self.outages.count,
                                         "store_outage_seconds": self.outages.seconds,
-                                        "thresholds": thresholds(self.rules)})
+                                        "thresholds": thresholds(self.rules),
+                                        "slo": {"objective": self.slo.objective,
+                                                "within_seconds": self.slo.within_seconds}})
         if with_series:
             with self.store.batch() as tx:
                 tx.add_series(self._series_points(time.time()))

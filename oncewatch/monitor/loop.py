@@ -126,7 +126,7 @@ class Monitor:
         self._waited = False  # --until-idle has said it waits for verdicts
         self.readers: dict[str, Reader] = {}
         self.health = Health(self.store, self.readers, self.progress, self.engine.stats, cfg.rules, self.engine.shape,
-                             outages or Outages(), self.engine.reads())
+                             outages or Outages(), self.engine.reads(), cfg.slo)
 
     def close(self) -> None:
         """The store closed and its lock given up."""

@@ -1,7 +1,7 @@
 """The store's only writer: feeds what the readers read to the engine and commits it all together.
 
 Each `apply(items)` is one store transaction holding the records, the entity index, the engine's
-state delta, the findings it drained and *both* checkpoints (DESIGN §7), so a kill -9 at any
+state delta, the findings and trade verdicts it drained and *both* checkpoints (DESIGN §7), so a kill -9 at any
 instant resumes with nothing lost and nothing doubled. `Progress` is what has been committed:
 the positions a restarted reader resumes from, and the clocks of the absence rules.
 
@@ -30,7 +30,7 @@ from oncewatch.core.names import (BINLOG_CHECKPOINT, BOOTSTRAP, CDC_CHECKPOINT, 
 from oncewatch.core.records import (BinlogPosition, CdcCopy, Heartbeat, Heartbeats, OffsetsSnapshot, PartitionStatus,
                                     RowChange, Transaction)
 from oncewatch.monitor.entities import EntityIndex
-from oncewatch.store import Batch, Store, engine_state, retention, reviews
+from oncewatch.store import Batch, Store, engine_state, retention, reviews, verdicts
 
 log = logging.getLogger("oncewatch.monitor.writer")
 
@@ -214,5 +214,6 @@ class Writer:
         if changed and tx.status_changes(changed):
             self.progress.last_change_at = time.time()
         tx.upsert_findings(changed)
+        verdicts.save(tx, self.engine.drain_verdicts(), self.cfg.slo.within_seconds)
         engine_state.save(tx, self.engine.state_delta())
         tx.set_state(ENGINE_STATS, self.engine.stats())

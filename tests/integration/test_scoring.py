@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
 
 import pytest
 
@@ -26,10 +27,11 @@ from devservices.kafka_connect import CDC_SCHEMA
 from devservices.shop_monitor import (ROOT, SHORT_RULES, findings, new_topic, run_until_idle, shop_config,
                                       shop_settings)
 from oncewatch import shop
+from oncewatch.core.records import VERDICT_VERIFIED, VERDICT_VIOLATED
 from oncewatch.shop.settings import STYLE_IN_TRANSACTION, STYLE_OUTBOX
 from oncewatch.store import Store
 
-from .shop_monitor import FIRST_IDLE, IDLE, Score, prepared, score
+from .shop_monitor import FIRST_IDLE, IDLE, Score, check_verdicts, prepared, score
 
 
 # F10 at 1.5 s here, between the shop's slow sends (2 s late, the send_slow fault) and the delays its
@@ -105,12 +107,25 @@ def scored_both_ways(tmp_path, kills: int = 0, **settings) -> tuple[shop.GroundT
 
 
 def test_every_fault_mode_found_and_nothing_else_from_the_binlog_and_from_debezium(cdc_connector, tmp_path):
-    """The CDC monitor is SIGKILLed three times on its way: its findings are still the undisturbed binlog one's."""
-    _, results = scored_both_ways(tmp_path, kills=3, seed=11, orders=FAULT_ORDERS, rate=100, faults="all")
+    """The CDC monitor is SIGKILLed three times on its way: its findings are still the undisturbed binlog one's, and
+    so are its verdicts per trade (issue 45): every trade the ground truth calls clean verified, every faulty one
+    violated, their money the shop's own to the cent."""
+    truth, results = scored_both_ways(tmp_path, kills=3, seed=11, orders=FAULT_ORDERS, rate=100, faults="all")
     for mode, result in results.items():
         assert len(result.injected) == 14  # every mode the default style can produce
         assert result.found == result.injected, (mode, result.table())
         assert result.unexplained == [], (mode, [(f.rule, f.keys, f.summary) for f in result.unexplained[:10]])
+    checks = {mode: check_verdicts(truth, tmp_path / mode / "store.db", CDC_SCHEMA) for mode in results}
+    for mode, check in checks.items():
+        print(f"\n{mode} verdicts: {check.counts()}, money {check.sums}")
+        assert check.problems == [], (mode, len(check.problems), check.problems[:10])
+        assert {v for v, _ in check.verdicts.values()} == {VERDICT_VERIFIED, VERDICT_VIOLATED}, check.counts()
+        assert all(ours == shops for ours, shops in check.sums.values()), (mode, check.sums)
+        totals = check.totals  # what /metrics counts: each move once
+        assert Decimal(totals["amount_verified"]) - Decimal(totals["amount_reversed"]) == check.sums[VERDICT_VERIFIED][0]
+        assert Decimal(totals["amount_violated"]) == check.sums[VERDICT_VIOLATED][0]
+    assert checks["cdc"].verdicts == checks["binlog"].verdicts
+    assert checks["cdc"].totals == checks["binlog"].totals | {"seconds": checks["cdc"].totals["seconds"]}
 
 
 @pytest.mark.parametrize("style, only_there", [(STYLE_IN_TRANSACTION, "send_then_rollback"),

@@ -19,7 +19,7 @@ from openpyxl import load_workbook
 from devservices import scenario
 from oncewatch import cli
 from oncewatch.core.config import ConfigError, describe, load, parse
-from oncewatch.core.records import VERDICT_PENDING, VERDICT_VERIFIED, VERDICT_VIOLATED, TradeVerdict
+from oncewatch.core.records import VERDICT_VERIFIED, VERDICT_VIOLATED, TradeVerdict
 from oncewatch.dashboards import attestation, attestation_keys, attestation_xlsx
 from oncewatch.dashboards.attestation_check import check
 from oncewatch.store import verdicts
@@ -30,14 +30,22 @@ T0 = NOW.timestamp() - 600  # the scenario's t0
 DAY = dt.timedelta(days=1)
 SINCE, UNTIL = NOW - DAY, NOW + dt.timedelta(minutes=5)
 
-VERDICTS = [
-    TradeVerdict("T1001", "O501", Decimal("99.00"), VERDICT_VIOLATED, "F1", T0 + 5, T0 + 9, verified_at=T0 + 8),
-    TradeVerdict("T1002", "O502", Decimal("10.50"), VERDICT_VERIFIED, None, T0 + 20, T0 + 51),
-    TradeVerdict("T1003", "O503", Decimal("0.01"), VERDICT_VERIFIED, None, T0 + 21, T0 + 52),
-    TradeVerdict("T1004", "O504", None, VERDICT_VERIFIED, None, T0 + 22, T0 + 53),
-    TradeVerdict("T1005", "O508", Decimal("5.00"), VERDICT_PENDING, None, T0 + 500, None),
-    TradeVerdict("T0999", "O499", Decimal("7.00"), VERDICT_VERIFIED, None, T0 - 2 * 86400, T0 - 2 * 86400 + 30),
+# Beside the scenario's own (devservices.scenario.trade_verdicts: T1001 violated by F1, T1002-T1005 verified, T1006
+# pending): a trade without an amount, one verified and then violated by a later finding, one two days before.
+VERIFIED_FIRST = [
+    TradeVerdict("T1007", "O1007", None, VERDICT_VERIFIED, None, T0 + 22, T0 + 53),
+    TradeVerdict("T1008", "O1008", Decimal("20.00"), VERDICT_VERIFIED, None, T0 + 25, T0 + 56),
+    TradeVerdict("T0999", "O999", Decimal("7.00"), VERDICT_VERIFIED, None, T0 - 2 * 86400, T0 - 2 * 86400 + 30),
 ]
+LATER = [TradeVerdict("T1008", "O1008", Decimal("20.00"), VERDICT_VIOLATED, "F7", T0 + 25, T0 + 90)]
+
+
+def seed(target: StoreTarget) -> None:
+    store = scenario.seed(target, now=NOW.timestamp())
+    for batch in (VERIFIED_FIRST, LATER):
+        with store.batch() as tx:
+            verdicts.save(tx, batch, 60.0)
+    store.close()
 
 
 def keys(folder: Path) -> tuple[Path, Path]:
@@ -47,11 +55,8 @@ def keys(folder: Path) -> tuple[Path, Path]:
 
 @pytest.fixture
 def shop(tmp_path: Path, store_target: StoreTarget) -> Path:
-    """A config naming the scenario's store with VERDICTS in it, a signing key and a folder of attestations."""
-    store = scenario.seed(store_target, now=NOW.timestamp())
-    with store.batch() as tx:
-        verdicts.save(tx, VERDICTS, 60.0)
-    store.close()
+    """A config naming the scenario's store with the verdicts above, a signing key and a folder of attestations."""
+    seed(store_target)
     keys(tmp_path / "keys")
     cfg = tmp_path / "oncewatch.toml"
     cfg.write_text(f'[mysql]\nuser = "oncewatch"\ntables = ["shop.orders"]\n\n{store_section(store_target)}\n'
@@ -85,14 +90,16 @@ def test_attest_then_verify_passes_and_says_the_periods_trades_findings_and_cove
     assert doc["config_sha256"] == load(shop).content_sha256
     # the trade two days before the period is not in it; the one without an amount is counted apart
     assert doc["trades"] == {
-        "verified": {"trades": 3, "amount": "10.51", "unpriced": 1},
-        "violated": {"trades": 1, "amount": "99.00", "unpriced": 0},
-        "pending": {"trades": 1, "amount": "5.00", "unpriced": 0},
-        "all": {"trades": 5, "amount": "114.51", "unpriced": 1}}
-    assert doc["verified_share"] == {"trades": "0.600000", "amount": "0.091782"}  # 10.51 / 114.51, rounded down
-    assert doc["violated_by_rule"] == {"F1": {"trades": 1, "amount": "99.00", "unpriced": 0}}
+        "verified": {"trades": 5, "amount": "999.50", "unpriced": 1},
+        "violated": {"trades": 2, "amount": "119.00", "unpriced": 0},
+        "pending": {"trades": 1, "amount": "30.00", "unpriced": 0},
+        "all": {"trades": 8, "amount": "1148.50", "unpriced": 1}}
+    assert doc["verified_share"] == {"trades": "0.625000", "amount": "0.870265"}  # 999.50 / 1148.50, rounded down
+    assert doc["violated_by_rule"] == {"F1": {"trades": 1, "amount": "99.00", "unpriced": 0},
+                                       "F7": {"trades": 1, "amount": "20.00", "unpriced": 0}}
     assert [(t["trade_no"], t["verdict"], t["rule"], t["verified_at"]) for t in doc["open_trades"]] == [
-        ("T1001", "violated", "F1", "2026-12-01T11:50:08.000000Z"), ("T1005", "pending", None, None)]
+        ("T1001", "violated", "F1", None), ("T1008", "violated", "F7", "2026-12-01T11:50:56.000000Z"),
+        ("T1006", "pending", None, None)]
     # every finding of the period, with its history and why it ended
     assert [f["id"] for f in doc["findings"]] == ["f1-t1001", "f7-o502", "f7-o504", "f2-o505", "f9-o503", "f9-o506",
                                                   "f9-o507"]
@@ -138,8 +145,8 @@ def test_the_xlsx_holds_the_same_content_typed(shop: Path) -> None:
     book = load_workbook(path.with_suffix(".xlsx"), read_only=True)
     assert book.sheetnames == list(attestation_xlsx.SHEETS)
     rows = {name: [list(r) for r in book[name].iter_rows(values_only=True)] for name in attestation_xlsx.SHEETS}
-    assert rows["Trades"][1:] == [["verified", 3, 10.51, 1], ["violated", 1, 99, 0], ["pending", 1, 5, 0],
-                                  ["all", 5, 114.51, 1]]
+    assert rows["Trades"][1:] == [["verified", 5, 999.5, 1], ["violated", 2, 119, 0], ["pending", 1, 30, 0],
+                                  ["all", 8, 1148.5, 1]]
     trade = dict(zip(rows["Open trades"][0], rows["Open trades"][1]))
     assert trade["committed_at"] == dt.datetime(2026, 12, 1, 11, 50, 5) and trade["amount"] == 99
     assert [r[0] for r in rows["Findings"][1:]] == [f["id"] for f in doc["findings"]]
@@ -358,10 +365,7 @@ def test_the_readmes_auditor_walkthrough_as_written(tmp_path: Path, monkeypatch:
     shop, office = tmp_path / "shop", tmp_path / "auditor"
     shop.mkdir()
     office.mkdir()
-    store = scenario.seed(str(shop / "oncewatch.db"), now=NOW.timestamp())
-    with store.batch() as tx:
-        verdicts.save(tx, VERDICTS, 60.0)
-    store.close()
+    seed(str(shop / "oncewatch.db"))
     (shop / "oncewatch.toml").write_text('[mysql]\nuser = "oncewatch"\ntables = ["shop.orders"]\n\n'
                                          '[store]\npath = "oncewatch.db"\n\n'
                                          + re.search(r"```toml\n(.*?)```", section, re.S)[1])
@@ -373,6 +377,6 @@ def test_the_readmes_auditor_walkthrough_as_written(tmp_path: Path, monkeypatch:
     monkeypatch.chdir(office)
     assert run_block(auditor) == [cli.EXIT_OK]
     [first] = office.glob("attestation-000001-*.json")
-    assert json.loads(first.read_bytes())["trades"]["all"]["trades"] == 5  # the day the scenario's trades are in
+    assert json.loads(first.read_bytes())["trades"]["all"]["trades"] == 8  # the day the scenario's trades are in
     first.write_bytes(flipped(first.read_bytes(), 100))
     assert run_block(auditor) == [cli.EXIT_TAMPERED]

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from oncewatch import cli
-from oncewatch.core.config import ConfigError, describe, load, parse
+from oncewatch.core.config import ConfigError, SloConfig, describe, load, parse
 
 BASE = {"mysql": {"user": "oncewatch", "password_env": "OW_TEST_PW", "tables": ["shop.orders"]}}
 KAFKA = {"kafka": {"bootstrap_servers": ["127.0.0.1:9092"],
@@ -49,6 +49,11 @@ def with_mysql(**changes):
     ({**BASE, "store": {"url": "postgresql://ow@h/db", "sslcert": "/nonexistent.pem"}},
      r"^store\.sslcert: no such file"),
     ({**BASE, "metrics": {"port": "x"}}, r"^metrics\.port: expected an integer"),
+    ({**BASE, "slo": {"objective": 99.9}}, r"^slo\.objective: a share of the money between 0 and 1"),
+    ({**BASE, "slo": {"objective": "high"}}, r"^slo\.objective: expected a number"),
+    ({**BASE, "slo": {"within_seconds": 0}}, r"^slo\.within_seconds: must be more than 0 seconds"),
+    ({**BASE, "slo": {"unit": 3}}, r"^slo\.unit: expected a string"),
+    ({**BASE, "slo": {"window": 24}}, r"^slo\.window: unknown key"),
     ({**BASE, "cdc": {"topic_prefix": "cdc"}}, r"^cdc\.format: a CDC change source is read from Kafka"),
     ({**BASE, **KAFKA, "cdc": {}}, r"^cdc\.topic_prefix: missing"),
     ({**BASE, **KAFKA, "cdc": {"topic_prefix": "cdc", "format": "avro"}}, r"^cdc\.format: "),
@@ -138,3 +143,9 @@ def test_a_group_needs_a_cdc_source_and_a_shared_store_and_names_the_key(changes
 def test_a_group_of_instances_is_configured_by_its_name():
     cfg = parse({**GROUP_BASE, "group": {"name": "shop", "shards": 6}})
     assert (cfg.group.name, cfg.group.shards, cfg.group.member) == ("shop", 6, "")
+
+
+def test_the_slo_has_defaults_and_takes_its_keys():
+    assert parse(BASE).slo == SloConfig(0.999, 60.0, "", 24.0)
+    got = parse({**BASE, "slo": {"objective": 0.9995, "within_seconds": 30, "unit": "¥", "window_hours": 1}}).slo
+    assert got == SloConfig(0.9995, 30.0, "¥", 1.0)

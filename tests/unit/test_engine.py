@@ -90,13 +90,16 @@ def test_state_past_the_horizon_falls_off_counted_and_logged(caplog):
     caplog.set_level(logging.WARNING, "oncewatch.checks.engine")
     engine.tick(now=T + 200, binlog_time=T + 200, kafka_time=T)
     stats = engine.stats()
-    assert stats["horizon_dropped_total"] == 2  # the shipment row (F1 memory) and the change waiting for its event
+    # the shipment row (F1 memory), the change waiting for its event, and the link of its key to its trade_no
+    # (checks.verdicts)
+    assert stats["horizon_dropped_total"] == 3
     assert stats["backlog_by_table"]["shop.shipments"] == 0
     (record,) = [r for r in caplog.records if getattr(r, "event", None) == "horizon_dropped"]
     assert record.levelname == "WARNING"  # a change that never got its verdict
-    assert record.dropped == 2 and record.expired == {"effects": 1, "waiting_changes": 1}
+    assert record.dropped == 3 and record.expired == {"effects": 1, "waiting_changes": 1, "announced_trades": 1}
     by_space = {space: n for space, n in stats["horizon_dropped"].items() if any(n.values())}
-    assert by_space == {"effects": {"age": 1, "count": 0}, "waiting_changes.fresh": {"age": 1, "count": 0}}
+    assert by_space == {"effects": {"age": 1, "count": 0}, "waiting_changes.fresh": {"age": 1, "count": 0},
+                        "announced_trades": {"age": 1, "count": 0}}
     engine.tick(now=T + 300, binlog_time=T + 300, kafka_time=T + 300)
     assert engine.drain() == []  # never judged: it fell off before Kafka was read that far
 
@@ -133,9 +136,10 @@ def test_max_entries_bounds_each_kind(caplog):
     caplog.set_level(logging.INFO, "oncewatch.checks.engine")
     feed(engine, *(shop.tx(T + i, shipment(f"S{i}", f"T{i}")) for i in range(3)))
     engine.tick(now=T + 3, binlog_time=T + 3, kafka_time=T + 3)
-    assert engine.stats()["horizon_dropped_total"] == 2  # one effect row, one waiting change
+    # one effect row, one waiting change, one link of a shipment's key to its trade_no (checks.verdicts)
+    assert engine.stats()["horizon_dropped_total"] == 3
     dropped = engine.stats()["horizon_dropped"]
-    assert dropped["effects"] == {"age": 0, "count": 1} and verdicts_lost(dropped) == 2
+    assert dropped["effects"] == {"age": 0, "count": 1} and verdicts_lost(dropped) == 3
     (record,) = [r for r in caplog.records if getattr(r, "event", None) == "horizon_dropped"]
     assert record.levelname == "WARNING"  # pushed out over max_entries: a duplicate of S0's trade would be missed
     assert len(engine.state()["entries"]["effects"]) == 2

@@ -140,6 +140,25 @@ def test_findings(served) -> None:
     assert value(fams, "oncewatch_findings_found_total", "oncewatch_findings_found", rule="F3") == 0
 
 
+def test_trade_verdicts_and_the_slo(served) -> None:
+    """The scenario's verdicts (devservices.scenario.trade_verdicts), from the store's running totals."""
+    fams = families(scrape(served[0]))
+    count = {name: value(fams, f"oncewatch_{name}_total", f"oncewatch_{name}")
+             for name in ("trades_verified", "amount_verified", "amount_violated", "amount_verified_late",
+                          "amount_reversed")}
+    assert count == {"trades_verified": 4, "amount_verified": 999.5, "amount_violated": 99.0,
+                     "amount_verified_late": 50.0, "amount_reversed": 0.0}
+    violated = fams["oncewatch_trades_violated"][1]
+    assert len(violated) == 10 and value(fams, "oncewatch_trades_violated_total", "oncewatch_trades_violated",
+                                         rule="F1") == 1
+    assert value(fams, "oncewatch_trades_pending") == 1
+    assert fams["oncewatch_verification_seconds"][0] == "histogram"
+    seconds = "oncewatch_verification_seconds"
+    assert value(fams, f"{seconds}_count", seconds) == 5 and value(fams, f"{seconds}_sum", seconds) == 4 + 3 * 30 + 180
+    assert value(fams, f"{seconds}_bucket", seconds, le="60.0") == 4
+    assert (value(fams, "oncewatch_slo_objective"), value(fams, "oncewatch_slo_within_seconds")) == (0.999, 60.0)
+
+
 def test_names_follow_conventions_and_labels_hold_no_entities(served) -> None:
     """Entities only in the finding and entity labels of the series that page one by one (bounded by
     metrics.paging_max_findings)."""
