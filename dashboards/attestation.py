@@ -23,6 +23,10 @@ The JSON file is `render(document)`: json.dumps(indent=2, ensure_ascii=False) an
                      "pending" and "all", each {"trades", "amount" (exact, in the shop's unit), "unpriced" (trades
                      without an amount, left out of "amount")}
   verified_share     {"trades", "amount"}: verified / all, six decimals rounded down (null when there are none)
+  objective          the config's [slo] and how the period stands against it: "objective" (a share of the money),
+                     "within_seconds", "verified_within" (the trades verified within that time of their commit, as
+                     in "trades"), "share" (theirs of all, as verified_share) and "met" (the share of the amount
+                     at least the objective; null without trades)
   violated_by_rule   per rule, the violated trades it touched first ({"trades", "amount", "unpriced"})
   open_trades        every violated and pending trade: {"trade_no", "order_id", "amount", "verdict", "rule" (the
                      first that touched it), "committed_at", "reached_at" (its verdict), "verified_at" (a trade
@@ -62,7 +66,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from oncewatch.core import gtids
-from oncewatch.core.config import Config
+from oncewatch.core.config import Config, SloConfig
 from oncewatch.core.exact_json import plain
 from oncewatch.core.names import BINLOG_CHECKPOINT, CDC_CHECKPOINT, CLOSED, KAFKA_CHECKPOINT, partition_key
 from oncewatch.core.records import VERDICT_PENDING, VERDICT_VERIFIED, VERDICT_VIOLATED, TradeVerdict
@@ -77,7 +81,7 @@ log = logging.getLogger("oncewatch.attest")
 
 VERSION = "oncewatch-attestation/1"
 SIGNED = ("attestation", "sequence", "generated_at", "since", "until", "config_sha256", "previous", "coverage",
-          "trades", "verified_share", "violated_by_rule", "open_trades", "findings", "xlsx", "digests")
+          "trades", "verified_share", "objective", "violated_by_rule", "open_trades", "findings", "xlsx", "digests")
 FIELDS = (*SIGNED, "attestation_sha256", "signature")
 VERDICTS = (VERDICT_VERIFIED, VERDICT_VIOLATED, VERDICT_PENDING)
 ALGORITHM = "Ed25519"
@@ -159,18 +163,30 @@ def _share(part: Decimal, whole: Decimal) -> str | None:
     return str((part / whole).quantize(SHARE, rounding=ROUND_DOWN)) if whole else None
 
 
-def trade_figures(verdicts: list[TradeVerdict]) -> dict[str, Any]:
-    """The "trades", "verified_share", "violated_by_rule" and "open_trades" fields, from the period's verdicts."""
+def _shares(part: dict[str, Any], whole: dict[str, Any]) -> dict[str, str | None]:
+    return {"trades": _share(Decimal(part["trades"]), Decimal(whole["trades"])),
+            "amount": _share(Decimal(part["amount"]), Decimal(whole["amount"]))}
+
+
+def trade_figures(verdicts: list[TradeVerdict], slo: SloConfig) -> dict[str, Any]:
+    """The "trades", "verified_share", "objective", "violated_by_rule" and "open_trades" fields, from the period's
+    verdicts and the config's [slo]."""
     by_verdict = {name: [v for v in verdicts if v.verdict == name] for name in VERDICTS}
     trades = {name: _amounts(by_verdict[name]) for name in VERDICTS}
     trades["all"] = _amounts(verdicts)
-    share = {"trades": _share(Decimal(trades[VERDICT_VERIFIED]["trades"]), Decimal(trades["all"]["trades"])),
-             "amount": _share(Decimal(trades[VERDICT_VERIFIED]["amount"]), Decimal(trades["all"]["amount"]))}
+    share = _shares(trades[VERDICT_VERIFIED], trades["all"])
+    within = _amounts(v for v in by_verdict[VERDICT_VERIFIED]
+                      if (v.reached_at or v.committed_at) - v.committed_at <= slo.within_seconds)
+    within_share = _shares(within, trades["all"])
+    objective = {"objective": str(Decimal(repr(slo.objective))), "within_seconds": slo.within_seconds,
+                 "verified_within": within, "share": within_share,
+                 "met": None if within_share["amount"] is None else Decimal(within_share["amount"]) >= Decimal(
+                     repr(slo.objective))}
     rules = sorted({v.rule or "" for v in by_verdict[VERDICT_VIOLATED]}, key=_rule_order)
     by_rule = {rule: _amounts(v for v in by_verdict[VERDICT_VIOLATED] if (v.rule or "") == rule) for rule in rules}
     listed = sorted(by_verdict[VERDICT_VIOLATED] + by_verdict[VERDICT_PENDING], key=lambda v: (v.committed_at,
                                                                                                v.trade_no))
-    return {"trades": trades, "verified_share": share, "violated_by_rule": by_rule,
+    return {"trades": trades, "verified_share": share, "objective": objective, "violated_by_rule": by_rule,
             "open_trades": [{"trade_no": v.trade_no, "order_id": v.order_id,
                              "amount": None if v.amount is None else str(v.amount), "verdict": v.verdict,
                              "rule": v.rule, "committed_at": iso(v.committed_at), "reached_at": iso(v.reached_at),
@@ -234,7 +250,7 @@ def content(store: Store, cfg: Config, since: dt.datetime, until: dt.datetime, *
                                                    roles_of(cfg.domain, cfg.announce), cfg.domain)]
     return {"attestation": VERSION, "sequence": sequence, "generated_at": iso(now.timestamp()),
             "since": iso(start), "until": iso(end), "config_sha256": cfg.content_sha256, "previous": previous,
-            "coverage": coverage, **trade_figures(verdicts), "findings": findings}
+            "coverage": coverage, **trade_figures(verdicts, cfg.slo), "findings": findings}
 
 
 # ---------------------------------------------------------------- a chain's files

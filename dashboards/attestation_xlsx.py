@@ -17,7 +17,7 @@ OPEN_TRADE_COLUMNS = ("trade_no", "order_id", "amount", "verdict", "rule", "comm
                       "verified_at")  # the fields of an attestation's "open_trades"
 SHEETS = ("Attestation", "Trades", "Violated by rule", "Open trades", "Findings", "History", "Coverage")
 HEADER_ROWS = ("attestation", "sequence", "generated_at", "since", "until", "config_sha256", "previous",
-               "verified_share")
+               "verified_share", "objective")
 TYPED_HEADER = frozenset({"sequence", "generated_at", "since", "until"})
 AMOUNT_COLUMNS = ("trades", "amount", "unpriced")
 XLSX_FINDING_COLUMNS = ("id", "rule", "name", "severity", "status", "first_seen", "last_seen", "resolved_at",

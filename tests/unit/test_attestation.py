@@ -95,6 +95,10 @@ def test_attest_then_verify_passes_and_says_the_periods_trades_findings_and_cove
         "pending": {"trades": 1, "amount": "30.00", "unpriced": 0},
         "all": {"trades": 8, "amount": "1148.50", "unpriced": 1}}
     assert doc["verified_share"] == {"trades": "0.625000", "amount": "0.870265"}  # 999.50 / 1148.50, rounded down
+    # [slo]'s 60 s: T1005 was verified 180 s after its commit
+    assert doc["objective"] == {"objective": "0.999", "within_seconds": 60.0,
+                                "verified_within": {"trades": 4, "amount": "949.50", "unpriced": 1},
+                                "share": {"trades": "0.500000", "amount": "0.826730"}, "met": False}
     assert doc["violated_by_rule"] == {"F1": {"trades": 1, "amount": "99.00", "unpriced": 0},
                                        "F7": {"trades": 1, "amount": "20.00", "unpriced": 0}}
     assert [(t["trade_no"], t["verdict"], t["rule"], t["verified_at"]) for t in doc["open_trades"]] == [
