@@ -148,18 +148,24 @@ def check(path: Path, key: Ed25519PublicKey, *, previous: Path | None = None, ch
 
 def chain_rows(directory: Path, key: Ed25519PublicKey) -> list[dict[str, Any]]:
     """The Reports page's table of a folder's attestations, newest first: what each says and whether it verifies
-    with `key` (alone: its link to the one before is the next row's)."""
+    with `key`, its link to the one before it included. The chain is walked once from the newest; a file it does
+    not reach is checked alone."""
     from oncewatch.dashboards.attestation import listing
 
+    items = listing(directory)
+    found = check(items[-1].path, key) if items else Checked()
+    for item in items:
+        if item.path not in found.checked:
+            alone = check(item.path, key, chain=False)
+            found.problems += alone.problems
     rows = []
-    for item in reversed(listing(directory)):
-        problems = check(item.path, key, chain=False).problems
+    for item in reversed(items):
+        problems = [p.removeprefix(f"{item.path}: ") for p in found.problems if p.startswith(f"{item.path}: ")]
+        trades = item.trades
         rows.append({"sequence": item.sequence, "since": item.since, "until": item.until,
-                     "verified": item.trades.get("verified", {}).get("trades"),
-                     "violated": item.trades.get("violated", {}).get("trades"),
-                     "pending": item.trades.get("pending", {}).get("trades"),
-                     "amount verified": item.trades.get("verified", {}).get("amount"), "findings": item.findings,
-                     "verifies": "yes" if not problems else "NO: " + "; ".join(p.removeprefix(f"{item.path}: ")
-                                                                                for p in problems),
-                     "file": item.path.name})
+                     "verified": trades.get("verified", {}).get("trades"),
+                     "violated": trades.get("violated", {}).get("trades"),
+                     "pending": trades.get("pending", {}).get("trades"),
+                     "amount verified": trades.get("verified", {}).get("amount"), "findings": item.findings,
+                     "verifies": "NO: " + "; ".join(problems) if problems else "yes", "file": item.path.name})
     return rows

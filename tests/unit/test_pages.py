@@ -391,9 +391,15 @@ def test_reports_make_and_list_attestations(env: Path) -> None:
     at.run()
     assert at.text_input[0].label == "From (UTC): where the chain ends"
     assert at.text_input[0].value == json.loads(path.read_bytes())["until"]
+    at.date_input(key="attest_until").set_value(today + dt.timedelta(days=1)).run()
+    next(b for b in at.button if b.label == "Make attestation").click().run()
     path.write_bytes(path.read_bytes().replace(b'"sequence": 1', b'"sequence": 2'))
     at = run("reports")
-    assert at.dataframe[0].value["verifies"][0].startswith("NO: field sequence: changed")
+    table = at.dataframe[0].value
+    assert list(table["sequence"]) == [2, 2] and table["verifies"][0] == "yes"
+    assert table["verifies"][1].startswith(f"NO: not the attestation {table['file'][0]} chains to: its SHA-256 is not "
+                                           f"the one recorded in {table['file'][0]}")
+    assert "field sequence: changed" in table["verifies"][1]
 
 
 def test_reports_need_the_config(env: Path, scenario_store: StoreTarget, monkeypatch: pytest.MonkeyPatch) -> None:
