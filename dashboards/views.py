@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import math
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncewatch.core import names
-from oncewatch.core.config import Config, PostgresTarget, load
+from oncewatch.core.config import Config, PostgresTarget, SloConfig, load
 from oncewatch.core.records import Finding, OffsetsSnapshot, QuarantinedRecord, RowChange
 from oncewatch.dashboards import incidents
 from oncewatch.store import Store, open_reader, queries
@@ -152,6 +153,21 @@ def shop_state(counts: Iterable[tuple[str, str, str, int]], offsets: OffsetsSnap
     behind = tuple((g.group, g.total_lag) for g in offsets.groups
                    if threshold is not None and g.total_lag > threshold) if offsets.polled_at else None
     return ShopState({s: n for s, n in open_.items() if n}, acknowledged, behind, threshold)
+
+
+def exactly_once(good: float, judged: float, pending: int, slo: SloConfig) -> tuple[str, str]:
+    """The Overview's headline tile (issue 45): (value, help). The share is floored to the hundredth of a percent,
+    so that money violated never shows as 100.00%."""
+    window = f"in {slo.window_hours:g} h"
+    unit = slo.unit or "the money"
+    waiting = f"; {pending:,} pending" if pending else ""
+    help_ = (f"Of the money of the trades committed {window} and judged (verified or violated), the share verified "
+             f"exactly once within {slo.within_seconds:g} s of its commit; the objective is "
+             f"{slo.objective * 100:g}%{waiting}")
+    if not judged:
+        return f"no trade judged {window}", help_
+    # 1e-9: a share of exactly 99.98% is not floored to 99.97 by the float's last bit
+    return f"{math.floor(good / judged * 10000 + 1e-9) / 100:.2f}% of {unit} {window}", help_
 
 
 def backlog_total(stats: dict[str, Any]) -> int:

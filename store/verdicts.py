@@ -125,3 +125,15 @@ def totals(store: Store) -> dict[str, Any]:
 def pending(store: Store) -> int:
     """Trades whose verdict is still to come."""
     return store.conn.execute("SELECT count(*) FROM trade_verdicts WHERE verdict = ?", (VERDICT_PENDING,)).fetchone()[0]
+
+
+def share(store: Store, since: float, within_seconds: float) -> tuple[float, float, int]:
+    """Of the trades committed since `since`: (money verified within `within_seconds` of its commit, money judged
+    (verified or violated), trades still pending). Floats: a share to show, not money to book."""
+    good, judged, pending_ = store.conn.execute(
+        "SELECT COALESCE(SUM(CASE WHEN verdict = ? AND reached_at - committed_at <= ? "
+        "THEN CAST(amount AS DOUBLE PRECISION) ELSE 0 END), 0), "
+        "COALESCE(SUM(CASE WHEN verdict <> ? THEN CAST(amount AS DOUBLE PRECISION) ELSE 0 END), 0), "
+        "COUNT(CASE WHEN verdict = ? THEN 1 END) FROM trade_verdicts WHERE committed_at >= ?",
+        (VERDICT_VERIFIED, within_seconds, VERDICT_PENDING, VERDICT_PENDING, since)).fetchone()
+    return float(good), float(judged), int(pending_)

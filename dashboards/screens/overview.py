@@ -1,4 +1,5 @@
-"""Overview: is every collector up or behind, what is open, how far Kafka trails the binlog.
+"""Overview: how much money was verified exactly once (issue 45), is every collector up or behind, what is open,
+how far Kafka trails the binlog.
 
 The live panel is a fragment that reruns every REFRESH_SECONDS without reloading the page.
 """
@@ -14,7 +15,8 @@ import streamlit as st
 from oncewatch.core import names
 from oncewatch.core.records import OffsetsSnapshot
 from oncewatch.dashboards import ui, views
-from oncewatch.store import queries
+from oncewatch.core.config import SloConfig
+from oncewatch.store import queries, verdicts
 from oncewatch.store.group import shard_checkpoints
 
 # The seed's three signals get their threshold line; the backlog's (F11's 5000) would flatten the few changes
@@ -90,9 +92,10 @@ def group(members: list[dict], shards: list[dict]) -> None:
 
 
 @ui.live
-def live(window_seconds: float) -> None:
+def live(window_seconds: float, slo: SloConfig) -> None:
     now = time.time()
     with ui.store() as store:
+        share = verdicts.share(store, now - slo.window_hours * 3600, slo.within_seconds)
         comps = views.components(store, now)
         stats = views.engine_stats(store)
         counts = store.finding_counts()
@@ -106,6 +109,8 @@ def live(window_seconds: float) -> None:
     if verdict is not None:
         group(members, shard_rows)
 
+    value, help_ = views.exactly_once(*share, slo)
+    st.metric("Verified exactly once", value, help=help_, border=True)
     monitor = comps.get(names.MONITOR)
     # Three collector tiles to a row (their labels carry the figure's words), four short ones below.
     for col, (name, title) in zip(st.columns(3), ((names.BINLOG, "Binlog"), (names.KAFKA_EVENTS, "Kafka events"),
@@ -137,4 +142,5 @@ def live(window_seconds: float) -> None:
 
 
 st.title("Overview")
-live(ui.window())
+config = views.config()
+live(ui.window(), config.slo if config is not None else SloConfig())

@@ -179,15 +179,24 @@ def test_a_fresh_deployment_with_nothing_quarantined_fires_nothing(receiver, mon
 
 
 def test_a_page_follows_each_finding(receiver, monitored):
-    """Two payments shipped twice: one F1 notification lists both; acknowledging one ends its page alone, within
-    two evaluations; a third duplicate while the rule still fires is notified anew, beside the one still open."""
+    """Two payments shipped twice: one F1 notification lists both, and the exactly-once SLO's fast burn pages;
+    acknowledging one ends its page alone, within two evaluations; a third duplicate while the rule still fires is
+    notified anew, beside the one still open."""
     config, topic, instance = monitored
+    # the verdicts' counters scraped before the faults: rate() counts no increase into a series' first sample
+    wait_for("Prometheus scraping the monitor", lambda: prometheus_value(
+        f'oncewatch_amount_violated_total{{instance="{instance}"}}') == 0)
     shop.run(shop_settings(topic, seed=17, orders=8, rate=10, faults="retry_no_idempotency*2"))
     wait_for("two open F1 findings", lambda: len([f for f in findings(config)
                                                   if f.rule == "F1" and f.status == "open"]) == 2)
     first, second = sorted((f for f in findings(config) if f.rule == "F1"), key=lambda f: f.id)
     wait_for("F1 firing at the receiver", lambda: receiver.saw(
         "firing", "OncewatchDuplicateEffect", rule="F1", instance=instance))
+    # two of the eight payments violated: the exactly-once budget (99.9% of the money) burns fast, and pages (issue 45)
+    wait_for("the exactly-once budget's fast burn at the receiver", lambda: receiver.saw(
+        "firing", "OncewatchExactlyOnceFastBurn", instance=instance, severity="critical"), timeout=30)
+    burn = prometheus_value(f'oncewatch:exactly_once_errors:ratio_rate1h{{instance="{instance}"}}')
+    assert burn is not None and burn > 14.4 * (1 - 0.999), burn
 
     oncewatch("ack", "--config", str(config), first.id, "--note", "refunding", "--by", "sre")
     acked = acknowledged_at(config, first.id)
@@ -201,7 +210,8 @@ def test_a_page_follows_each_finding(receiver, monitored):
     print(f"\nF1 page of {first.id} ended {took:.2f} s after its acknowledgement (evaluation interval {interval} s)")
     assert took <= 2 * interval
     # Alertmanager groups a rule's findings: the notification that ended the first page still lists the second.
-    ending = next(n for n in receiver.notifications if any(a.status == "resolved" for a in n.alerts))
+    ending = next(n for n in receiver.notifications
+                  if any(a.status == "resolved" and a.name == "OncewatchDuplicateEffect" for a in n.alerts))
     assert ending.status == "firing"
     assert {(a.status, a.labels["finding"]) for a in ending.alerts} == {("resolved", first.id), ("firing", second.id)}
 

@@ -107,11 +107,12 @@ def test_runbook_urls_point_at_runbook_sections() -> None:
     anchors = {github_slug(h) for h in runbook_headings()}
     groups = re.split(r"^  - name: ", RULES.read_text(), flags=re.M)[1:]
     by_group = {g.split("\n", 1)[0]: set(re.findall(r"^\s*- alert: (\w+)", g, re.M)) for g in groups}
-    assert set(by_group) == {"oncewatch-monitor", "oncewatch-findings", "oncewatch-drift", "oncewatch-group"}
+    assert set(by_group) == {"oncewatch-monitor", "oncewatch-findings", "oncewatch-drift", "oncewatch-slo",
+                             "oncewatch-group"}
     for name, chunk in alert_chunks().items():
         anchor = annotations(chunk)["runbook_url"].removeprefix(f"{RUNBOOK_BASE}#")
         assert anchor in anchors, f"{name}: #{anchor} is no `###` heading under README's `## Runbook`"
-        if name in by_group["oncewatch-monitor"] | by_group["oncewatch-group"]:
+        if name in by_group["oncewatch-monitor"] | by_group["oncewatch-slo"] | by_group["oncewatch-group"]:
             assert anchor == github_slug(name), name
         else:  # a rule's alert points at its rule's section
             rule = re.search(r'rule="(F\d+)"|rule: (F\d+)', chunk)
@@ -125,7 +126,7 @@ def test_every_rule_and_every_monitor_alert_has_a_runbook_section() -> None:
     assert list(names) == [f"F{i}" for i in range(1, 17)]
     headings = runbook_headings()
     assert [h for h in headings if re.match(r"F\d+ ", h)] == [f"{rule} {name}" for rule, name in names.items()]
-    for group in ("oncewatch-monitor", "oncewatch-group"):
+    for group in ("oncewatch-monitor", "oncewatch-slo", "oncewatch-group"):
         alerts = re.search(rf"- name: {group}\n(.*?)(?=^  - name: |\Z)", RULES.read_text(), re.M | re.S)
         assert set(re.findall(r"- alert: (\w+)", alerts[1])) <= set(headings), group
     assert len(headings) == len(set(headings))  # one anchor each

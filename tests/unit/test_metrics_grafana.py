@@ -55,3 +55,15 @@ def test_queries_use_only_exported_metrics(tmp_path: Path) -> None:
     used = {name for e in EXPRS for name in re.findall(r"\b(oncewatch_\w+)", e)}
     assert len(used) >= 15
     assert used - exported_metric_names(tmp_path) == set()
+
+
+def test_the_exactly_once_slo_leads_with_its_share_of_money() -> None:
+    """Issue 45: the share of money verified exactly once in time over 24 h, the same over an hour against the
+    objective, and the violated trades by rule."""
+    [share] = [p for p in PANELS if p["title"].startswith("Verified exactly once in time, share of money (24 h)")]
+    [expr] = [t["expr"] for t in share["targets"]]
+    for name in ("violated", "verified_late", "verified", "reversed"):
+        assert f"increase(oncewatch_amount_{name}_total{{" in expr and "[24h])" in expr
+    assert share["fieldConfig"]["defaults"]["unit"] == "percentunit"
+    [trend] = [p for p in PANELS if p["title"].startswith("Verified exactly once in time (1 h windows)")]
+    assert any(t["expr"].startswith("oncewatch_slo_objective{") for t in trend["targets"])

@@ -86,6 +86,7 @@ def plotly_count(at: AppTest) -> int:
 def test_overview_tiles_and_charts(env: Path) -> None:
     at = run("overview")
     assert metrics(at) == {
+        "Verified exactly once": "86.43% of the money in 24 h",  # 949.50 of 1,098.50 (devservices.scenario)
         "Monitor": "degraded", "Binlog — up, behind": "2.5 s", "Kafka events — up, unread": "4",
         "Kafka offsets — up, max lag": "22", "Open critical findings": "3", "Backlog": "9",
         "p99 event delay": "475 ms"}
@@ -106,6 +107,13 @@ def test_overview_tiles_and_charts(env: Path) -> None:
     assert lines["Changes waiting for their event"] == []  # a line at 5000 would flatten the few waiting
     axes = {json.loads(c.proto.spec)["layout"]["xaxis"]["title"]["text"] for c in at.get("plotly_chart")}
     assert axes == {"time (UTC)"}
+
+
+def test_overview_leads_with_the_money_verified_exactly_once_in_the_configs_unit(env: Path) -> None:
+    env.write_text(env.read_text() + '\n[slo]\nunit = "¥"\nwithin_seconds = 200\nwindow_hours = 1\n')
+    tile = next(m for m in run("overview").metric if m.label == "Verified exactly once")
+    assert tile.value == "90.98% of ¥ in 1 h"  # the late 50.00 is in time now: 999.50 of 1,098.50
+    assert "; 1 pending" in tile.help and "objective is 99.9%" in tile.help
 
 
 def test_overview_shows_every_member_of_a_group_and_a_shard_nobody_judges(env: Path,
