@@ -3,7 +3,8 @@
 It needs the files and the signer's public key only (no store, no config: an auditor's machine). `check()` reads
 the JSON, and says each difference: a file no longer written the way oncewatch writes one (an edit of any byte
 that leaves the values alone), a field or a finding whose digest differs from the one signed, attestation_sha256,
-a signature made with another key or that the content no longer has, an XLSX whose SHA-256 is not the one signed;
+a signature made with another key or that the content no longer has, an XLSX whose SHA-256 is not the one signed
+(and, the attestation unchanged, its cells that no longer say what the attestation says);
 then it follows the chain: the previous attestation (given, or by its file name in the same folder) must have the
 SHA-256 this one records, and is checked the same way, back to the first of the chain or a file not at hand.
 """
@@ -11,15 +12,20 @@ SHA-256 this one records, and is checked the same way, back to the first of the 
 from __future__ import annotations
 
 import hmac
+import io
 import json
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from openpyxl import load_workbook
 
 from oncewatch.dashboards.attestation import ALGORITHM, FIELDS, VERSION, digests, render, signature_holds, signed_bytes
 from oncewatch.dashboards.attestation_keys import key_id
+from oncewatch.dashboards.attestation_xlsx import TYPED_HEADER, sheets
+from oncewatch.dashboards.report_check import _texts, shown
 from oncewatch.dashboards.reports import sha256_hex
 
 
@@ -98,12 +104,13 @@ def _one(path: Path, data: bytes, key: Ed25519PublicKey, found: Checked) -> dict
     if where is not None:
         problems.append(f"the file is not as oncewatch wrote it: changed at {where}")
     found.problems += [f"{path}: {p}" for p in problems]
-    _companion(path, document, found)
+    _companion(path, document, found, placed=not problems)
     return document
 
 
-def _companion(path: Path, document: dict[str, Any], found: Checked) -> None:
-    """The XLSX the attestation records the SHA-256 of, when it lies beside it."""
+def _companion(path: Path, document: dict[str, Any], found: Checked, *, placed: bool) -> None:
+    """The XLSX the attestation records the SHA-256 of, when it lies beside it; with `placed` (the attestation
+    itself unchanged), a changed one's cells are compared with what the attestation gives, to say where."""
     book = document.get("xlsx")
     if not isinstance(book, dict) or not isinstance(book.get("file"), str):
         return
@@ -111,11 +118,47 @@ def _companion(path: Path, document: dict[str, Any], found: Checked) -> None:
     if not xlsx_path.is_file():
         found.notes.append(f"{xlsx_path}: not found beside {path.name}, not checked")
         return
-    if not hmac.compare_digest(sha256_hex(xlsx_path.read_bytes()), str(book.get("sha256"))):
-        found.problems.append(f"{xlsx_path}: changed since {path.name} was signed (its SHA-256 is not the one "
-                              f"recorded there)")
-    else:
+    data = xlsx_path.read_bytes()
+    if hmac.compare_digest(sha256_hex(data), str(book.get("sha256"))):
         found.checked.append(xlsx_path)
+        return
+    found.problems.append(f"{xlsx_path}: changed since {path.name} was signed (its SHA-256 is not the one "
+                          f"recorded there)")
+    if placed:
+        found.problems += [f"{xlsx_path}: {p}" for p in xlsx_changes(data, document)]
+
+
+def _expected(name: str, columns: tuple[str, ...], row: list[str]) -> list[str]:
+    """A sheet's row as it reads back: the Attestation sheet types its third cell from the second, the others
+    each cell by its column's name (times to the millisecond Excel keeps)."""
+    if name == "Attestation":
+        return [row[0], row[1], shown(row[0], row[1]) if row[0] in TYPED_HEADER else ""]
+    return [shown(c, text) for c, text in zip(columns, row)]
+
+
+def xlsx_changes(data: bytes, document: dict[str, Any]) -> list[str]:
+    """Where an attestation's XLSX no longer says what the attestation says: sheets, rows and cells."""
+    try:
+        wb = load_workbook(io.BytesIO(data), read_only=True)
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
+        return [f"no longer a readable XLSX ({exc})"]
+    out = []
+    expected = sheets(document)
+    if wb.sheetnames != list(expected):
+        out.append(f"the sheets are {', '.join(wb.sheetnames)}; the attestation wrote {', '.join(expected)}")
+    for name, (columns, rows) in expected.items():
+        if name not in wb.sheetnames:
+            continue
+        got = [_texts(cells, columns) for cells in wb[name].iter_rows()]
+        want = [list(columns), *(_expected(name, columns, row) for row in rows)]
+        if len(got) != len(want):
+            out.append(f"sheet {name}: {len(got) - 1} rows, the attestation gives {len(want) - 1}")
+        for n, (g, w) in enumerate(zip(got, want), start=1):
+            w = w + [""] * (len(g) - len(w))
+            out += [f"sheet {name}, row {n}, column {columns[j] if j < len(columns) else j + 1}: says {a!r}, the "
+                    f"attestation gives {b!r}" for j, (a, b) in enumerate(zip(g, w)) if a != b]
+    wb.close()
+    return out or ["every cell still says what the attestation says: the file's other bytes were changed"]
 
 
 def check(path: Path, key: Ed25519PublicKey, *, previous: Path | None = None, chain: bool = True) -> Checked:

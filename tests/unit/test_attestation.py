@@ -4,6 +4,7 @@ of the attestation or of the one before it in its chain, or another key, exits 5
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import os
 import re
@@ -160,12 +161,20 @@ def test_the_xlsx_holds_the_same_content_typed(shop: Path) -> None:
     assert ["kafka", "shop.events/1", 200, 201, 2] in rows["Coverage"]
     # the XLSX is covered by the signature through the SHA-256 its JSON records
     book.close()
-    data = bytearray(path.with_suffix(".xlsx").read_bytes())
-    data[len(data) // 2] ^= 0x01
-    path.with_suffix(".xlsx").write_bytes(bytes(data))
-    found = check(path, attestation_keys.public_key((shop.parent / "keys/attest.pub").read_bytes()))
-    assert found.problems == [f"{path.with_suffix('.xlsx')}: changed since {path.name} was signed (its SHA-256 is "
-                              f"not the one recorded there)"]
+    key = attestation_keys.public_key((shop.parent / "keys/attest.pub").read_bytes())
+    xlsx_path = path.with_suffix(".xlsx")
+    changed = f"{xlsx_path}: changed since {path.name} was signed (its SHA-256 is not the one recorded there)"
+    original = xlsx_path.read_bytes()
+    xlsx_path.write_bytes(flipped(original, len(original) // 2))
+    assert check(path, key).problems[0] == changed
+    # a figure changed in Excel is placed
+    book = load_workbook(io.BytesIO(original))
+    book["Trades"]["B3"] = 0
+    book["Findings"]["E2"] = "resolved"
+    book.save(xlsx_path)
+    assert check(path, key).problems == [
+        changed, f"{xlsx_path}: sheet Trades, row 3, column trades: says '0', the attestation gives '2'",
+        f"{xlsx_path}: sheet Findings, row 2, column status: says 'resolved', the attestation gives 'open'"]
 
 
 @SQLITE_ONLY
