@@ -299,6 +299,17 @@ def test_attest_refuses_an_overlapping_period_and_a_changed_previous(shop: Path,
     assert "does not verify, so nothing is chained to it" in capsys.readouterr().err
     assert len(made(shop)) == 1
     assert attest(shop, UNTIL, SINCE) == cli.EXIT_CONFIG
+    capsys.readouterr()
+    # without a directory an attestation needs --out; without [attest] there is no key to sign with
+    text = shop.read_text()
+    shop.write_text(text.replace('directory = "attestations"\n', ""))
+    assert attest(shop) == cli.EXIT_CONFIG
+    assert "give --out FILE, or [attest] directory" in capsys.readouterr().err
+    assert attest(shop, SINCE, UNTIL, "--out", str(shop.parent / "elsewhere/day.json")) == cli.EXIT_OK
+    assert (shop.parent / "elsewhere/day.xlsx").is_file()
+    shop.write_text(text[:text.index("[attest]")])
+    assert attest(shop, SINCE, UNTIL, "--out", str(shop.parent / "day.json")) == cli.EXIT_CONFIG
+    assert "config error: attest: missing" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- keys and config
