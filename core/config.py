@@ -184,6 +184,28 @@ class ExportConfig:
 
 
 @dataclass(frozen=True)
+class AttestConfig:
+    """`[attest]`: the Ed25519 private key period attestations are signed with (a PEM file, `key_file`, or its text
+    in `key_env`: a secret), and the folder they are kept in, where the next one finds the one it chains to."""
+
+    key: Secret
+    directory: str | None = None
+
+    @property
+    def key_name(self) -> str:
+        """The dotted key the private key was given by, for errors: attest.key_file or attest.key_env."""
+        return f"{self.key.key}_{'file' if self.key.file else 'env'}"
+
+    def private_pem(self) -> bytes:
+        """The private key's PEM text (read when an attestation is signed, never logged)."""
+        value = self.key.value()
+        if not value:
+            raise ConfigError(f"{self.key_name}: the key is empty; make a key pair with `oncewatch attest-key --out "
+                              f"DIR` and name its private key file in {self.key.key}_file")
+        return value.encode()
+
+
+@dataclass(frozen=True)
 class SloConfig:
     """`[slo]`: the exactly-once objective (issue 45): the share of the money paid (in the unit the payments'
     amounts are in, after amount_scale) that is verified within `within_seconds` of its commit. `unit` is how
@@ -209,9 +231,10 @@ class Config:
     cdc: CdcConfig | None = None  # None: the binlog is the change source
     group: GroupConfig | None = None  # None: one instance judges everything
     slo: SloConfig = SloConfig()
-    # The config hash on exports and in `oncewatch check-config`: SHA-256 of the file's content as parsed (canonical JSON: sorted keys, no spaces): the same
-    # settings give the same hash whatever path, layout or comments the file has. The file holds
-    # no secret (only where each comes from), so nothing needs masking first.
+    attest: AttestConfig | None = None  # None: no period attestations are signed
+    # The config hash on exports and in `oncewatch check-config`: SHA-256 of the file's content as parsed (canonical
+    # JSON: sorted keys, no spaces): the same settings give the same hash whatever path, layout or comments the file
+    # has. The file holds no secret (only where each comes from), so nothing needs masking first.
     content_sha256: str = ""
 
 
@@ -399,6 +422,20 @@ def _export(s: Section, base: Path) -> ExportConfig:
     return cfg
 
 
+def _attest(s: Section, base: Path) -> AttestConfig:
+    key = read_secret(s, base, "key")
+    directory = s.opt_str("directory")
+    s.done()
+    if not key.given:
+        raise ConfigError(f"{s.key('key_file')}: missing: attestations are signed with an Ed25519 private key; make a "
+                          f"pair with `oncewatch attest-key --out DIR` and give key_file = \"DIR/attest.key\"")
+    if directory is not None and not directory:
+        raise ConfigError(f"{s.key('directory')}: expected a folder's path, got an empty string")
+    if directory is not None and not Path(directory).is_absolute():
+        directory = str((base / directory).resolve())
+    return AttestConfig(key=key, directory=directory)
+
+
 def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = None) -> Config:
     base = base or Path.cwd()
     root = Section(data, "")
@@ -424,11 +461,12 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     rules = parse_rules(root.section("rules"))
     group = _group(root.section("group"), cdc, postgres, domain) if "group" in data else None
     slo = _slo(root.section("slo"))
+    attest = _attest(root.section("attest"), base) if "attest" in data else None
     root.done()
     return Config(source=source, mysql=mysql, kafka=kafka,
                   store=StoreConfig(store_path, memory_entries, retention_hours, postgres), metrics=metrics,
                   domain=domain,
-                  announce=announce, rules=rules, export=export, cdc=cdc, group=group, slo=slo,
+                  announce=announce, rules=rules, export=export, cdc=cdc, group=group, slo=slo, attest=attest,
                   content_sha256=content_sha256(data))
 
 
@@ -515,5 +553,5 @@ def describe(cfg: Any) -> Any:
     return cfg
 
 
-__all__ = ["Config", "ConfigError", "MySQLConfig", "KafkaConfig", "TopicConfig", "ExportConfig", "StoreConfig",
-           "MetricsConfig", "load", "parse", "describe"]
+__all__ = ["AttestConfig", "Config", "ConfigError", "MySQLConfig", "KafkaConfig", "TopicConfig", "ExportConfig",
+           "StoreConfig", "MetricsConfig", "load", "parse", "describe"]

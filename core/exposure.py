@@ -66,7 +66,10 @@ def of_config(cfg: Config) -> list[Exposure]:
     found = [listener(cfg.metrics.host, "/metrics", "set [metrics] host = \"127.0.0.1\" unless Prometheus "
                       "scrapes from another machine, and then firewall the port")
              if cfg.metrics.port else None]
-    for key, secret in (("mysql.password_file", cfg.mysql.password), ("export.mask_key_file", cfg.export.mask_key)):
+    secrets = [("mysql.password_file", cfg.mysql.password), ("export.mask_key_file", cfg.export.mask_key)]
+    if cfg.attest is not None:
+        secrets.append(("attest.key_file", cfg.attest.key))
+    for key, secret in secrets:
         if secret.file:
             found.append(secret_file(secret.file, key))
     return [e for e in found if e]

@@ -133,11 +133,13 @@ HISTORY_COLUMNS = HistoryEntry._fields  # XLSX sheet "History"
 SUMMARY_COLUMNS = ("rule", "name", "findings", "standing", "amount_involved")  # XLSX sheet "Summary"
 FINDINGS_COLUMNS = (*FINDING_FIELDS, "evidence_items")  # XLSX sheet "Findings"
 SHEETS = ("Report", "Summary", "Findings", "Evidence", "History")
-# How typed sheets write a column, by name: times as dates, amounts as numbers, counts as integers.
+# How typed sheets write a column, by name: times as dates, amounts as numbers, counts as integers (the names of
+# the period attestations' sheets too: dashboards.attestation).
 TIME_FIELDS = frozenset({"first_seen", "last_seen", "resolved_at", "evidence_time", "at", "generated_at", "since",
-                         "until"})
-AMOUNT_FIELDS = frozenset({"amount_involved", "evidence_amount"})
-COUNT_FIELDS = frozenset({"findings", "standing", "evidence_items", "evidence_rows"})
+                         "until", "committed_at", "reached_at", "verified_at", "closed_at"})
+AMOUNT_FIELDS = frozenset({"amount_involved", "evidence_amount", "amount"})
+COUNT_FIELDS = frozenset({"findings", "standing", "evidence_items", "evidence_rows", "sequence", "trades", "unpriced",
+                          "records", "first", "last", "read_to"})
 HEADER_FIELDS = ("report", "generated_at", "since", "until", "rule", "status", "mask", "masked_fields",
                  "binlog_position", "kafka_positions", "config_sha256", "findings", "evidence_rows", "columns_sha256",
                  "data_sha256", "fields_sha256", "report_sha256")  # in this order (module docstring)

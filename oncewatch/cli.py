@@ -8,7 +8,8 @@ including a `--since`/`--until` that is not ISO-8601, an `--out` that names the 
 existing file without `--force`, and a store.path that is no store the command can use (none yet
 for `findings` and `export`, an empty or foreign file, a store another monitor holds);
 3 a source refused us or lost data we need (purged binlog, access denied); 4 the disk holding the
-store is full (said at every start until there is room).
+store is full (said at every start until there is room); 5 `verify` found a report or an attestation changed
+(or `attest` was to chain to one that does not verify).
 """
 
 from __future__ import annotations
@@ -175,9 +176,20 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    """Recompute a report's two hashes: exit 0 when both match, EXIT_TAMPERED (each difference said) when not."""
+    """Recompute a report's two hashes, or check an attestation's hashes, signature and chain with --public-key:
+    exit 0 when everything matches, EXIT_TAMPERED (each difference said) when not."""
     from oncewatch.dashboards.report_check import FORMATS, ReportError, check
 
+    if args.public_key is not None and not _starts(args.report, (b"# report: oncewatch-report/", b'{\n  "header"')):
+        return _verify_attestation(args)
+    if args.previous is not None:
+        print("oncewatch verify: --previous is for an attestation, which is checked with --public-key FILE",
+              file=sys.stderr)
+        return EXIT_CONFIG
+    if _is_attestation(args.report):
+        print(f"oncewatch verify: {args.report} is an attestation: check it with the public key of the key that "
+              f"signed it, --public-key FILE", file=sys.stderr)
+        return EXIT_CONFIG
     fmt = args.format or Path(args.report).suffix.lstrip(".").lower()
     if fmt not in FORMATS:
         print(f"oncewatch verify: cannot tell the format of {args.report}: give --format {'|'.join(FORMATS)}",
@@ -198,6 +210,106 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if not problems:
         print(f"{args.report}: data_sha256 and report_sha256 match")
     return EXIT_TAMPERED if problems else EXIT_OK
+
+
+def _starts(path: str, beginnings: tuple[bytes, ...]) -> bool:
+    """Whether a file begins with one of `beginnings` (False when it cannot be read: its command says why)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(64).startswith(beginnings)
+    except OSError:
+        return False
+
+
+def _is_attestation(path: str) -> bool:
+    """Whether a file begins as `oncewatch attest` writes one (its XLSX: whether its JSON does)."""
+    from oncewatch.dashboards.attestation import VERSION
+
+    json_path = str(Path(path).with_suffix(".json")) if path.endswith(".xlsx") else path
+    return _starts(json_path, (b'{\n  "attestation": "' + VERSION.encode(),))
+
+
+def _verify_attestation(args: argparse.Namespace) -> int:
+    """`verify --public-key`: the attestation's hashes, signature, XLSX and chain (dashboards.attestation_check)."""
+    from oncewatch.dashboards.attestation_keys import key_id, public_key
+    from oncewatch.dashboards.attestation_check import check
+
+    try:
+        key = public_key(Path(args.public_key).read_bytes())
+    except OSError as exc:
+        print(f"oncewatch verify: cannot read --public-key {args.public_key} ({exc.strerror})", file=sys.stderr)
+        return EXIT_CONFIG
+    except ValueError as exc:
+        print(f"oncewatch verify: --public-key {args.public_key}: not an Ed25519 public key in PEM ({exc}); "
+              f"`oncewatch attest-key --config FILE` prints the one to give", file=sys.stderr)
+        return EXIT_CONFIG
+    path = Path(args.report)
+    if path.suffix.lower() == ".xlsx":  # covered by its JSON, which records its SHA-256
+        path = path.with_suffix(".json")
+        print(f"oncewatch verify: an attestation's XLSX is checked through its JSON: checking {path}", file=sys.stderr)
+    for given in (path, args.previous):
+        if given is not None and not Path(given).is_file():
+            print(f"oncewatch verify: no such file {given}", file=sys.stderr)
+            return EXIT_CONFIG
+    found = check(path, key, previous=Path(args.previous) if args.previous else None)
+    for problem in found.problems:
+        print(f"oncewatch verify: {problem}", file=sys.stderr)
+    for note in found.notes:
+        print(f"oncewatch verify: note: {note}", file=sys.stderr)
+    if not found.problems:
+        print(f"{path}: signature (key public_key_sha256 {key_id(key)}), hashes and chain verify "
+              f"({', '.join(p.name for p in found.checked)})")
+    return EXIT_TAMPERED if found.problems else EXIT_OK
+
+
+def cmd_attest(args: argparse.Namespace) -> int:
+    """Write a signed period attestation (dashboards.attestation) and its XLSX."""
+    from oncewatch.dashboards.attestation import AttestError, ChainBrokenError, make
+
+    cfg = load(args.config)
+    out = Path(args.out) if args.out else None
+    if out is not None and is_store_file(str(out), cfg.store.target):
+        raise OutRefusedError(f"--out {out} is the store's own file ({cfg.store.path}): give another --out path")
+    try:
+        made = make(cfg, args.since, args.until, out=out, previous=Path(args.previous) if args.previous else None,
+                    force=args.force)
+    except ChainBrokenError as exc:
+        print(f"oncewatch attest: {exc}", file=sys.stderr)
+        return EXIT_TAMPERED
+    except (AttestError, FileExistsError) as exc:
+        print(f"oncewatch attest: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    trades = made.document["trades"]
+    print(f"oncewatch: wrote {made.path} (sequence {made.document['sequence']}; trades verified "
+          f"{trades['verified']['trades']}, violated {trades['violated']['trades']}, pending "
+          f"{trades['pending']['trades']}; {len(made.document['findings'])} finding(s)) and {made.xlsx_path}",
+          file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_attest_key(args: argparse.Namespace) -> int:
+    """Make an Ed25519 key pair for [attest] (--out DIR), or print the public key of the config's (--config)."""
+    from oncewatch.dashboards.attestation_keys import key_id, new_key_pair, public_key, public_pem, signing_key
+
+    if args.config is not None:
+        public = signing_key(load(args.config)).public_key()
+        sys.stdout.buffer.write(public_pem(public))
+        print(f"oncewatch: public_key_sha256 {key_id(public)}", file=sys.stderr)
+        return EXIT_OK
+    folder = Path(args.out)
+    folder.mkdir(parents=True, exist_ok=True)
+    private, public = new_key_pair()
+    secret, shared = folder / "attest.key", folder / "attest.pub"
+    for path in (secret, shared):
+        _refuse_existing(str(path), args.force)
+    with os.fdopen(os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+        os.fchmod(f.fileno(), 0o600)  # a file written over keeps its mode otherwise
+        f.write(private)
+    shared.write_bytes(public)
+    print(f"oncewatch: wrote {secret} (the private key, mode 600: name it in [attest] key_file and keep it there) "
+          f"and {shared} (the public key, for auditors: `oncewatch verify FILE --public-key {shared.name}`; "
+          f"public_key_sha256 {key_id(public_key(public))})", file=sys.stderr)
+    return EXIT_OK
 
 
 def _refuse_existing(out: str, force: bool) -> None:
@@ -367,7 +479,27 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="recompute a report's data and header hashes (exit 0: unchanged, 5: changed)")
     v.add_argument("report", metavar="REPORT")
     v.add_argument("--format", choices=("csv", "json", "xlsx"), help="when the file name does not end in it")
+    v.add_argument("--public-key", metavar="PUB", help="an attestation: the signer's public key (attest-key writes it)")
+    v.add_argument("--previous", metavar="FILE", help="an attestation: the one before it in the chain (default: the "
+                                                      "file it names, in its folder)")
     v.set_defaults(func=cmd_verify)
+    t = sub.add_parser("attest", help="write a signed, chained attestation of a period's trades and findings")
+    t.add_argument("--config", required=True)
+    t.add_argument("--since", type=_timestamp, required=True, metavar="T", help="the period's start (ISO-8601)")
+    t.add_argument("--until", type=_timestamp, required=True, metavar="T", help="the period's end, exclusive")
+    t.add_argument("--out", metavar="FILE", help="the JSON's path, its XLSX beside it (default: a new file in "
+                                                 "[attest] directory)")
+    t.add_argument("--previous", metavar="FILE", help="the attestation it chains to (default: the newest in "
+                                                      "[attest] directory; none: the first of a chain)")
+    _force_arg(t)
+    t.set_defaults(func=cmd_attest)
+    k = sub.add_parser("attest-key", help="make the Ed25519 key pair attestations are signed with, or print the "
+                                          "public key of the config's")
+    which = k.add_mutually_exclusive_group(required=True)
+    which.add_argument("--out", metavar="DIR", help="write DIR/attest.key (private, mode 600) and DIR/attest.pub")
+    which.add_argument("--config", help="print the public key of [attest] key_file")
+    _force_arg(k)
+    k.set_defaults(func=cmd_attest_key)
     a = sub.add_parser("ack", help="acknowledge open findings: their alert ends while someone handles them")
     _review_args(a)
     a.set_defaults(func=cmd_ack)

@@ -5,6 +5,7 @@ or plain data; a page load costs a few indexed SQLite reads whatever the size of
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -295,3 +296,27 @@ def timeline(store: Store, value: str) -> Timeline:
     announced = {(table, key) for table, key in (e.split(":", 2)[1:] for e in filed if e.startswith("key:"))}
     found = findings_naming(store, {bare} | {t.split(":", 1)[1] for t in trades}, announced)
     return Timeline(value, keys, rows, events, found, truncated)
+
+
+def transactions_committed(store: Store, since: float, until: float) -> Iterator[str]:
+    """The transaction ids (GTIDs, where the server has them) of the row changes the store keeps that were committed
+    during [since, until), in the order they were read (a bootstrap's snapshot rows left out): what a period
+    attestation says of the binlog it covers."""
+    for (txid,) in store.conn.execute(
+            "SELECT txid FROM row_changes WHERE snapshot = 0 AND commit_time >= ? AND commit_time < ? "
+            "GROUP BY txid ORDER BY MIN(seq)", (since, until)):
+        yield txid
+
+
+def event_offsets(store: Store, since: float, until: float) -> list[tuple[str, int, int, int, int]]:
+    """(topic, partition, first offset, last offset, records) of the events the store keeps whose Kafka timestamp
+    falls in [since, until), by topic and partition."""
+    return [tuple(r) for r in store.conn.execute(
+        'SELECT topic, partition, MIN("offset"), MAX("offset"), COUNT(*) FROM events '
+        "WHERE timestamp_ms >= ? AND timestamp_ms < ? GROUP BY topic, partition ORDER BY topic, partition",
+        (math.ceil(since * 1000), math.ceil(until * 1000)))]  # whole milliseconds: ceil keeps both bounds exact
+
+
+def oldest_kept(store: Store) -> float | None:
+    """The commit time of the oldest row change the store still keeps (retention prunes older ones)."""
+    return store.conn.execute("SELECT MIN(commit_time) FROM row_changes WHERE snapshot = 0").fetchone()[0]

@@ -1,4 +1,5 @@
-"""Reports: the auditor's exports (the same files as `oncewatch export`) as download buttons.
+"""Reports: the auditor's exports (the same files as `oncewatch export`) as download buttons, and the period
+attestations of [attest] (the same files as `oncewatch attest`): made here, listed with whether each verifies.
 
 A report is only built when its button is clicked (deferred download), so the page stays quick
 however many findings the store holds.
@@ -8,12 +9,14 @@ from __future__ import annotations
 
 import datetime as dt
 from functools import partial
+from pathlib import Path
 
 import streamlit as st
 
 from oncewatch.core import names
-from oncewatch.dashboards import reports, ui, views
-from oncewatch.store import queries
+from oncewatch.core.config import ConfigError
+from oncewatch.dashboards import attestation, attestation_check, attestation_keys, reports, ui, views
+from oncewatch.store import StoreError, queries
 
 FORMATS = {"csv": "text/csv", "json": "application/json",
            "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"}
@@ -51,3 +54,52 @@ for col, (fmt, mime) in zip(st.columns(len(FORMATS)), FORMATS.items()):
         f"Download {fmt.upper()}", icon=":material/download:", mime=mime, on_click="ignore",
         file_name=f"oncewatch-{rule or 'all'}-{stamp}.{fmt}",
         data=partial(reports.report, cfg, fmt, rule=rule, status=status, since=since, until=until, mask=mask))
+
+# ---------------------------------------------------------------- attestations (issue 45)
+
+st.subheader("Attestations")
+if cfg.attest is None or cfg.attest.directory is None:
+    st.info("A period attestation is a signed, chained statement of a period's trades verified, violated and pending "
+            "and of its findings, which an auditor checks with the public key alone. Give the config an [attest] "
+            "table with key_file (make one with `oncewatch attest-key --out DIR`) and directory (where they are "
+            "kept) to make and list them here.")
+    st.stop()
+try:
+    key = attestation_keys.signing_key(cfg)
+except ConfigError as exc:
+    st.error(f"The attestation key cannot be used: {exc}")
+    st.stop()
+folder = Path(cfg.attest.directory)
+chain = attestation.listing(folder)
+cols = st.columns([2, 2, 1])
+if chain:
+    since = dt.datetime.fromisoformat(chain[-1].until.replace("Z", "+00:00"))
+    cols[0].text_input("From (UTC): where the chain ends", value=chain[-1].until, disabled=True)
+else:
+    since = ui.day_start(cols[0].date_input("From (UTC)", value=None, key="attest_since"))
+until = ui.day_start(cols[1].date_input("Until the end of (UTC)", value=None, key="attest_until"), plus_days=1)
+if cols[2].button("Make attestation", icon=":material/verified:", disabled=since is None or until is None):
+    try:
+        made = attestation.make(cfg, since, until)
+    except (attestation.AttestError, FileExistsError, StoreError) as exc:
+        st.error(f"No attestation was made: {exc}")
+    else:
+        st.success(f"Made {made.path.name} (sequence {made.document['sequence']}) and its XLSX.")
+rows = attestation_check.chain_rows(folder, key.public_key())
+st.caption(f"Kept in {folder}, newest first; each checked here with the public key of [attest]. An auditor checks "
+           f"one (and the chain before it) with `oncewatch verify FILE --public-key attest.pub` on any machine.")
+if not rows:
+    st.info("No attestation yet.")
+    st.stop()
+st.dataframe(rows, hide_index=True)
+picked = st.selectbox("Attestation", [r["file"] for r in rows])
+cols = st.columns(3)
+cols[0].download_button("Download JSON", data=(folder / picked).read_bytes(), file_name=picked,
+                        mime=FORMATS["json"], icon=":material/download:", on_click="ignore")
+xlsx = (folder / picked).with_suffix(".xlsx")
+if xlsx.is_file():
+    cols[1].download_button("Download XLSX", data=xlsx.read_bytes(), file_name=xlsx.name, mime=FORMATS["xlsx"],
+                            icon=":material/download:", on_click="ignore")
+cols[2].download_button("Download public key", data=attestation_keys.public_pem(key.public_key()),
+                        file_name="attest.pub", mime="application/x-pem-file", icon=":material/key:",
+                        on_click="ignore")

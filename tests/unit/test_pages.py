@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
 from devservices import scenario
+from oncewatch import cli
 from oncewatch.core import names
 from oncewatch.core.records import Evidence, Finding, QuarantinedRows
 from oncewatch.dashboards import auth, login_limits, report_check, reports, views
@@ -370,6 +372,42 @@ def test_report_bytes_are_the_verifiable_export(env: Path) -> None:
         data = reports.report(cfg, fmt, rule="F1")
         assert report_check.verify(data, fmt)
     assert b"# findings: 1" in reports.report(cfg, "csv", rule="F1")
+
+
+@SQLITE_ONLY
+def test_reports_make_and_list_attestations(env: Path) -> None:
+    """Issue 45, item 5: with [attest] the page makes an attestation, lists it, and says when one was changed."""
+    at = run("reports")
+    assert "Give the config an [attest] table" in at.info[-1].value
+    assert cli.main(["attest-key", "--out", str(env.parent / "keys")]) == cli.EXIT_OK
+    env.write_text(env.read_text() + '\n[attest]\nkey_file = "keys/attest.key"\ndirectory = "attestations"\n')
+    at = run("reports")
+    assert at.info[-1].value == "No attestation yet."
+    today = dt.datetime.now(dt.timezone.utc).date()
+    at.date_input(key="attest_since").set_value(today - dt.timedelta(days=1))
+    at.date_input(key="attest_until").set_value(today).run()
+    next(b for b in at.button if b.label == "Make attestation").click().run()
+    assert not at.exception, at.exception
+    [path] = (env.parent / "attestations").glob("*.json")
+    assert at.success[0].value == f"Made {path.name} (sequence 1) and its XLSX."
+    table = at.dataframe[0].value
+    assert list(table["file"]) == [path.name] and list(table["verifies"]) == ["yes"]
+    assert list(table["findings"]) == [7] and list(table["verified"]) == [4]  # the scenario's T1002-T1005
+    assert [b.label for b in at.get("download_button")][-3:] == ["Download JSON", "Download XLSX",
+                                                                 "Download public key"]
+    # the next one continues the chain where it ends; a changed file is said changed
+    at.run()
+    assert at.text_input[0].label == "From (UTC): where the chain ends"
+    assert at.text_input[0].value == json.loads(path.read_bytes())["until"]
+    at.date_input(key="attest_until").set_value(today + dt.timedelta(days=1)).run()
+    next(b for b in at.button if b.label == "Make attestation").click().run()
+    path.write_bytes(path.read_bytes().replace(b'"sequence": 1', b'"sequence": 2'))
+    at = run("reports")
+    table = at.dataframe[0].value
+    assert list(table["sequence"]) == [2, 2] and table["verifies"][0] == "yes"
+    assert table["verifies"][1].startswith(f"NO: not the attestation {table['file'][0]} chains to: its SHA-256 is not "
+                                           f"the one recorded in {table['file'][0]}")
+    assert "field sequence: changed" in table["verifies"][1]
 
 
 def test_reports_need_the_config(env: Path, scenario_store: StoreTarget, monkeypatch: pytest.MonkeyPatch) -> None:
