@@ -24,14 +24,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 INTEGRATION = "tests/integration"
 # The tests that restart, kill or pause a server of their stack (or the connector), in two lanes: the short chaos
-# soak and the groups' tests, and the others. The third lane also takes the secured connections', the report money
-# and the scoring tests, which restart nothing, so that the three lanes take about as long (some 13 to 14 minutes
-# each on two cores, with the unit tests beside them).
+# soak and the groups' tests, and the others. The third lane also takes the secured connections', the report money,
+# the scoring, the CDC pipeline's and the live clock's tests, which restart nothing, so that the three lanes take
+# about as long (some 12 to 13 minutes each on two cores, with the unit tests beside them).
 RESTARTING = ("test_under_fire.py", "test_broker_kill.py", "test_monitor_kill.py", "test_kafka_restart.py",
               "test_binlog_collector.py", "test_cdc_clock.py", "test_cdc_replay.py", "test_cdc_snapshot_kill.py",
               "test_cdc_rebalance.py")
 CHAOS = ("test_chaos.py", "test_group.py", "test_group_start.py", "test_kafka_security.py", "test_mysql_tls.py",
-         "test_postgres_tls.py", "test_report_money.py", "test_scoring.py")
+         "test_postgres_tls.py", "test_report_money.py", "test_scoring.py", "test_cdc_pipeline.py",
+         "test_live_clock.py")
 
 
 @dataclass(frozen=True)
