@@ -347,8 +347,8 @@ class Engine:
 
     # ------------------------------------------------------------ output
 
-    def undecided(self) -> tuple[int, float | None]:
-        (n, due), (skews, held_at) = self.memory.undecided(), self.offsets.undecided()
+    def undecided(self, change_clock_moves: bool = True) -> tuple[int, float | None]:
+        (n, due), (skews, held_at) = self.memory.undecided(change_clock_moves), self.offsets.undecided()
         return n + skews, min((t for t in (due, held_at) if t is not None), default=None)
 
     def drain(self) -> list[Finding]:

@@ -368,12 +368,15 @@ class Memory:
         self.saved[f"{name}.overdue"] = (deadlines.overdue, _same, _same)
         return deadlines
 
-    def undecided(self) -> tuple[int, float | None]:
+    def undecided(self, change_clock_moves: bool = True) -> tuple[int, float | None]:
         """(keys whose items wait for their verdict on the binlog or the Kafka clock, when the first comes due).
         Items on the CDC clock are left out: it moves only with what the CDC topics deliver, so a stopped
-        pipeline's rows wait for as long as it stays stopped (checks.pipeline), which no one can wait out."""
+        pipeline's rows wait for as long as it stays stopped (checks.pipeline), which no one can wait out. So are
+        those on the binlog clock when `change_clock_moves` is False: a change source without heartbeats (Canal)
+        moves it only with the commits it delivers, and a quiet shop's last ones wait for the next."""
+        frozen = (CDC,) if change_clock_moves else (CDC, BINLOG)
         waiting = [space for space, clock in self.spaces.values()
-                   if isinstance(space, Deadlines) and clock != CDC and space.fresh.items]
+                   if isinstance(space, Deadlines) and clock not in frozen and space.fresh.items]
         return sum(len(space.fresh.items) for space in waiting), min((s.next_due() for s in waiting), default=None)
 
     def counters(self, name: str, initial: dict[str, Any]) -> dict[str, Any]:

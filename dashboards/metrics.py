@@ -289,7 +289,7 @@ def _engine(stats: dict[str, Any], counts: list[tuple[str, str, str, int]]) -> I
 def _verdicts(totals: dict[str, Any], pending: int, monitor: dict[str, Any]) -> Iterator[Metric]:
     """The verdict per trade (issue 45) from the store's running totals, which carry on across a restart; and the
     objective the burn-rate alerts compare with (the monitor's [slo])."""
-    verified = _counter("trades_verified", "Successful payments (trade_nos) verified exactly once: one success for "
+    verified = _counter("trades_verified", "Successful payments (trades) verified exactly once: one success for "
                         "their order, each effect once, every change announced, no finding, within the graces.")
     verified.add_metric([], totals["verified"])
     violated = _counter("trades_violated", "Successful payments a finding touched, by the first rule that did (a "

@@ -124,6 +124,9 @@ class Monitor:
         self.queue = Inbox(QUEUE_RECORDS)
         self._stop = threading.Event()
         self._waited = False  # --until-idle has said it waits for verdicts
+        # A change source without heartbeats (Canal) moves the change clock only with the commits it delivers: what
+        # waits on that clock once the shop is quiet is given with its next commit, and --until-idle cannot wait it out
+        self._change_clock_moves = cfg.cdc is None or cfg.cdc.mode != "source" or bool(cfg.cdc.heartbeat_topic)
         self.readers: dict[str, Reader] = {}
         self.health = Health(self.store, self.readers, self.progress, self.engine.stats, cfg.rules, self.engine.shape,
                              outages or Outages(), self.engine.reads(), cfg.slo)
@@ -262,7 +265,7 @@ class Monitor:
 
     def _verdict_due(self, now: float) -> bool:
         """A verdict of the engine's timer comes due by `now` (an order's stuck time, an event's grace)."""
-        due = self.engine.undecided()[1]
+        due = self.engine.undecided(self._change_clock_moves)[1]
         return due is not None and due <= now
 
     def _tail_after_bootstrap(self) -> None:
@@ -284,12 +287,16 @@ class Monitor:
         if not (now - p.last_change_at >= seconds and self.queue.empty() and p.binlog_caught_up
                 and p.kafka_caught_up and all(r.running for r in self.readers.values())):
             return False
-        undecided, due = self.engine.undecided()
+        undecided, due = self.engine.undecided(self._change_clock_moves)
         if undecided and not self._waited:
             self._waited = True
             log.info("idle, but facts read still wait for their verdicts: running on until they are given",
                      extra={"event": "idle_awaiting_verdicts", "undecided": undecided,
                             "next_due_in_seconds": round(max(0.0, due - now), 1) if due is not None else None})
+        if not undecided and not self._change_clock_moves and (left := self.engine.undecided()[0]):
+            log.warning("idle with facts whose verdicts wait on the change clock, which a change source without "
+                        "heartbeats moves only with its next commit: they are left undecided",
+                        extra={"event": "idle_change_clock_still", "undecided": left})
         return not undecided
 
 

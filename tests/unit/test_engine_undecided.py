@@ -35,3 +35,14 @@ def test_a_skew_seen_waits_until_it_has_held():
     assert engine.drain() == [] and engine.undecided() == (1, 70)
     engine.on_offsets(snapshot(70, [0, 0, 20, None]))
     assert rules_of(engine.drain()) == ["F12"] and engine.undecided() == (0, None)
+
+
+def test_with_a_change_clock_that_only_commits_move_what_waits_on_it_is_not_waited_for():
+    """Seen: a Canal source monitor (no heartbeats) run --until-idle never ended once its last trades waited for
+    their verdicts on the change clock (300 s, test_canal_replay); an event awaited on the Kafka clock still is."""
+    shop, engine = Shop(), Engine(shop_settings())
+    push(engine, shop.tx(T, order("O1", "pending")))
+    assert engine.undecided() == (1, T + 900)
+    assert engine.undecided(change_clock_moves=False) == (0, None)
+    push(engine, shop.event("order.paid", T, order_no="O2", amount="10.00", status="paid"))
+    assert engine.undecided(change_clock_moves=False) == (1, T + 30)
