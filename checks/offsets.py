@@ -65,12 +65,14 @@ class OffsetChecks:
                           f"consumer group {name} is {lag} records behind (threshold {self.drift})", at, evidence,
                           f"lag down to {lag}")
             for topic, skew in sorted(group.skew_by_topic().items()):
-                if skew.stddev > self.skew and skew.relative > self.relative:
-                    held = at - self.skewed_since.setdefault((name, topic), at) >= self.hold
-                else:
+                skewed = skew.stddev > self.skew and skew.relative > self.relative
+                if not skewed:
                     self.skewed_since.pop((name, topic), None)
-                    held = False
-                self._reading("F12", (name, topic), held,
+                elif at - self.skewed_since.setdefault((name, topic), at) < self.hold:
+                    # skewed, but not yet for the hold in this process: a finding still open stays open (a restart,
+                    # or a group member taking the readings over, once resolved it as if the skew had gone)
+                    continue
+                self._reading("F12", (name, topic), skewed,
                               {"group": name, "topic": topic, "stddev": round(skew.stddev, 3),
                                "relative": round(skew.relative, 3)},
                               f"lag of {name} on {topic} is uneven across partitions: stddev {skew.stddev:.2f}, "

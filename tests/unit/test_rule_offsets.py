@@ -99,3 +99,19 @@ def test_a_uniform_stall_of_the_whole_group_is_f11_not_f12():
     assert engine.drain() == []
     engine.on_offsets(snapshot(130, [0, 1, 700]))
     assert [(f.rule, f.status) for f in engine.drain()] == [("F12", "open")]
+
+
+def test_an_open_skew_stays_open_across_a_restart_while_it_holds_again():
+    """Seen in the short chaos soak: a group member SIGKILLed took its skew readings anew, and its first reading,
+    still skewed but not yet held in the new process, resolved the group's open F12 ("stddev down to 9.43")."""
+    settings = shop_settings(partition_skew_threshold=3.0, partition_skew_seconds=30)
+    engine = Engine(settings)
+    engine.on_offsets(snapshot(10, [0, 0, 20, None]))
+    engine.on_offsets(snapshot(40, [0, 0, 20, None]))
+    assert [(f.rule, f.status) for f in engine.drain()] == [("F12", "open")]
+    again = Engine(settings)
+    again.restore(engine.state())
+    again.on_offsets(snapshot(50, [0, 0, 20, None]))
+    assert again.drain() == []  # neither resolved nor raised again until it has held once more
+    again.on_offsets(snapshot(60, [4, 5, 6, None]))
+    assert [(f.rule, f.status) for f in again.drain()] == [("F12", "resolved")]
