@@ -12,7 +12,9 @@ webhook receiver the demo runs on DEMO_WEBHOOK_PORT, and the demo prints a line 
 
 The monitor's config is examples/shop.toml written into the demo's folder with the dev stack's
 ports and DEMO_RULES: at a few orders per second the design's thresholds would take a quarter of
-an hour to show F3 and F11, and the demo shows every rule within its first few minutes.
+an hour to show F3 and F11, and the demo shows every rule within its first few minutes. It signs period
+attestations with a key pair of its own (`oncewatch attest-key`, made once in the demo's folder), so the Reports page
+makes and lists them.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.request
 from pathlib import Path
 
+import tomli_w
 from kafka import KafkaAdminClient
 
 from devservices import paging
@@ -110,6 +114,17 @@ def start_paging(metrics_host: str, metrics_port: int) -> tuple[Receiver, Path]:
     return receiver, target
 
 
+def with_attestations(config: Path, bin_dir: Path) -> None:
+    """The config's [attest]: the demo's own key pair (made once, kept in its folder) and folder of attestations."""
+    keys = config.parent / "keys"
+    if not (keys / "attest.key").exists():
+        subprocess.run([str(bin_dir / "oncewatch"), "attest-key", "--out", str(keys)], check=True,
+                       stderr=subprocess.DEVNULL)
+    data = tomllib.loads(config.read_text())
+    data["attest"] = {"key_file": str(keys / "attest.key"), "directory": str(config.parent / "attestations")}
+    config.write_text(tomli_w.dumps(data))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rate", type=float, default=3.0, help="new orders per second (default %(default)s)")
@@ -123,8 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     config = shop_config(work, metrics_port=args.metrics_port, rules=DEMO_RULES, topic=KafkaTarget().topic,
                          schema=MySQLTarget().database)
-    cfg = load(config)
     bin_dir = Path(sys.executable).parent
+    with_attestations(config, bin_dir)
+    cfg = load(config)
     procs: list[subprocess.Popen] = []
     stopping = False
     receiver, target = start_paging(cfg.metrics.host, cfg.metrics.port)
