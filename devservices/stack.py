@@ -203,6 +203,7 @@ def mariadb_config() -> str:
     d = mariadb_dir()
     return f"""[mariadbd]
 datadir={d / 'data'}
+tmpdir={d / 'tmp'}
 socket={mariadb_socket()}
 pid-file={d / 'mariadbd.server.pid'}
 port={MARIADB_PORT}
@@ -274,6 +275,9 @@ def mariadb_up() -> None:
     d = mariadb_dir()
     d.mkdir(parents=True, exist_ok=True)
     cnf = write_mariadb_config()
+    # a tmpdir of the stack's own: the stacks of `make test` initialise side by side, and a bootstrap in the shared
+    # /tmp once failed on "Error on delete of '/tmp/#sql-temptable-...'" (mariadb-install-db exit 1)
+    (d / "tmp").mkdir(parents=True, exist_ok=True)
     fresh = not (d / "data" / "mysql").exists()
     if fresh:
         log("initialising MariaDB data dir")
