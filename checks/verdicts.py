@@ -240,7 +240,8 @@ class Verdicts:
     def _emit(self, trade_no: str, item: dict[str, Any], verdict: str, rule: str | None,
               at: float | None) -> TradeVerdict:
         amount = None if item["a"] is None else Decimal(item["a"])
-        v = TradeVerdict(trade_no=trade_no, order_id=item["o"], amount=amount, verdict=verdict, rule=rule, committed_at=item["c"], reached_at=at,
+        v = TradeVerdict(trade_no=trade_no, order_id=item["o"], amount=amount, verdict=verdict, rule=rule,
+                         committed_at=item["c"], reached_at=at,
                          verified_at=at if verdict == VERDICT_VERIFIED else None)
         self.changed.append(v)
         return v

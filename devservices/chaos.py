@@ -24,20 +24,17 @@ import subprocess
 import tempfile
 import threading
 import time
-import tomllib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomli_w
-
 from devservices import kafka_connect, postgres, stack
 from devservices.group_runs import READINGS, Member, first_start, group_config, wait_judged_past
 from devservices.kafka_connect import CDC_SCHEMA
-from devservices.shop_monitor import (SHORT_RULES, comparable, findings, new_topic, oncewatch, shop_config,
-                                      shop_settings)
+from devservices.shop_monitor import (SHORT_RULES, comparable, edit_config, findings, new_topic, oncewatch,
+                                      shop_config, shop_settings)
 from oncewatch import shop
 from oncewatch.core.records import Finding
 from oncewatch.shop import GroundTruth
@@ -168,13 +165,6 @@ def plan(soak: Soak, rng: random.Random) -> list[tuple[float, str, float]]:
 
 # ---------------------------------------------------------------- the monitors of each mode
 
-def _edit(config: Path, change: Callable[[dict[str, Any]], None]) -> Path:
-    data = tomllib.loads(config.read_text())
-    change(data)
-    config.write_text(tomli_w.dumps(data))
-    return config
-
-
 def _check_mode(data: dict[str, Any]) -> None:
     data["cdc"]["mode"] = "check"
     del data["cdc"]["start_from"]  # it reads the topics from the earliest offset, always
@@ -219,7 +209,7 @@ class Single:
 
         def config(at: Path) -> Path:
             path = shop_config(at, topic=topic, rules=RULES, cdc=cdc, schema=None if cdc else CDC_SCHEMA)
-            return _edit(path, _check_mode) if mode == "cdc-check" else path
+            return edit_config(path, _check_mode) if mode == "cdc-check" else path
 
         self.config, self.control = config(live), config(control)
         self.member: Member | None = None

@@ -25,16 +25,14 @@ import signal
 import subprocess
 import sys
 import time
-import tomllib
 import urllib.request
 from pathlib import Path
 
-import tomli_w
 from kafka import KafkaAdminClient
 
 from devservices import paging
 from devservices.receiver import Notification, Receiver
-from devservices.shop_monitor import ROOT, shop_config
+from devservices.shop_monitor import ROOT, edit_config, shop_config
 from devservices.stack import STATE
 from oncewatch.core.config import load
 from oncewatch.dashboards import launch
@@ -120,9 +118,8 @@ def with_attestations(config: Path, bin_dir: Path) -> None:
     if not (keys / "attest.key").exists():
         subprocess.run([str(bin_dir / "oncewatch"), "attest-key", "--out", str(keys)], check=True,
                        stderr=subprocess.DEVNULL)
-    data = tomllib.loads(config.read_text())
-    data["attest"] = {"key_file": str(keys / "attest.key"), "directory": str(config.parent / "attestations")}
-    config.write_text(tomli_w.dumps(data))
+    edit_config(config, lambda data: data.update(attest={"key_file": str(keys / "attest.key"),
+                                                         "directory": str(config.parent / "attestations")}))
 
 
 def main(argv: list[str] | None = None) -> int:

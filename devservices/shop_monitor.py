@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tomllib
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,14 @@ def shop_settings(topic: str = TOPIC, shape: str = "shop", schema: str | None = 
                         kafka=KafkaTarget(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}", topic=topic,
                                           groups=groups),
                         shape=shape, **changes)
+
+
+def edit_config(config: Path, change: Callable[[dict[str, Any]], None]) -> Path:
+    """`config` with `change` made to its tables, written back in place."""
+    data = tomllib.loads(config.read_text())
+    change(data)
+    config.write_text(tomli_w.dumps(data))
+    return config
 
 
 def shop_config(folder: Path, *, metrics_port: int = 0, rules: dict[str, Any] | None = None,

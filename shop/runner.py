@@ -122,8 +122,9 @@ def _pending_seconds(runs: list[OrderRun], recorder: Recorder) -> float:
         if run.left_pending_at is None or run.created_at is None:
             recorder.incident(f"order {run.plan.order_no} left pending without a fault")
             continue
-        recorder.left_pending(run.plan.order_no, run.left_pending_at - run.created_at)
-        longest = max(longest, run.left_pending_at - run.created_at)
+        pending = run.left_pending_at - run.created_at
+        recorder.left_pending(run.plan.order_no, pending)
+        longest = max(longest, pending)
     return round(longest, 3)
 
 
@@ -217,7 +218,8 @@ def run(settings: ShopSettings) -> GroundTruth:
                  "started_at": round(started_at, 3), "finished_at": round(time.time(), 3)}
     truth = GroundTruth(seed=settings.seed, style=settings.style, run_tag=tag, orders=settings.order_count,
                         mix=dict(mix.rates), faults=recorder.faults(), start=start, consumers=consumers,
-                        stats=stats, incidents=recorder.incidents(), late_sends=recorder.late_sends(), slow_pendings=recorder.slow_pendings())
+                        stats=stats, incidents=recorder.incidents(), late_sends=recorder.late_sends(),
+                        slow_pendings=recorder.slow_pendings())
     if settings.truth_path:
         truth.write(settings.truth_path)
     log.info("shop run done", extra={"orders": truth.orders, "faults": len(truth.faults), **stats})

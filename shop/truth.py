@@ -170,7 +170,8 @@ class Recorder:
                 self._late.append(Fault(LATE_MODE, "F10", keys, detail={"delay_seconds": round(delay_seconds, 3)}))
 
     def left_pending(self, order_no: str, seconds: float) -> None:
-        """A clean order left pending `seconds` after it was placed: kept as a slow pending past SLOW_PENDING_SECONDS."""
+        """A clean order left pending `seconds` after it was placed: kept as a slow pending past
+        SLOW_PENDING_SECONDS."""
         if seconds >= SLOW_PENDING_SECONDS:
             with self._lock:
                 self._slow.append(Fault(SLOW_PENDING_MODE, "F3", {"order_no": order_no},
