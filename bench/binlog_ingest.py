@@ -24,14 +24,14 @@ from pymysqlreplication import BinLogStreamReader  # noqa: E402
 from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent  # noqa: E402
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent  # noqa: E402
 
-from devservices import stack  # noqa: E402
+from devservices import base, mariadb  # noqa: E402
 from oncewatch.collectors.binlog import BinlogCollector, connection_settings, library_filter  # noqa: E402
 from oncewatch.core.config import parse  # noqa: E402
 
 
 def write_workload(table: str, transactions: int, rows_per_tx: int) -> None:
-    conn = pymysql.connect(host=stack.HOST, port=stack.MARIADB_PORT, user=stack.ADMIN_USER,
-                           password=stack.ADMIN_PASSWORD, database="owtest")
+    conn = pymysql.connect(host=base.HOST, port=base.MARIADB_PORT, user=mariadb.ADMIN_USER,
+                           password=mariadb.ADMIN_PASSWORD, database="owtest")
     with conn.cursor() as c:
         c.execute(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, order_no VARCHAR(32), amount DECIMAL(12,2),"
                   " status VARCHAR(16), updated_at DATETIME(3))")
@@ -88,8 +88,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
     table = f"bench_{uuid.uuid4().hex[:8]}"
-    cfg = parse({"mysql": {"host": stack.HOST, "port": stack.MARIADB_PORT, "user": stack.MONITOR_USER,
-                           "password_file": str(stack.MONITOR_PASSWORD_FILE), "tables": [f"owtest.{table}"]}})
+    cfg = parse({"mysql": {"host": base.HOST, "port": base.MARIADB_PORT, "user": mariadb.MONITOR_USER,
+                           "password_file": str(mariadb.MONITOR_PASSWORD_FILE), "tables": [f"owtest.{table}"]}})
     start = BinlogCollector(cfg.mysql, None).current_server_position()
     expected = args.transactions * args.rows_per_tx
     print(f"writing {args.transactions} transactions x {args.rows_per_tx} rows into owtest.{table} ...", flush=True)

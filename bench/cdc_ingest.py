@@ -26,17 +26,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pymysql  # noqa: E402
 from kafka import KafkaConsumer, TopicPartition  # noqa: E402
 
-from devservices import kafka_connect, stack  # noqa: E402
+from devservices import base, kafka_connect, mariadb  # noqa: E402
 from oncewatch.collectors.binlog import BinlogCollector  # noqa: E402
 from oncewatch.collectors.cdc import CdcCollector  # noqa: E402
 from oncewatch.core.config import CdcConfig, parse  # noqa: E402
 
-BOOTSTRAP = f"{stack.HOST}:{stack.KAFKA_PORT}"
+BOOTSTRAP = f"{base.HOST}:{base.KAFKA_PORT}"
 
 
 def write_workload(table: str, transactions: int, rows_per_tx: int) -> None:
-    conn = pymysql.connect(host=stack.HOST, port=stack.MARIADB_PORT, user=stack.ADMIN_USER,
-                           password=stack.ADMIN_PASSWORD, database=kafka_connect.CDC_SCHEMA)
+    conn = pymysql.connect(host=base.HOST, port=base.MARIADB_PORT, user=mariadb.ADMIN_USER,
+                           password=mariadb.ADMIN_PASSWORD, database=kafka_connect.CDC_SCHEMA)
     with conn.cursor() as c:
         c.execute(f"CREATE TABLE {table} (order_no VARCHAR(32) PRIMARY KEY, user_id BIGINT, amount DECIMAL(12,2), "
                   "status VARCHAR(16), created_at DATETIME(3), updated_at DATETIME(3))")
@@ -99,8 +99,8 @@ def main() -> None:
     kafka_connect.ensure_running()
     table = f"bench_{uuid.uuid4().hex[:8]}"
     watched = f"{kafka_connect.CDC_SCHEMA}.{table}"
-    cfg = parse({"mysql": {"host": stack.HOST, "port": stack.MARIADB_PORT, "user": stack.MONITOR_USER,
-                           "password_file": str(stack.MONITOR_PASSWORD_FILE), "tables": [watched]},
+    cfg = parse({"mysql": {"host": base.HOST, "port": base.MARIADB_PORT, "user": mariadb.MONITOR_USER,
+                           "password_file": str(mariadb.MONITOR_PASSWORD_FILE), "tables": [watched]},
                  "kafka": {"bootstrap_servers": [BOOTSTRAP], "topics": [{"name": "unused", "format": "json",
                                                                          "required": []}]}})
     start_binlog = BinlogCollector(cfg.mysql, None).current_server_position()

@@ -36,14 +36,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 from kafka.admin import NewTopic  # noqa: E402
 
-from devservices import stack  # noqa: E402
+from devservices import base  # noqa: E402
 from devservices.samples import shop_settings  # noqa: E402
 from oncewatch.collectors.kafka_events import KafkaEventCollector, client_settings  # noqa: E402
 from oncewatch.core.config import KafkaConfig, TopicConfig  # noqa: E402
 from oncewatch.monitor import EntityIndex, tune_gc  # noqa: E402
 from oncewatch.store import Store  # noqa: E402
 
-BOOTSTRAP = f"{stack.HOST}:{stack.KAFKA_PORT}"
+BOOTSTRAP = f"{base.HOST}:{base.KAFKA_PORT}"
 PATHS = {"event_type": "type", "order_key": "order_no", "trade_no": "trade_no", "amount": "amount",
          "status": "status", "effect_id": "entity_id"}
 

@@ -37,7 +37,7 @@ import pymysql  # noqa: E402
 import tomli_w  # noqa: E402
 from kafka import KafkaAdminClient, KafkaProducer  # noqa: E402
 
-from devservices import stack  # noqa: E402
+from devservices import base, mariadb  # noqa: E402
 from devservices.shop_monitor import SCHEMA, free_port, new_topic, shop_config, shop_settings  # noqa: E402
 from load import proc_cpu_rss, scrape  # noqa: E402 - bench/load.py, beside this script
 from oncewatch.shop.schema import prepare_tables, prepare_topic  # noqa: E402
@@ -61,8 +61,8 @@ def total(metrics: dict[str, float], name: str) -> float:
 
 
 def admin() -> pymysql.Connection:
-    return pymysql.connect(host=stack.HOST, port=stack.MARIADB_PORT, user=stack.ADMIN_USER,
-                           password=stack.ADMIN_PASSWORD, database=SCHEMA, autocommit=False,
+    return pymysql.connect(host=base.HOST, port=base.MARIADB_PORT, user=mariadb.ADMIN_USER,
+                           password=mariadb.ADMIN_PASSWORD, database=SCHEMA, autocommit=False,
                            init_command="SET time_zone = '+00:00'", read_timeout=3600)
 
 
@@ -124,7 +124,7 @@ def wait_for(what: str, done, timeout: float) -> float:
 
 
 def produce(topic: str, stop: threading.Event) -> None:
-    producer = KafkaProducer(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}")
+    producer = KafkaProducer(bootstrap_servers=f"{base.HOST}:{base.KAFKA_PORT}")
     while not stop.wait(0.2):
         producer.send(topic, json.dumps({"type": "bench.tick", "at": time.time()}).encode())
     producer.flush()
@@ -145,7 +145,7 @@ def run(mode: str, rows: int, bound: float, memory_entries: int | None) -> int:
         t += sql(f"INSERT INTO shipments (trade_no, order_no, pickup_code, created_at) SELECT CONCAT('BT', seq), "
                  f"CONCAT('B', seq), '000000', NOW(3) FROM seq_1_to_{third}")
         print(f"{3 * third:,} rows written in {t:.0f} s before the monitor's first start", flush=True)
-    kafka_admin = KafkaAdminClient(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}")
+    kafka_admin = KafkaAdminClient(bootstrap_servers=f"{base.HOST}:{base.KAFKA_PORT}")
     prepare_topic(kafka_admin, shop_settings(topic).kafka, reset=True)
     kafka_admin.close()
     config = shop_config(work, metrics_port=port, topic=topic, start_from="earliest")

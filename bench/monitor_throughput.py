@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kafka import KafkaAdminClient, KafkaProducer  # noqa: E402
 
-from devservices import postgres, stack  # noqa: E402
+from devservices import base, postgres  # noqa: E402
 from devservices.shop_monitor import (ROOT, SCHEMA, new_topic, run_until_idle, shop_config,  # noqa: E402
                                       shop_settings)
 from oncewatch.core.config import PostgresTarget  # noqa: E402
@@ -94,7 +94,7 @@ def write_workload(settings, topic: str, orders: int, batch: int, scattered: boo
 
 def end_offsets(topic: str, partitions: int) -> int:
     from kafka import KafkaConsumer, TopicPartition
-    consumer = KafkaConsumer(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}")
+    consumer = KafkaConsumer(bootstrap_servers=f"{base.HOST}:{base.KAFKA_PORT}")
     ends = consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
     consumer.close()
     return sum(ends.values())

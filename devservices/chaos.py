@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devservices import kafka_connect, postgres, stack
+from devservices import base, broker, kafka_connect, mariadb, postgres
 from devservices.group_runs import READINGS, Member, first_start, group_config, wait_judged_past
 from devservices.kafka_connect import CDC_SCHEMA
 from devservices.shop_monitor import (SHORT_RULES, comparable, edit_config, findings, new_topic, oncewatch,
@@ -390,13 +390,13 @@ class Killer:
         at = time.monotonic() - self._t0
         note = ""
         if kind == "broker":
-            was = stack.kafka_kill()
-            _gone(stack.KAFKA_PORT, down)
-            stack.kafka_up()
+            was = broker.kafka_kill()
+            _gone(base.KAFKA_PORT, down)
+            broker.kafka_up()
         elif kind == "mariadb":
-            was = stack.mariadb_kill()
-            _gone(stack.MARIADB_PORT, down)
-            stack.mariadb_up()
+            was = mariadb.mariadb_kill()
+            _gone(base.MARIADB_PORT, down)
+            mariadb.mariadb_up()
         elif kind == "connect":
             was = kafka_connect.kill()
             _gone(kafka_connect.CONNECT_PORT, down)
@@ -417,7 +417,7 @@ def _gone(port: int, down: float) -> None:
     """`down` seconds, and at least until the killed process let go of its port (a JVM takes a moment to end)."""
     until = time.monotonic() + down
     deadline = until + 60
-    while stack.port_open(port) and time.monotonic() < deadline:
+    while base.port_open(port) and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(max(0.0, until - time.monotonic()))
 
@@ -492,8 +492,8 @@ def run(soak: Soak, folder: Path, say: Callable[[str], None] = print) -> Report:
 
 def _all_up(soak: Soak) -> None:
     """Every service the soak kills running again (a kill interrupted by an error may have left one down)."""
-    stack.mariadb_up()
-    stack.kafka_up()
+    mariadb.mariadb_up()
+    broker.kafka_up()
     if set(soak.modes) & set(CDC_MODES):
         _connect_up()
         kafka_connect.restart_failed_task()
@@ -504,7 +504,7 @@ def _connect_up() -> str:
     try:
         kafka_connect.up()
         return ""
-    except stack.StackError as exc:  # its task failed on the start
+    except base.StackError as exc:  # its task failed on the start
         return f"the connector's task failed when it started ({exc})"
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from devservices.kafka_connect import (CONNECT_PORT, PLUGINS, WORKER_LIB, connector_config, ensure_debezium_user,
                                      ensure_jars, rest)
-from devservices.stack import (HOST, KAFKA_PORT, STATE, Service, StackError, already_up, java_argv, log, spawn, stop,
-                               wait_until)
+from devservices.base import (HOST, KAFKA_PORT, STATE, Service, StackError, already_up, java_argv, log, spawn, stop,
+                              wait_until)
 
 GROUP = "oncewatch-connect-cluster"
 CLUSTER_PORTS = (CONNECT_PORT + 1, CONNECT_PORT + 2)

@@ -33,7 +33,7 @@ from kafka import KafkaAdminClient
 from devservices import paging
 from devservices.receiver import Notification, Receiver
 from devservices.shop_monitor import ROOT, edit_config, shop_config
-from devservices.stack import STATE
+from devservices.base import STATE
 from oncewatch.core.config import load
 from oncewatch.dashboards import launch
 from oncewatch.shop.schema import prepare_tables, prepare_topic

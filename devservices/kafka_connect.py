@@ -29,8 +29,9 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
-from devservices.stack import (HOST, KAFKA_PORT, MARIADB_PORT, ROOT, STATE, Service, StackError, already_up, java_argv,
-                               log, mariadb_admin_sql, spawn, stop, wait_until)
+from devservices.base import (HOST, KAFKA_PORT, MARIADB_PORT, ROOT, STATE, Service, StackError, already_up, java_argv,
+                              log, spawn, stop, wait_until)
+from devservices.mariadb import mariadb_admin_sql
 
 CONNECT_PORT = int(os.environ.get("ONCEWATCH_DEV_CONNECT_PORT", str(KAFKA_PORT - 1009)))  # 18083 by default
 JARS = ROOT / "devservices" / "connect"

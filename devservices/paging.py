@@ -22,8 +22,7 @@ import shutil
 import urllib.request
 from pathlib import Path
 
-from devservices.stack import (HOST, KAFKA_PORT, ROOT, STATE, Service, already_up, log, shown, spawn, stop,
-                               wait_until)
+from devservices.base import HOST, KAFKA_PORT, ROOT, STATE, Service, already_up, log, shown, spawn, stop, wait_until
 
 PROMETHEUS_PORT = KAFKA_PORT - 2
 ALERTMANAGER_PORT = KAFKA_PORT + 3

@@ -26,8 +26,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from devservices.stack import (HOST, MARIADB_PORT, STATE, Service, StackError, already_up, log, secret_file, shown,
-                               spawn, stop, wait_until)
+from devservices import tls
+from devservices.base import (HOST, MARIADB_PORT, STATE, Service, StackError, already_up, log, secret_file, shown,
+                              spawn, stop, wait_until)
 
 PORT = MARIADB_PORT + 2000
 STORE_USER = "oncewatch"
@@ -109,8 +110,6 @@ def start() -> None:
 def _ensure_ssl() -> None:
     """TLS with the stack's certificates (devservices.tls), switched on by a reload (no restart): the server reads
     its key only when the key belongs to it and no one else may read it, so both files are copied into its dir."""
-    from devservices import tls
-
     files = tls.ensure()
     for source, name in ((files.server_cert, "server.crt"), (files.server_key, "server.key")):
         copy = DATA / name

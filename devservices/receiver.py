@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from devservices.stack import HOST
+from devservices.base import HOST
 
 SHOWN = 3  # findings named on a printed line; the others are counted
 

@@ -223,7 +223,6 @@ def seed_group(store: Store, now: float | None = None) -> None:
     """A group of two instances on the store ([group], oncewatch.monitor.group): "east" judges shards 0 and 1 and
     reads the change source and event partitions 0-1; "west" judged shard 2 until it was killed 120 s ago (its
     health row stays, its shard was last committed then, 40 messages behind). Shards applied 500, 400, 300."""
-    from devservices.samples import shop_settings
     from oncewatch.checks.shards import Shard
     from oncewatch.monitor.group.judging import ShardJudge
     from oncewatch.store.group import claim, save_shard

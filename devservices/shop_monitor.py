@@ -19,7 +19,8 @@ from typing import Any
 
 import tomli_w
 
-from devservices import stack
+from devservices import base, mariadb
+from devservices.kafka_connect import CDC_SCHEMA, TOPIC_PREFIX
 from oncewatch.core.config import PostgresTarget, load
 from oncewatch.core.records import Finding
 from oncewatch.shop import KafkaTarget, MySQLTarget, ShopSettings
@@ -49,7 +50,7 @@ def unique_server_id() -> int:
 def free_port() -> int:
     """A loopback port nothing listens on right now, for a monitor's /metrics or a dashboard."""
     with socket.socket() as s:
-        s.bind((stack.HOST, 0))
+        s.bind((base.HOST, 0))
         return s.getsockname()[1]
 
 
@@ -73,8 +74,8 @@ def new_topic() -> str:
 def shop_settings(topic: str = TOPIC, shape: str = "shop", schema: str | None = None, **changes: Any) -> ShopSettings:
     """A shop of `shape` in the test schema (or `schema`), its downstream groups those its example config watches."""
     groups = tuple(tomllib.loads(EXAMPLES[shape][0].read_text())["kafka"]["consumer_groups"])
-    return ShopSettings(mysql=MySQLTarget(port=stack.MARIADB_PORT, database=schema or SCHEMAS[shape]),
-                        kafka=KafkaTarget(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}", topic=topic,
+    return ShopSettings(mysql=MySQLTarget(port=base.MARIADB_PORT, database=schema or SCHEMAS[shape]),
+                        kafka=KafkaTarget(bootstrap_servers=f"{base.HOST}:{base.KAFKA_PORT}", topic=topic,
                                           groups=groups),
                         shape=shape, **changes)
 
@@ -96,8 +97,6 @@ def shop_config(folder: Path, *, metrics_port: int = 0, rules: dict[str, Any] | 
     (from their ends at the first start: the test's shop starts empty). `postgres`: the store in that
     database instead."""
     if cdc:
-        from devservices.kafka_connect import CDC_SCHEMA, TOPIC_PREFIX
-
         schema = CDC_SCHEMA
     example, prefix = EXAMPLES[shape]
     data = _retarget(tomllib.loads(example.read_text()), prefix, schema or SCHEMAS[shape])
@@ -105,9 +104,9 @@ def shop_config(folder: Path, *, metrics_port: int = 0, rules: dict[str, Any] | 
         t["name"] = topic
     for a in data["announce"]:
         a["topic"] = topic
-    data["mysql"]["port"] = stack.MARIADB_PORT
-    data["kafka"]["bootstrap_servers"] = [f"{stack.HOST}:{stack.KAFKA_PORT}"]
-    data["mysql"]["password_file"] = str(stack.MONITOR_PASSWORD_FILE)
+    data["mysql"]["port"] = base.MARIADB_PORT
+    data["kafka"]["bootstrap_servers"] = [f"{base.HOST}:{base.KAFKA_PORT}"]
+    data["mysql"]["password_file"] = str(mariadb.MONITOR_PASSWORD_FILE)
     data["mysql"]["server_id"] = unique_server_id()
     data["mysql"]["heartbeat_seconds"] = 1.0
     data["mysql"]["reconnect_max_seconds"] = 2.0

@@ -38,7 +38,7 @@ CHAOS = ("test_chaos.py", "test_group.py", "test_group_start.py", "test_kafka_se
 @dataclass(frozen=True)
 class Lane:
     """Integration tests on a stack of their own: its data dirs and ports (Kafka's controller, Connect,
-    Prometheus, Alertmanager and PostgreSQL follow these two: devservices.stack)."""
+    Prometheus, Alertmanager and PostgreSQL follow these two: devservices.base)."""
 
     name: str
     title: str

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from devservices.stack import HOST, KAFKA_PORT, STATE, StackError, log, secret_file
+from devservices.base import HOST, KAFKA_PORT, STATE, StackError, log, secret_file
 
 KAFKA_SASL_SSL_PORT = KAFKA_PORT + 7
 KAFKA_SSL_PORT = KAFKA_PORT + 8
@@ -107,7 +107,7 @@ def scram_password() -> str:
 
 
 def kafka_properties() -> str:
-    """The broker's lines for its secured listeners (devservices.stack.write_kafka_config adds the listeners)."""
+    """The broker's lines for its secured listeners (devservices.broker.kafka_config adds the listeners)."""
     files = ensure()
     scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
     oauth = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"

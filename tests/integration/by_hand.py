@@ -6,7 +6,7 @@ import json
 
 from kafka import KafkaProducer
 
-from devservices import stack
+from devservices import base
 from devservices.shop_monitor import SCHEMA
 
 from .conftest import admin_connection
@@ -24,7 +24,7 @@ def execute(*statements: str) -> None:
 
 def announce(topic: str, *payloads: dict) -> None:
     """Each payload as the shop would send it (keyed by its order_no), acknowledged before the next."""
-    producer = KafkaProducer(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}")
+    producer = KafkaProducer(bootstrap_servers=f"{base.HOST}:{base.KAFKA_PORT}")
     for payload in payloads:
         producer.send(topic, key=payload["order_no"].encode(), value=json.dumps(payload).encode()).get(timeout=30)
     producer.close()

@@ -1,4 +1,4 @@
-"""Fixtures for tests against the real dev services (MariaDB, Kafka) of devservices/stack.py.
+"""Fixtures for tests against the real dev services (MariaDB, Kafka) that `python -m devservices.stack up` starts.
 
 `make test` starts the services first; running pytest alone without them fails loudly here
 rather than skipping, so a missing service can never pass for a green run.
@@ -16,7 +16,7 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from devservices import stack
+from devservices import base, mariadb
 from devservices.shop_monitor import unique_server_id
 from oncewatch.core.config import Config, parse
 
@@ -51,7 +51,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The demo's test is collected: start the demo now, in the background (tests.integration.demo_run)."""
-    if any(Path(str(item.fspath)).name == DEMO_TESTS for item in session.items) and stack.port_open(stack.KAFKA_PORT):
+    if any(Path(str(item.fspath)).name == DEMO_TESTS for item in session.items) and base.port_open(base.KAFKA_PORT):
         demo = DemoRun.start()
         session.config.stash[DEMO] = demo
         session.config.add_cleanup(demo.stop)
@@ -70,8 +70,8 @@ def demo(request: pytest.FixtureRequest) -> Iterator[DemoRun]:
 
 @pytest.fixture(scope="session", autouse=True)
 def dev_services() -> None:
-    missing = [name for name, port in (("mariadb", stack.MARIADB_PORT), ("kafka", stack.KAFKA_PORT))
-               if not stack.port_open(port)]
+    missing = [name for name, port in (("mariadb", base.MARIADB_PORT), ("kafka", base.KAFKA_PORT))
+               if not base.port_open(port)]
     if missing:
         pytest.fail(f"dev services not running: {', '.join(missing)}; run `make services` "
                     f"(python -m devservices.stack up)", pytrace=False)
@@ -96,7 +96,7 @@ def warm_up_group_coordinator(timeout: float = 90.0) -> None:
     from kafka.errors import KafkaError, TopicAlreadyExistsError
     from kafka.structs import OffsetAndMetadata
 
-    bootstrap = f"{stack.HOST}:{stack.KAFKA_PORT}"
+    bootstrap = f"{base.HOST}:{base.KAFKA_PORT}"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         admin.create_topics([NewTopic("owtest.warmup", num_partitions=1, replication_factor=1)])
@@ -120,8 +120,8 @@ def warm_up_group_coordinator(timeout: float = 90.0) -> None:
 
 
 def admin_connection(database: str | None = "owtest") -> pymysql.Connection:
-    return pymysql.connect(host=stack.HOST, port=stack.MARIADB_PORT, user=stack.ADMIN_USER,
-                           password=stack.ADMIN_PASSWORD, database=database, autocommit=True)
+    return pymysql.connect(host=base.HOST, port=base.MARIADB_PORT, user=mariadb.ADMIN_USER,
+                           password=mariadb.ADMIN_PASSWORD, database=database, autocommit=True)
 
 
 @pytest.fixture
@@ -139,8 +139,8 @@ def table_name() -> str:
 def monitor_config(tables: list[str], tmp_path: Path, **mysql: object) -> Config:
     """A config for the monitor user on the dev MariaDB watching `tables` (schema.table)."""
     return parse({
-        "mysql": {"host": stack.HOST, "port": stack.MARIADB_PORT, "user": stack.MONITOR_USER,
-                  "password_file": str(stack.MONITOR_PASSWORD_FILE), "tables": tables,
+        "mysql": {"host": base.HOST, "port": base.MARIADB_PORT, "user": mariadb.MONITOR_USER,
+                  "password_file": str(mariadb.MONITOR_PASSWORD_FILE), "tables": tables,
                   "heartbeat_seconds": 1.0, "reconnect_max_seconds": 2.0,
                   "server_id": unique_server_id(), **mysql},
         "store": {"path": str(tmp_path / "store.db")},
@@ -159,10 +159,10 @@ def monitor_config_toml(tables: list[str], tmp_path: Path, *, store: Path | None
     listed = ", ".join(f'"{t}"' for t in tables)
     return write_config_file(f"""
 [mysql]
-host = "{stack.HOST}"
-port = {stack.MARIADB_PORT}
-user = "{stack.MONITOR_USER}"
-password_file = "{stack.MONITOR_PASSWORD_FILE}"
+host = "{base.HOST}"
+port = {base.MARIADB_PORT}
+user = "{mariadb.MONITOR_USER}"
+password_file = "{mariadb.MONITOR_PASSWORD_FILE}"
 tables = [{listed}]
 server_id = {unique_server_id()}
 heartbeat_seconds = 1.0
@@ -181,7 +181,7 @@ def cdc_toml(prefix: str | None, **cdc: object) -> str:
     keys = "".join(f"{k} = {json.dumps(v)}\n" for k, v in (keys | cdc).items())
     return f"""
 [kafka]
-bootstrap_servers = ["{stack.HOST}:{stack.KAFKA_PORT}"]
+bootstrap_servers = ["{base.HOST}:{base.KAFKA_PORT}"]
 [[kafka.topics]]
 name = "owtest.never-made"
 format = "json"

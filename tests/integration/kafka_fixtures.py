@@ -12,13 +12,13 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
-from devservices import stack
+from devservices import base
 from oncewatch.collectors.kafka_events import EventBatch, KafkaEventCollector
 from oncewatch.core.config import KafkaConfig, TopicConfig
 from oncewatch.core.records import EmittedEvent, QuarantinedRecord
 from oncewatch.store import Store
 
-BOOTSTRAP = f"{stack.HOST}:{stack.KAFKA_PORT}"
+BOOTSTRAP = f"{base.HOST}:{base.KAFKA_PORT}"
 JSON_PATHS = {"event_type": "type", "order_key": "order_no", "trade_no": "trade_no", "amount": "amount",
               "status": "status", "effect_id": "entity_id"}
 

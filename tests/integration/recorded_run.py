@@ -24,7 +24,7 @@ from pathlib import Path
 import tomli_w
 from kafka import KafkaProducer
 
-from devservices import stack
+from devservices import base
 from devservices.shop_monitor import (ROOT, SCHEMA, SHORT_RULES, comparable, findings, run_until_idle, shop_config,
                                       shop_settings)
 from oncewatch import shop
@@ -45,7 +45,7 @@ MALFORMED = [
 
 
 def produce_garbage(topic: str) -> None:
-    producer = KafkaProducer(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}", max_request_size=4 * 1024 * 1024)
+    producer = KafkaProducer(bootstrap_servers=f"{base.HOST}:{base.KAFKA_PORT}", max_request_size=4 * 1024 * 1024)
     for key, value in MALFORMED:
         producer.send(topic, key=key, value=value).get(timeout=30)
     producer.close()
@@ -53,7 +53,7 @@ def produce_garbage(topic: str) -> None:
 
 def produce_undecodable_header(topic: str) -> None:
     """After the run: a header key kafka-python cannot decode stops the shop's own consumers too."""
-    producer = KafkaProducer(bootstrap_servers=f"{stack.HOST}:{stack.KAFKA_PORT}")
+    producer = KafkaProducer(bootstrap_servers=f"{base.HOST}:{base.KAFKA_PORT}")
     producer.send(topic, key=b"k6", value=json.dumps({"type": "order.noted", "order_no": "X2"}).encode(),
                   headers=[(UndecodableKey("trace"), b"t")]).get(timeout=30)
     producer.close()

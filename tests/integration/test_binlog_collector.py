@@ -12,7 +12,7 @@ from decimal import Decimal
 import pymysql
 import pytest
 
-from devservices import stack
+from devservices import base, mariadb
 from oncewatch.collectors.binlog import BinlogCollector, BinlogPurgedError, bootstrap
 from oncewatch.core.records import BinlogPosition, RowChange
 
@@ -162,9 +162,9 @@ def test_mariadb_restart_mid_stream_every_row_exactly_once(admin, table_name, tm
 
     def until(rs):
         if len(rs) == 30 and not seen_disconnect:
-            stack.mariadb_down()
+            mariadb.mariadb_down()
             seen_disconnect.append(True)
-            threading.Thread(target=lambda: (stack.mariadb_up(), write(30, total)), daemon=True).start()
+            threading.Thread(target=lambda: (mariadb.mariadb_up(), write(30, total)), daemon=True).start()
         return len(rs) >= total
 
     rows = collect(collector, until, timeout=180)
@@ -302,8 +302,8 @@ def test_bootstrap_while_writes_go_on_equals_final_state(admin, table_name, tmp_
 
 def test_monitor_user_cannot_write(table_name, admin, tmp_path):
     create_orders(admin, table_name)
-    conn = pymysql.connect(host=stack.HOST, port=stack.MARIADB_PORT, user=stack.MONITOR_USER,
-                           password=stack.monitor_password(), database="owtest", autocommit=True)
+    conn = pymysql.connect(host=base.HOST, port=base.MARIADB_PORT, user=mariadb.MONITOR_USER,
+                           password=mariadb.monitor_password(), database="owtest", autocommit=True)
     with conn.cursor() as c, pytest.raises(pymysql.err.OperationalError) as refused:
         c.execute(f"INSERT INTO {table_name} VALUES ('z', 1, 'pending', NULL, NOW(3))")
     assert refused.value.args[0] == 1142  # INSERT command denied
@@ -369,8 +369,8 @@ def test_rows_read_across_mariadb_crashes_keep_their_tables(admin, table_name, t
     start = start_position(cfg)
     order = [tables, tables[::-1]]  # the first table opened after a start takes the first free id
     for era, first_second in enumerate(order):
-        stack.mariadb_kill()
-        stack.mariadb_up()
+        mariadb.mariadb_kill()
+        mariadb.mariadb_up()
         conn = admin_connection()
         with conn.cursor() as c:
             for t in first_second:

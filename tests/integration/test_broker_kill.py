@@ -14,7 +14,7 @@ import shutil
 import threading
 import time
 
-from devservices import stack
+from devservices import broker
 from devservices.shop_monitor import findings, free_port, run_until_idle, shop_config, shop_settings
 from oncewatch import shop
 
@@ -41,15 +41,15 @@ def test_a_broker_killed_under_a_live_monitor_raises_no_finding_the_control_does
         wait_for("the live monitor's /metrics", lambda: metric(port, "oncewatch_collector_up") is not None)
         shop_run.start()
         time.sleep(6)
-        killed = stack.kafka_kill()
+        killed = broker.kafka_kill()
         assert killed, "the dev broker was not running"
         time.sleep(DOWN_SECONDS)
-        stack.kafka_up()
+        broker.kafka_up()
         shop_run.join()
         wait_for("the live monitor reading Kafka again",
                  lambda: metric(port, "oncewatch_collector_up", 'collector="kafka_events"') == 1)
     finally:
-        stack.kafka_up()
+        broker.kafka_up()
         monitor.terminate()
         assert monitor.wait(60) == 0
         shop_run.join()

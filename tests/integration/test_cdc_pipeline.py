@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from devservices import kafka_connect, paging, stack
+from devservices import base, kafka_connect, paging
 from devservices.kafka_connect import CDC_SCHEMA, TRANSACTION_TOPIC, table_topic
 from devservices.shop_monitor import ROOT, findings, free_port
 
 from .conftest import admin_connection, cdc_toml, monitor_config_toml, wait_for
 
-BOOTSTRAP = f"{stack.HOST}:{stack.KAFKA_PORT}"
+BOOTSTRAP = f"{base.HOST}:{base.KAFKA_PORT}"
 
 
 class Relay:
@@ -84,14 +84,14 @@ class Relay:
 
 
 def scrape(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://{stack.HOST}:{port}/metrics", timeout=5) as r:
+    with urllib.request.urlopen(f"http://{base.HOST}:{port}/metrics", timeout=5) as r:
         text = r.read().decode()
     return {m[1]: float(m[2]) for m in re.finditer(r"^(oncewatch_cdc_\w+) (\S+)$", text, re.M)}
 
 
 def firing(alertname: str, instance: str) -> bool:
     query = f'ALERTS{{alertname="{alertname}", alertstate="firing", instance="{instance}"}}'
-    url = f"http://{stack.HOST}:{paging.PROMETHEUS_PORT}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    url = f"http://{base.HOST}:{paging.PROMETHEUS_PORT}/api/v1/query?" + urllib.parse.urlencode({"query": query})
     with urllib.request.urlopen(url, timeout=5) as resp:
         return bool(json.load(resp)["data"]["result"])
 
@@ -138,7 +138,7 @@ port = {port}
 [rules]
 cdc_lost_grace_seconds = 5
 {cdc_toml(relay.prefix, mode="check", transaction_grace_seconds=2)}""")
-    instance = f"{stack.HOST}:{port}"
+    instance = f"{base.HOST}:{port}"
     target = paging.TARGETS / f"test-{uuid.uuid4().hex[:8]}.json"
     target.write_text(json.dumps([{"targets": [instance]}]))
     log = open(tmp_path / "monitor.log", "ab")

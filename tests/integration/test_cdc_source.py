@@ -19,7 +19,7 @@ from decimal import Decimal
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from devservices import kafka_connect, stack
+from devservices import base, kafka_connect
 from devservices.kafka_connect import CDC_SCHEMA, TOPIC_PREFIX, TRANSACTION_TOPIC, table_topic
 from oncewatch.collectors.binlog import BinlogCollector, bootstrap
 from oncewatch.collectors.cdc import CdcCollector
@@ -31,7 +31,7 @@ from .conftest import admin_connection, monitor_config
 from .test_binlog_collector import start_position
 from .test_row_images import same
 
-BOOTSTRAP = f"{stack.HOST}:{stack.KAFKA_PORT}"
+BOOTSTRAP = f"{base.HOST}:{base.KAFKA_PORT}"
 KAFKA = KafkaConfig(bootstrap_servers=(BOOTSTRAP,), client_id="oncewatch-test", topics=(), consumer_groups=(),
                     max_record_bytes=1_048_576, offsets_poll_seconds=5.0, request_timeout_seconds=10.0)
 COLUMNS = """id INT NOT NULL PRIMARY KEY, no VARCHAR(32) CHARACTER SET utf8mb4 NULL, amount DECIMAL(14,4) NULL,

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from devservices import paging, stack
+from devservices import base, paging
 from oncewatch.core.records import Finding
 from oncewatch.dashboards import views
 from oncewatch.store import Store, queries
@@ -185,7 +185,7 @@ PAGE = re.compile(r"^demo: page FIRING +OncewatchDuplicateEffect F1: \d+ firing:
 def test_the_demo_pages_through_prometheus_and_alertmanager(demo: DemoRun, shown: dict[str, Finding]) -> None:
     """Issue 43: the demo's /metrics is a target of the stack's Prometheus, and Alertmanager delivers to the
     receiver the demo runs, which prints a line per notification naming the findings."""
-    with urllib.request.urlopen(f"http://{stack.HOST}:{paging.PROMETHEUS_PORT}/api/v1/targets", timeout=5) as resp:
+    with urllib.request.urlopen(f"http://{base.HOST}:{paging.PROMETHEUS_PORT}/api/v1/targets", timeout=5) as resp:
         targets = json.load(resp)["data"]["activeTargets"]
     assert {"instance": f"127.0.0.1:{demo.metrics_port}", "job": paging.DEMO_JOB} in [t["labels"] for t in targets]
     deadline = time.monotonic() + 60

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from devservices import postgres, stack
+from devservices import broker, postgres
 from devservices.group_runs import Member, first_start, group_config, members_of
 from devservices.kafka_connect import CDC_SCHEMA
 from devservices.shop_monitor import SHORT_RULES, new_topic, shop_settings
@@ -31,24 +31,24 @@ def test_a_member_waits_out_a_broker_away_at_its_start_and_while_it_runs(cdc_con
     with postgres.new_schema() as store:
         config = group_config(tmp_path / "group", topic, store, 2, SHORT_RULES)
         first_start(config)
-        stack.kafka_down()
+        broker.kafka_down()
         try:
             member = Member(config, "late")
             time.sleep(AWAY_SECONDS)
             assert member.process.poll() is None, member.tail()
         finally:
-            stack.kafka_up()
+            broker.kafka_up()
         try:
             assert "group_kafka_unavailable" in member.log.read_text(), member.tail()
             wait_for("the member's first health row", lambda: member.name in members_of(config), timeout=120)
             assert member.process.poll() is None, member.tail()
             row = members_of(config)[member.name]
             assert row["kafka_outages"] == 1 and row["kafka_outage_seconds"] >= AWAY_SECONDS, row
-            stack.kafka_kill()
+            broker.kafka_kill()
             try:
                 time.sleep(KILLED_SECONDS)
             finally:
-                stack.kafka_up()
+                broker.kafka_up()
             back = time.time()
             # its parts ride the outage out, or one fails (a rejoin's new client cannot bootstrap, as two members'
             # did in the soak) and the instance starts again once the broker answers: either way it goes on

@@ -8,7 +8,7 @@ import time
 import pytest
 from kafka import errors as kerrors
 
-from devservices import stack
+from devservices import broker
 from oncewatch.collectors.kafka_events import KafkaEventCollector
 from oncewatch.store import Store
 from tests.integration.kafka_fixtures import (create_topic, drain, json_topic, jsonb, kafka_admin, kafka_config,
@@ -43,12 +43,12 @@ def test_broker_restart_and_collector_restart_mid_stream_lose_and_double_nothing
     try:
         drain(collector, 10, store=store, max_records=5)
         try:
-            stack.kafka_down()
+            broker.kafka_down()
             wait_for(lambda: not collector.status.connected, "the collector notices the broker is gone", collector,
                      store)
             assert collector.status.last_error and collector.status.disconnected_since
         finally:
-            stack.kafka_up()
+            broker.kafka_up()
         sent += produce_when_back(topic, records("b", 20))
         drain(collector, len(sent) - len(store.events()), store=store, timeout=60)  # reads on across the restart
         wait_for(lambda: collector.status.connected, "the collector reports the broker back", collector, store)

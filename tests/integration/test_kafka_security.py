@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from devservices import stack, tls
+from devservices import base, tls
 from devservices.shop_monitor import findings, run_until_idle
 
 from .recorded_run import assert_same, copied, refused, short_run
@@ -59,7 +59,7 @@ MISCONFIGURED = [
      "kafka.sasl_password_env / kafka.sasl_password_file", "SCRAM-SHA-512"),
     ("unknown CA", {**SASL_SSL, "ssl_cafile": SYSTEM_CAS}, "kafka.ssl_cafile",
      "certificate verify failed: self-signed certificate in certificate chain"),
-    ("wrong host name", {**SASL_SSL, "bootstrap_servers": [f"{stack.HOST}:{tls.KAFKA_SASL_SSL_PORT}"]},
+    ("wrong host name", {**SASL_SSL, "bootstrap_servers": [f"{base.HOST}:{tls.KAFKA_SASL_SSL_PORT}"]},
      "kafka.ssl_check_hostname", "IP address mismatch"),
     ("plaintext against SASL_SSL", {"bootstrap_servers": SASL_SSL["bootstrap_servers"]}, "kafka.security_protocol",
      ""),

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from devservices import paging, stack
+from devservices import base, paging
 from devservices.receiver import Receiver
 from devservices.shop_monitor import ROOT, SCHEMA, findings, free_port, oncewatch, shop_config, shop_settings
 from oncewatch import shop
@@ -47,7 +47,7 @@ def monitored(tmp_path: Path) -> Iterator[tuple[Path, str, str]]:
     _, topic = prepared(tmp_path)
     port = free_port()
     config = shop_config(tmp_path, metrics_port=port, topic=topic)
-    instance = f"{stack.HOST}:{port}"
+    instance = f"{base.HOST}:{port}"
     target = paging.TARGETS / f"test-{uuid.uuid4().hex[:8]}.json"
     target.write_text(json.dumps([{"targets": [instance]}]))
     with open(tmp_path / "monitor.log", "ab") as log:
@@ -63,7 +63,7 @@ def monitored(tmp_path: Path) -> Iterator[tuple[Path, str, str]]:
 
 def prometheus_value(query: str) -> float | None:
     """The single value Prometheus gives for an instant query, or None."""
-    url = f"http://{stack.HOST}:{paging.PROMETHEUS_PORT}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    url = f"http://{base.HOST}:{paging.PROMETHEUS_PORT}/api/v1/query?" + urllib.parse.urlencode({"query": query})
     with urllib.request.urlopen(url, timeout=5) as resp:
         result = json.load(resp)["data"]["result"]
     return float(result[0]["value"][1]) if len(result) == 1 else None
@@ -135,7 +135,7 @@ def test_a_finding_pages_an_ack_ends_the_page_and_a_fact_seen_again_reopens_it(r
 # ---------------------------------------------------------------- a page per finding (issue 43)
 
 def prometheus_api(path: str, **params: str) -> Any:
-    url = f"http://{stack.HOST}:{paging.PROMETHEUS_PORT}/api/v1/{path}?" + urllib.parse.urlencode(params)
+    url = f"http://{base.HOST}:{paging.PROMETHEUS_PORT}/api/v1/{path}?" + urllib.parse.urlencode(params)
     with urllib.request.urlopen(url, timeout=5) as resp:
         return json.load(resp)["data"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from devservices import postgres, stack, tls
+from devservices import base, postgres, tls
 from devservices.shop_monitor import findings, oncewatch, run_until_idle, shop_config
 from oncewatch.core.config import PostgresTarget
 
@@ -33,7 +33,7 @@ def config(folder: Path, topic: str, target: PostgresTarget, host: str = tls.SER
     folder.mkdir(exist_ok=True)
     path = shop_config(folder, topic=topic, rules=RULES, postgres=target)
     data = tomllib.loads(path.read_text())
-    data["store"].update(url=target.url.replace(f"@{stack.HOST}:", f"@{host}:"), **VERIFY_FULL)
+    data["store"].update(url=target.url.replace(f"@{base.HOST}:", f"@{host}:"), **VERIFY_FULL)
     path.write_text(tomli_w.dumps(data))
     return path
 
@@ -55,7 +55,7 @@ def test_a_store_over_verify_full_tls_gives_the_plaintext_findings(recorded, sch
 
 def test_verify_full_refuses_a_host_the_certificate_does_not_name(recorded, schema, tmp_path) -> None:
     _, topic, _ = recorded
-    result = oncewatch("findings", "--config", str(config(tmp_path / "wrong", topic, schema, host=stack.HOST)),
+    result = oncewatch("findings", "--config", str(config(tmp_path / "wrong", topic, schema, host=base.HOST)),
                        check=False)
     said = result.stdout + result.stderr
     assert result.returncode == 2, said  # a store the command cannot use, as every store error

@@ -1,6 +1,6 @@
 """deploy/oncewatch.service (README "Running it in production") as systemd reads it: `systemd-analyze verify` finds
 nothing to say about it, and `systemd-analyze security` rates its hardening well. systemd-analyze comes with
-Debian's systemd package, which the dev stack installs (devservices.stack DEBIAN_PACKAGES)."""
+Debian's systemd package, which the dev stack installs (devservices.base DEBIAN_PACKAGES)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from devservices import stack
+from devservices import base, mariadb
 
 from .conftest import write_config_file
 
@@ -19,7 +19,7 @@ def run_cli(config_text: str, tmp_path, env_pw: str | None = None) -> subprocess
                           capture_output=True, text=True, timeout=60, env=env)
 
 
-def mysql_section(tmp_path, *, port=stack.MARIADB_PORT, password=f'password_file = "{stack.MONITOR_PASSWORD_FILE}"',
+def mysql_section(tmp_path, *, port=base.MARIADB_PORT, password=f'password_file = "{mariadb.MONITOR_PASSWORD_FILE}"',
                   tables='["owtest.does_not_exist_xyz"]') -> str:
     return f"""
 [mysql]

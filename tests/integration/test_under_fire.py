@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from devservices import postgres, stack
+from devservices import broker, mariadb, postgres
 from devservices.shop_monitor import SCHEMA, findings, free_port, run_until_idle
 from oncewatch import cli
 from oncewatch.collectors.binlog import BinlogCollector
@@ -106,18 +106,18 @@ def test_mariadb_and_kafka_restarted_mid_run(recorded, tmp_path):
     try:
         wait_for("the monitor's /metrics", lambda: metric(port, "oncewatch_collector_up") is not None)
         wait_for("/readyz 200", lambda: readyz(port)[0] == 200)
-        stack.mariadb_down()
+        mariadb.mariadb_down()
         wait_for("binlog down on /metrics", lambda: metric(port, "oncewatch_collector_up", 'collector="binlog"') == 0)
         wait_for("/readyz 503", lambda: readyz(port)[0] == 503)
         _, answer = readyz(port)
         assert answer["ready"] is False and any(r.startswith("binlog disconnected") for r in answer["reasons"]), answer
-        stack.mariadb_up()
+        mariadb.mariadb_up()
         wait_for("binlog up again", lambda: metric(port, "oncewatch_collector_up", 'collector="binlog"') == 1)
         wait_for("/readyz 200 again", lambda: readyz(port) == (200, {"ready": True, "reasons": []}))
-        stack.kafka_down()
+        broker.kafka_down()
         wait_for("kafka down on /metrics",
                  lambda: metric(port, "oncewatch_collector_up", 'collector="kafka_events"') == 0)
-        stack.kafka_up()
+        broker.kafka_up()
         wait_for("kafka up again", lambda: metric(port, "oncewatch_collector_up", 'collector="kafka_events"') == 1)
     finally:
         monitor.terminate()
