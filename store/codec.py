@@ -7,10 +7,15 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from decimal import Decimal
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import msgspec
 
 from oncewatch.core.exact_json import JSON_DECODER, from_json, parse_exact_json, to_json
-from oncewatch.core.records import EmittedEvent, Evidence, Finding, RowChange, TradeVerdict
+from oncewatch.core.protocol import (BinlogStatus, BootstrapStatus, CdcStatus, ComponentHealth, GroupMemberHealth,
+                                     Health, KafkaEventsStatus, MonitorHealth, ReaderHealth, Status)
+from oncewatch.core.records import EmittedEvent, Evidence, Finding, OffsetsSnapshot, RowChange, TradeVerdict
+
 
 def finding_from_row(row: sqlite3.Row | tuple) -> Finding:
     (fid, rule, name, severity, status, keys, summary, first_seen, last_seen, resolved_at, resolution,
@@ -99,3 +104,47 @@ def verdict_from_row(row: tuple) -> TradeVerdict:
     return TradeVerdict(trade_no=trade_no, order_id=order_id, amount=None if amount is None else Decimal(amount),
                         verdict=verdict, rule=rule, committed_at=committed_at, reached_at=reached_at,
                         verified_at=verified_at)
+
+
+# ---------------------------------------------------------------- health rows
+
+# The kind a health row's JSON names its status by: each part's status type, one name each.
+STATUS_KINDS: dict[str, type[Status]] = {"binlog": BinlogStatus, "bootstrap": BootstrapStatus, "cdc": CdcStatus,
+                                         "kafka_events": KafkaEventsStatus, "kafka_offsets": OffsetsSnapshot}
+_KIND_OF = {t: kind for kind, t in STATUS_KINDS.items()}
+MONITOR_KIND, MEMBER_KIND = "monitor", "group_member"
+
+
+class HealthRowError(ValueError):
+    """A health row that is none of the kinds this version writes."""
+
+
+def health_json(health: Health) -> str:
+    """A health row's value as JSON: {"kind": ..., "status": ..., "reader": ...} for a part, {"kind": "monitor",
+    "monitor": ...} for the monitor, {"kind": "group_member", "member": ...} for a group's member."""
+    doc: dict[str, Any]
+    if isinstance(health, ComponentHealth):
+        doc = {"kind": _KIND_OF[type(health.status)], "status": health.status, "reader": health.reader._asdict()}
+    elif isinstance(health, MonitorHealth):
+        doc = {"kind": MONITOR_KIND, "monitor": health}
+    else:
+        doc = {"kind": MEMBER_KIND, "member": health}
+    return msgspec.json.encode(doc).decode()
+
+
+def health_from_json(text: str) -> Health:
+    """The inverse of `health_json`; HealthRowError for a row of another kind (one written by an oncewatch before
+    the health rows had kinds: the monitor writes its rows again every second)."""
+    doc = msgspec.json.decode(text)
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    try:
+        if kind == MONITOR_KIND:
+            return msgspec.convert(doc["monitor"], MonitorHealth)
+        if kind == MEMBER_KIND:
+            return msgspec.convert(doc["member"], GroupMemberHealth)
+        if kind in STATUS_KINDS:
+            return ComponentHealth(msgspec.convert(doc["status"], STATUS_KINDS[kind]),
+                                   ReaderHealth(**doc["reader"]))
+    except (KeyError, msgspec.ValidationError) as exc:
+        raise HealthRowError(f"a {kind} health row that does not decode ({exc})") from exc
+    raise HealthRowError(f"a health row of no known kind ({kind!r})")
