@@ -59,7 +59,7 @@ def read(config: Path, count: int, shards: int, end: float, kill: bool = False) 
         seconds = time.monotonic() - started_at
         cpu = sum(cpu_seconds(m.process.pid) for m in members.values() if m.process.poll() is None)
         names = {m.name for m in members.values()}
-        shares = {name: row["applied"] for name, row in members_of(config).items() if name in names}
+        shares = {name: row.applied for name, row in members_of(config).items() if name in names}
         # not timed: every verdict due given, the offsets' readings (F11, F12) of the stalled group held
         wait_judged_past(config, shards, time.time() + VERDICTS_DUE, timeout=600)
         time.sleep(6.0)

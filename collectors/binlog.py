@@ -13,9 +13,9 @@ LIBRARY-NOTES). The library would reconnect on its own after a lost connection a
 from the GTID set the stream was *opened* with (after a day of running, the day's binlog,
 every row of it decoded), silently: that reconnect is switched off here, so a lost
 connection reaches `transactions()`, which counts it, shows the gap and rebuilds the stream
-from the last handed-on position with capped backoff (`status`). Should a transaction come
+from the last handed-on position with capped backoff (`status()`). Should a transaction come
 again all the same, the collector skips any whose GTID sequence it has already handed on,
-without decoding its rows; `status.events_read` counts every event the server sent. Only a
+without decoding its rows; `status().events_read` counts every event the server sent. Only a
 lost connection or an error the server sent (`TRANSPORT_ERRORS`) means reconnect: anything
 else is a bug and goes to the caller, which must not take it for an outage.
 """
@@ -40,6 +40,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from oncewatch.collectors.row_images import RowImages
 from oncewatch.core.config import MySQLConfig
 from oncewatch.core.gtids import gtid_set, gtid_text
+from oncewatch.core.protocol import BinlogStatus, BootstrapStatus
 from oncewatch.core.names import UNDECODABLE, UNPARSEABLE
 from oncewatch.core.tables import is_pattern
 from oncewatch.core.records import (CLOCK_BINLOG_HEADER, CLOCK_READ_TIME, CLOCK_ROW_COLUMN, OP_DELETE, OP_INSERT,
@@ -79,8 +80,9 @@ class BinlogAccessError(BinlogError):
 
 
 @dataclass
-class CollectorStatus:
-    """What the binlog collector tells its callers (health tiles, /metrics)."""
+class StreamState:
+    """What the binlog collector (and the CDC reader, collectors.cdc) keeps of its stream as it reads, in place;
+    `status()` hands out a frozen BinlogStatus of it (oncewatch.core.protocol)."""
 
     connected: bool = False
     seconds_behind: float | None = None
@@ -94,14 +96,8 @@ class CollectorStatus:
     transactions_read: int = 0
     events_read: int = 0  # every event the server sent, handed on or skipped: a replay would show as a jump
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"connected": self.connected, "seconds_behind": self.seconds_behind,
-                "last_position": self.last_position.to_dict() if self.last_position else None,
-                "last_event_time": self.last_event_time, "last_alive": self.last_alive,
-                "last_error": self.last_error,
-                "disconnected_since": self.disconnected_since, "reconnects": self.reconnects,
-                "rows_read": self.rows_read, "transactions_read": self.transactions_read,
-                "events_read": self.events_read}
+    def status(self) -> BinlogStatus:
+        return BinlogStatus(**vars(self))
 
 
 # DDL on tables (MariaDB logs each as a standalone event); names may be `quoted` and schema-qualified.
@@ -176,19 +172,26 @@ def commit_time(after: dict[str, Any] | None, column: str | None, fallback: floa
 
 
 class BinlogCollector:
-    """Committed transactions of the configured tables, from a GTID position on, forever.
+    """Committed transactions of the configured tables, from a GTID position on, forever: a running part
+    (oncewatch.core.protocol.Part).
 
     `start` is the position after the last transaction the caller has stored, or None to
-    start at the server's current end. Iterate `transactions()`; call `stop()` from another
+    start at the server's current end. Iterate `items(stop)` (or `transactions()`); call `stop()` from another
     thread to end it. Transactions that touch no watched table are handed on too (with no
-    rows) so the caller's checkpoint keeps moving.
+    rows) so the caller's checkpoint keeps moving. After each transaction, `items` pauses while `ahead()` says
+    the binlog is read far past Kafka, for PAUSE_SECONDS at most at a time: a binlog dump the monitor does not
+    read for longer than the server's net_write_timeout (60 s by default) is dropped by the server.
     """
 
-    def __init__(self, cfg: MySQLConfig, start: BinlogPosition | None, *,
+    PAUSE_SECONDS = 20.0
+
+    def __init__(self, cfg: MySQLConfig, start: BinlogPosition | None, *, ahead: Callable[[], bool] = lambda: False,
                  sleep: Callable[[float], None] = time.sleep, fragment_rows: int = FRAGMENT_ROWS):
         self.cfg = cfg
+        self._ahead = ahead
+        self._paused_at: float | None = None  # alive while paused, though nothing is read
         self.fragment_rows = fragment_rows
-        self.status = CollectorStatus(last_position=start)
+        self.state = StreamState(last_position=start)
         self._start = start
         self._stop = threading.Event()
         self._sleep = sleep
@@ -198,6 +201,23 @@ class BinlogCollector:
         self._images = RowImages()
 
     # -------------------------------------------------------------- public
+
+    def start(self) -> None:
+        """Nothing to connect ahead: the stream opens as `items` reads, and again after a lost connection."""
+
+    def items(self, stop: threading.Event) -> Iterator[Transaction]:
+        for tx in self.transactions():
+            yield tx
+            until = time.monotonic() + self.PAUSE_SECONDS
+            while self._ahead() and time.monotonic() < until and not stop.is_set():
+                self._paused_at = time.time()
+                stop.wait(0.2)
+
+    def status(self) -> BinlogStatus:
+        return self.state.status()
+
+    def alive_at(self) -> float | None:
+        return max(filter(None, (self.state.last_alive, self._paused_at)), default=None)
 
     def stop(self) -> None:
         self._stop.set()
@@ -242,20 +262,20 @@ class BinlogCollector:
         backoff = 0.5
         while not self._stop.is_set():
             try:
-                if self.status.last_position is None:
-                    self.status.last_position = self.current_server_position()
-                for tx in self._read(self.status.last_position):
+                if self.state.last_position is None:
+                    self.state.last_position = self.current_server_position()
+                for tx in self._read(self.state.last_position):
                     backoff = 0.5
                     yield tx
                     if self._stop.is_set():
                         break
             except TRANSPORT_ERRORS as exc:
-                self.status.last_alive = time.time()
+                self.state.last_alive = time.time()
                 self._disconnected(exc)
                 if self._stop.wait(backoff):
                     break
                 backoff = min(backoff * 2, self.cfg.reconnect_max_seconds)
-                self.status.reconnects += 1
+                self.state.reconnects += 1
             finally:
                 self._close()
 
@@ -270,14 +290,14 @@ class BinlogCollector:
                 f"MySQL refused the monitor user {self.cfg.user!r} at {self.cfg.host}:{self.cfg.port} "
                 f"({exc.args[1] if len(exc.args) > 1 else exc}); check the password source and grant "
                 f"REPLICATION SLAVE, REPLICATION CLIENT and SELECT on the watched tables") from exc
-        if self.status.connected or self.status.disconnected_since is None:
-            self.status.disconnected_since = time.time()
-        self.status.connected = False
-        self.status.last_error = f"{type(exc).__name__}: {exc}"
-        log.warning("binlog stream lost", extra={"event": "binlog_disconnected", "error": self.status.last_error})
+        if self.state.connected or self.state.disconnected_since is None:
+            self.state.disconnected_since = time.time()
+        self.state.connected = False
+        self.state.last_error = f"{type(exc).__name__}: {exc}"
+        log.warning("binlog stream lost", extra={"event": "binlog_disconnected", "error": self.state.last_error})
 
     def _purged_message(self, detail: str) -> str:
-        pos = self.status.last_position
+        pos = self.state.last_position
         return (f"the binlog at the checkpoint ({pos.gtid if pos else '?'}, {pos.file if pos else '?'}) is no "
                 f"longer on the server (purged or expired; server said: {detail}). Changes between the "
                 f"checkpoint and the oldest binlog are lost to the monitor. To start again from the "
@@ -334,12 +354,12 @@ class BinlogCollector:
         for event in _released(stream):
             if self._stop.is_set():
                 return
-            now = self.status.last_alive = time.time()
-            self.status.events_read += 1
-            if not self.status.connected:
-                self.status.connected = True
-                self.status.disconnected_since = None
-                self.status.last_error = None
+            now = self.state.last_alive = time.time()
+            self.state.events_read += 1
+            if not self.state.connected:
+                self.state.connected = True
+                self.state.disconnected_since = None
+                self.state.last_error = None
                 log.info("binlog stream connected", extra={"event": "binlog_connected", "gtid": position.gtid})
             if isinstance(event, RotateEvent):
                 if event.next_binlog != log_file:
@@ -350,10 +370,10 @@ class BinlogCollector:
                 log_file = event.next_binlog
                 continue
             if isinstance(event, HeartbeatLogEvent):
-                self.status.seconds_behind = 0.0
+                self.state.seconds_behind = 0.0
                 continue
-            self.status.last_event_time = event.timestamp
-            self.status.seconds_behind = max(0.0, now - event.timestamp) if event.timestamp else None
+            self.state.last_event_time = event.timestamp
+            self.state.seconds_behind = max(0.0, now - event.timestamp) if event.timestamp else None
             if isinstance(event, MariadbGtidEvent):
                 domain, server, seq = (int(x) for x in event.gtid.split("-"))
                 skip_tx = domain in done and seq <= done[domain][1]
@@ -404,9 +424,9 @@ class BinlogCollector:
             tx_gtid, rows, bad, changes, skip_tx = None, [], [], [], False
 
     def _handed_on(self, tx: Transaction) -> Transaction:
-        self.status.last_position = tx.position
-        self.status.transactions_read += tx.complete
-        self.status.rows_read += len(tx.rows)
+        self.state.last_position = tx.position
+        self.state.transactions_read += tx.complete
+        self.state.rows_read += len(tx.rows)
         return tx
 
     def _row_tuples(self, event: Any) -> list[tuple[str, Any, dict | None, dict | None]]:
@@ -479,6 +499,56 @@ def watched_tables(cur: Any, cfg: MySQLConfig) -> list[tuple[str, str, str]]:
     return out
 
 
+class BootstrapInterruptedError(BinlogError):
+    """The first bootstrap failed mid-way: a consistent snapshot cannot be resumed, so the monitor stops and
+    its next start empties the store and bootstraps again."""
+
+
+class Bootstrap:
+    """The watched tables' rows, chunk by chunk (`bootstrap`), as a running part in the binlog tail's place until
+    the tail can start (at the snapshot's position, which the last chunk carries); then it waits to be replaced.
+    Any failure on the way is a BootstrapInterruptedError, which says what to do."""
+
+    def __init__(self, cfg: MySQLConfig):
+        self.cfg = cfg
+        self.rows = 0
+        self.table = ""
+        self.done = False
+        self._alive: float | None = None
+
+    def start(self) -> None:
+        """Nothing to connect ahead: `items` opens the snapshot."""
+
+    def items(self, stop: threading.Event) -> Iterator[Transaction]:
+        self._alive = time.time()
+        try:
+            for chunk in bootstrap(self.cfg):
+                self._alive = time.time()
+                self.rows += len(chunk.rows)
+                self.table = chunk.rows[-1].qualified_table if chunk.rows else self.table
+                yield chunk
+        except Exception as exc:  # noqa: BLE001 - any failure ends this bootstrap; the message says what next
+            raise BootstrapInterruptedError(
+                f"the bootstrap of the watched tables stopped after {self.rows} rows ({type(exc).__name__}: {exc}); "
+                f"start the monitor again: it empties its new store and bootstraps from a new snapshot") from exc
+        self.done = True
+        while not stop.wait(1.0):
+            self._alive = time.time()
+
+    def status(self) -> BootstrapStatus:
+        return BootstrapStatus(bootstrapping=not self.done, bootstrap_rows=self.rows, bootstrap_table=self.table,
+                               rows_read=self.rows, last_alive=self._alive)
+
+    def alive_at(self) -> float | None:
+        return self._alive
+
+    def stop(self) -> None:
+        """`items` ends at the stop event it was given."""
+
+    def close(self) -> None:
+        """The snapshot's connection closes as `items` ends."""
+
+
 def bootstrap(cfg: MySQLConfig, chunk: int = 5000) -> Iterator[Transaction]:
     """Read the watched tables consistently with a binlog position (no locks, no RELOAD grant).
 
@@ -526,5 +596,6 @@ def bootstrap(cfg: MySQLConfig, chunk: int = 5000) -> Iterator[Transaction]:
     yield Transaction(rows=tuple(rows), position=position, commit_time=now, snapshot=True)
 
 
-__all__ = ["BinlogCollector", "BinlogError", "BinlogPurgedError", "BinlogAccessError", "CollectorStatus",
-           "bootstrap", "commit_time", "connect", "library_filter", "watched_tables"]
+__all__ = ["BinlogCollector", "Bootstrap", "BootstrapInterruptedError", "BinlogError", "BinlogPurgedError",
+           "BinlogAccessError", "StreamState", "bootstrap", "commit_time", "connect", "library_filter",
+           "watched_tables"]

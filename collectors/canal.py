@@ -44,6 +44,7 @@ from oncewatch.collectors.cdc import ReplayRuns, Unreadable
 from oncewatch.collectors.debezium_rows import Undecodable
 from oncewatch.core.config import MySQLConfig
 from oncewatch.core.names import UNDECODABLE, UNPARSEABLE
+from oncewatch.core.protocol import CdcCounts
 from oncewatch.core.records import (CLOCK_BINLOG_HEADER, OP_DELETE, OP_INSERT, OP_UPDATE, BinlogPosition, CdcDelivery,
                                     RowChange, SchemaChange, Transaction)
 
@@ -187,10 +188,9 @@ class CanalAssembler:
     def topics(self) -> list[str]:
         return self._topics
 
-    def counts(self) -> dict[str, int]:
-        return {"incomplete_transactions": 0, "replayed_records": self.replays.records, "late_records": 0,
-                "unreadable_records": self.unreadable.records, "open_transactions": len(self.held),
-                "ddl_records": self.ddl_records}
+    def counts(self) -> CdcCounts:
+        return CdcCounts(replayed_records=self.replays.records, unreadable_records=self.unreadable.records,
+                         open_transactions=len(self.held), ddl_records=self.ddl_records)
 
     @property
     def waiting(self) -> bool:

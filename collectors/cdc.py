@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from oncewatch.collectors.binlog import CollectorStatus, commit_time
+from oncewatch.collectors.binlog import StreamState, commit_time
 from oncewatch.collectors.cdc_snapshots import SnapshotPasses
 from oncewatch.collectors.debezium_rows import Undecodable, column_decoders, image, image_schema, key_columns
 from oncewatch.collectors.heartbeats import HeartbeatReader
@@ -52,8 +52,10 @@ from oncewatch.collectors.kafka_client import connection
 from oncewatch.core.config import CdcConfig, KafkaConfig, MySQLConfig
 from oncewatch.core.gtids import GtidSet, gtid_set, gtid_text, parse
 from oncewatch.core.names import UNDECODABLE, UNPARSEABLE
-from oncewatch.core.records import (CLOCK_BINLOG_HEADER, OP_DELETE, OP_INSERT, OP_UPDATE, BinlogPosition, CdcDelivery,
-                                    Heartbeat, QuarantinedRows, Replay, RowChange, SchemaChange, Transaction)
+from oncewatch.core.protocol import CdcCounts, CdcStatus
+from oncewatch.core.records import (CLOCK_BINLOG_HEADER, OP_DELETE, OP_INSERT, OP_UPDATE, BinlogPosition, CdcCopy,
+                                    CdcDelivery, Heartbeat, Heartbeats, QuarantinedRows, Replay, RowChange,
+                                    SchemaChange, Transaction)
 
 log = logging.getLogger("oncewatch.collectors.cdc")
 
@@ -404,11 +406,11 @@ class Assembler:
         beats = [self.heartbeat_topic] if self.heartbeat_topic else []
         return [self.transaction_topic, *beats] + [f"{self.prefix}.{e}" for e in self.cfg.tables]
 
-    def counts(self) -> dict[str, int]:
+    def counts(self) -> CdcCounts:
         """What the source's health row and /metrics count."""
-        return {"incomplete_transactions": self.incomplete, "replayed_records": self.replays.records,
-                "late_records": self.late, "unreadable_records": self.unreadable.records,
-                "open_transactions": len(self.open)}
+        return CdcCounts(incomplete_transactions=self.incomplete, replayed_records=self.replays.records,
+                         late_records=self.late, unreadable_records=self.unreadable.records,
+                         open_transactions=len(self.open))
 
     def feed(self, topic: str, partition: int, rec: Any, now: float, part: str = "") -> list[Transaction]:
         """One Kafka record of the topics (kafka-python's ConsumerRecord): what it lets go on at once; `part`: its
@@ -700,17 +702,20 @@ class CdcCollector:
     `positions` is what the caller stored with the last transaction ({} on a first start: the topics'
     beginnings, the connector's snapshot first), `start_gtid` the GTID set handed on by then. The format's
     assembler (`ASSEMBLERS`: Debezium's here, Canal's in collectors.canal) makes transactions of the records.
-    `status` says what the pages and /metrics show (CollectorStatus, the binlog collector's, with this
+    `status()` says what the pages and /metrics show (CdcStatus: the binlog collector's fields, with this
     source's counts in `cdc`). Call `stop()` from another thread to end `transactions()`.
 
     With `cdc.heartbeat_topic` the connector's heartbeats are read too (collectors.heartbeats): those read by the
     time every topic is read to its end and every transaction of the poll handed on wait in `take_heartbeats()`."""
 
     def __init__(self, cfg: MySQLConfig, kafka: KafkaConfig, cdc: CdcConfig, *,
-                 positions: dict[str, int] | None = None, start_gtid: str = ""):
+                 positions: dict[str, int] | None = None, start_gtid: str = "", copies: bool = False):
+        """`copies`: `items` hands on each transaction as a `CdcCopy` (check mode: checked against the binlog's,
+        whose clock the server's binlog end gives) and no heartbeats."""
         from oncewatch.collectors.canal import CanalAssembler
 
         self.cfg = cfg
+        self.copies = copies
         self.kafka = kafka
         self.format = cdc.format
         self.from_latest = cdc.start_from == "latest" and not positions  # a first start, at the topics' ends
@@ -720,7 +725,7 @@ class CdcCollector:
                            cdc.heartbeat_topic if cdc.format == "debezium" else ""))
         self.next: dict[str, int] = dict(positions or {})  # per "topic/partition": the next offset to read
         self.assembler.offsets = self.positions
-        self.status = CollectorStatus(last_position=BinlogPosition(gtid=start_gtid) if start_gtid else None)
+        self.state = StreamState(last_position=BinlogPosition(gtid=start_gtid) if start_gtid else None)
         self.caught_up = False  # every partition read to its end and no transaction waiting for records
         self.heartbeats = HeartbeatReader(cdc.heartbeat_topic) if cdc.heartbeat_topic and cdc.format == "debezium" \
             else None
@@ -730,11 +735,27 @@ class CdcCollector:
         self._beats: list[Heartbeat] = []  # placed, not yet taken by the caller
         self._stop = threading.Event()
 
+    def start(self) -> None:
+        """Nothing to connect ahead: `items` makes its consumer, and closes it as it ends."""
+
+    def items(self, stop: threading.Event) -> Iterator[Transaction | CdcCopy | Heartbeats]:
+        """In source mode the transactions with the connector's heartbeats behind those handed on before them (the
+        change clock); in check mode (`copies`) the transactions as CdcCopys. Ends once `stop()` is called."""
+        for tx in self.transactions(idle=True):
+            if tx is not None:
+                yield CdcCopy(tx) if self.copies else tx
+            beats = self.take_heartbeats()
+            if beats and not self.copies:
+                yield Heartbeats(tuple(beats))
+
+    def alive_at(self) -> float | None:
+        return self.state.last_alive
+
     def stop(self) -> None:
         self._stop.set()
 
     def close(self) -> None:
-        pass  # the consumer is closed when transactions() ends
+        """The consumer is closed when `transactions()` ends."""
 
     def topics(self) -> list[str]:
         return self.assembler.topics()
@@ -749,11 +770,12 @@ class CdcCollector:
         """Per partition, where a restart reads from: the first record of a transaction not handed on yet."""
         return {**self.next, **self.assembler.first_pending()}
 
-    def health(self) -> dict[str, Any]:
+    def status(self) -> CdcStatus:
         hb = self.heartbeats
-        return {**self.status.as_dict(), "source": self.format, "topics": self.topics(),
-                "cdc": self.assembler.counts(), "heartbeat_topic": hb.topic if hb else None,
-                "heartbeats_read": hb.read if hb else 0, "heartbeats_unreadable": hb.unreadable if hb else 0}
+        return CdcStatus(**vars(self.state), source=self.format, topics=tuple(self.topics()),
+                         cdc=self.assembler.counts(), heartbeat_topic=hb.topic if hb else None,
+                         heartbeats_read=hb.read if hb else 0, heartbeats_unreadable=hb.unreadable if hb else 0,
+                         caught_up=self.caught_up)
 
     def transactions(self, poll_ms: int = 200, idle: bool = False) -> Iterator[Transaction | None]:
         """`idle`: also None after every poll that handed nothing on (a caller that marks its clock while the
@@ -782,13 +804,13 @@ class CdcCollector:
                     self._disconnected(exc)
                     self._stop.wait(1.0)
                     continue
-                now = self.status.last_alive = time.time()
-                if not self.status.connected:
-                    self.status.connected, self.status.disconnected_since, self.status.last_error = True, None, None
+                now = self.state.last_alive = time.time()
+                if not self.state.connected:
+                    self.state.connected, self.state.disconnected_since, self.state.last_error = True, None, None
                 handed: list[Transaction] = []
                 for tp, records in batches.items():
                     key, topic, partition, feed = f"{tp.topic}/{tp.partition}", tp.topic, tp.partition, a.feed
-                    self.status.events_read += len(records)
+                    self.state.events_read += len(records)
                     for rec in records:
                         self.next[key] = rec.offset + 1  # before feed: what it hands on is stored with it
                         if hb is not None and topic == hb.topic:
@@ -823,7 +845,7 @@ class CdcCollector:
             consumer.close()
 
     def _handed_on(self, tx: Transaction, now: float) -> Transaction:
-        s = self.status
+        s = self.state
         s.last_position, s.last_event_time = tx.position, tx.commit_time or s.last_event_time
         s.seconds_behind = max(0.0, now - tx.commit_time) if tx.commit_time else s.seconds_behind
         s.rows_read += len(tx.rows)
@@ -836,12 +858,12 @@ class CdcCollector:
         return a.begun is not None if isinstance(a, Assembler) and topic == a.transaction_topic else None
 
     def _disconnected(self, exc: BaseException) -> None:
-        if self.status.connected or self.status.disconnected_since is None:
-            self.status.disconnected_since = time.time()
-        self.status.connected = False
-        self.status.last_error = f"{type(exc).__name__}: {exc}"
-        self.status.reconnects += 1
-        log.warning("CDC topics cannot be read", extra={"event": "cdc_disconnected", "error": self.status.last_error})
+        if self.state.connected or self.state.disconnected_since is None:
+            self.state.disconnected_since = time.time()
+        self.state.connected = False
+        self.state.last_error = f"{type(exc).__name__}: {exc}"
+        self.state.reconnects += 1
+        log.warning("CDC topics cannot be read", extra={"event": "cdc_disconnected", "error": self.state.last_error})
 
     def _assign(self, consumer: Any, assigned: set[Any]) -> set[Any]:
         """Every partition of the topics that exist now, each read on from where it was (or from the start)."""

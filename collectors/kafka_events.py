@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,7 @@ from oncewatch.collectors.kafka_formats import TopicParser
 from oncewatch.collectors.kafka_raw import UnreadableBatchError, failed_batch, unpack
 from oncewatch.core.config import KafkaConfig
 from oncewatch.core.names import UNPARSEABLE, partition_key, split_partition_key
+from oncewatch.core.protocol import EventBatch, Gap, KafkaEventsStatus
 from oncewatch.core.records import EmittedEvent, PartitionStatus, QuarantinedRecord
 
 log = logging.getLogger("oncewatch.collectors.kafka_events")
@@ -105,71 +106,6 @@ def list_offsets(admin: KafkaAdminClient, tps: Iterable[TopicPartition], spec: O
                                                                     timeout_ms=timeout_ms).items()}
 
 
-@dataclass(frozen=True)
-class EventBatch:
-    """What one poll read. `positions` covers every assigned partition, not only those read."""
-
-    events: tuple[EmittedEvent, ...]
-    quarantined: tuple[QuarantinedRecord, ...]
-    positions: dict[str, int]
-    positions_changed: bool  # write the checkpoint even with no records (e.g. a first start at "latest")
-
-
-@dataclass(frozen=True)
-class Gap:
-    """Offsets of a partition that were gone from the broker before the monitor read them."""
-
-    topic: str
-    partition: int
-    from_offset: int
-    to_offset: int
-    kind: str  # "deleted" (retention ran ahead of the monitor) | "truncated" (the log shrank under it)
-    at: float
-
-
-@dataclass(frozen=True)
-class KafkaEventsStatus:
-    """A snapshot of the collector for the health row, /metrics and the pages."""
-
-    connected: bool
-    last_error: str | None
-    disconnected_since: float | None
-    reconnects: int
-    records_read: int
-    events_read: int
-    waiting_for: tuple[str, ...]
-    partitions: tuple[PartitionStatus, ...]
-    gaps: tuple[Gap, ...]
-    held: tuple[str, ...] = ()  # partitions whose end is not vouched for since their broker restarted
-    settle_until: float = 0.0  # the broker was away: no end vouches before this time
-
-    @property
-    def caught_up(self) -> bool:
-        """Every assigned partition read to its last known end (see `KafkaEventCollector.caught_up`)."""
-        return self.connected and all(p.position >= p.end for p in self.partitions)
-
-    @property
-    def state(self) -> str:
-        if not self.connected:
-            return f"disconnected: {self.last_error}" if self.last_error else "connecting"
-        if self.waiting_for:
-            return "waiting for topic " + ", ".join(self.waiting_for) + " (does not exist yet)"
-        if self.held:
-            return "reading; ends not vouched for since the broker restarted: " + ", ".join(self.held)
-        if self.settle_until > time.time():
-            return "reading; the broker was away: its producers may still send what they kept, no end vouches yet"
-        return "reading"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"connected": self.connected, "state": self.state, "last_error": self.last_error,
-                "disconnected_since": self.disconnected_since, "reconnects": self.reconnects,
-                "records_read": self.records_read, "events_read": self.events_read,
-                "waiting_for": list(self.waiting_for),
-                "partitions": [p.__dict__.copy() for p in self.partitions],
-                "gaps": [g.__dict__.copy() for g in self.gaps], "caught_up": self.caught_up, "held": list(self.held),
-                "settle_until": self.settle_until}
-
-
 @dataclass
 class _State:
     """Mutable state shared between the polling thread and status readers; guarded by a lock."""
@@ -190,17 +126,34 @@ class _State:
     gaps: list[Gap] = field(default_factory=list)
 
 
+def _state(s: _State, held: tuple[str, ...]) -> str:
+    """What the collector does, in words, as of now."""
+    if not s.connected:
+        return f"disconnected: {s.last_error}" if s.last_error else "connecting"
+    if s.waiting_for:
+        return "waiting for topic " + ", ".join(s.waiting_for) + " (does not exist yet)"
+    if held:
+        return "reading; ends not vouched for since the broker restarted: " + ", ".join(held)
+    if s.settle_until > time.time():
+        return "reading; the broker was away: its producers may still send what they kept, no end vouches yet"
+    return "reading"
+
+
 class KafkaEventCollector:
     """Polls the configured topics from checkpointed positions; see the module docstring.
 
     `positions` is what the caller stored from the last `EventBatch.positions`, or None on the
-    very first run. Call `poll()` from one thread; `status`, `caught_up()` and `positions()` may be
+    very first run. Call `poll()` from one thread; `status()`, `caught_up()` and `positions()` may be
     called from any thread.
     """
 
+    POLL_MS, POLL_RECORDS = 500, 2000  # of each poll `items` makes
+
     def __init__(self, cfg: KafkaConfig, positions: dict[str, int] | None = None,
-                 partitions: Collection[str] | None = None, known: dict[str, tuple[int, int | None]] | None = None):
+                 partitions: Collection[str] | None = None, known: dict[str, tuple[int, int | None]] | None = None,
+                 hold: Callable[[], Collection[str]] = frozenset):
         """`partitions` ("topic/partition"): read only those (a group's router reads what the group assigned it).
+        `hold`: the partitions `items` leaves unread at each poll (read far past the binlog).
         `known`: per partition the end and leader epoch a reader before this one last learned (`known()`), so that
         a broker restarted since, which reports an end gone back or a new epoch, is seen as the reader before
         would have seen it (a group's partitions change readers at every rebalance)."""
@@ -223,6 +176,27 @@ class KafkaEventCollector:
         self._next_refresh = 0.0
         self._last_positions: dict[str, int] = {}
         self._highwater: dict[TopicPartition, int] = {}  # the last highwater taken from a fetch, per partition
+        self._ahead = hold
+        self._alive: float | None = None
+
+    # -------------------------------------------------------------- lifecycle (oncewatch.core.protocol.Part)
+
+    def start(self) -> None:
+        """Nothing to connect ahead: the first poll finds the topics and connects (and again after an outage)."""
+
+    def items(self, stop: threading.Event) -> Iterator[EventBatch]:
+        """A batch per poll that read something or moved a position, leaving unread the partitions `hold` names."""
+        while not stop.is_set():
+            self._alive = time.time()
+            batch = self.poll(timeout_ms=self.POLL_MS, max_records=self.POLL_RECORDS, hold=self._ahead())
+            if batch.events or batch.quarantined or batch.positions_changed:
+                yield batch
+
+    def alive_at(self) -> float | None:
+        return self._alive
+
+    def stop(self) -> None:
+        """`items` ends at the stop event it was given, within a poll."""
 
     # -------------------------------------------------------------- public
 
@@ -257,18 +231,18 @@ class KafkaEventCollector:
             self._drop_consumer()
         return self._batch([], [])
 
-    @property
     def status(self) -> KafkaEventsStatus:
         with self._lock:
             s = self._s
             parts = tuple(PartitionStatus(tp.topic, tp.partition, s.positions[tp],
                                           *s.ends.get(tp, (s.positions[tp], 0.0)))
                           for tp in sorted(self._assigned) if tp in s.positions)
+            held = tuple(tp_key(tp) for tp in sorted(s.held))
             return KafkaEventsStatus(
-                connected=s.connected, last_error=s.last_error, disconnected_since=s.disconnected_since,
-                reconnects=s.reconnects, records_read=s.records_read, events_read=s.events_read,
-                waiting_for=s.waiting_for, partitions=parts,
-                gaps=tuple(s.gaps), held=tuple(tp_key(tp) for tp in sorted(s.held)), settle_until=s.settle_until)
+                connected=s.connected, state=_state(s, held), last_error=s.last_error,
+                disconnected_since=s.disconnected_since, reconnects=s.reconnects, records_read=s.records_read,
+                events_read=s.events_read, waiting_for=s.waiting_for, partitions=parts, gaps=tuple(s.gaps),
+                held=held, settle_until=s.settle_until)
 
     def positions(self) -> dict[str, int]:
         with self._lock:
@@ -605,6 +579,6 @@ class KafkaEventCollector:
             f"Describe and Read on the topics {', '.join(self._parsers)} (it needs no group and no write ACL)")
 
 
-__all__ = ["KafkaEventCollector", "EventBatch", "KafkaEventsStatus", "Gap",
+__all__ = ["KafkaEventCollector", "EventBatch",
            "KafkaEventsError", "KafkaAccessError", "tp_key", "parse_tp_key", "admin_client", "client_settings",
            "existing_partitions", "list_offsets"]

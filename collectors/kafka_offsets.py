@@ -17,8 +17,9 @@ The collector only reads (Describe on topics and groups); it never joins or comm
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ from kafka.admin import OffsetSpec
 
 from oncewatch.collectors.kafka_events import admin_client, existing_partitions, list_offsets
 from oncewatch.core.config import KafkaConfig
+from oncewatch.core.protocol import NO_OFFSETS
 from oncewatch.core.records import GroupOffsets, GroupPartition, OffsetsSnapshot, PartitionRange
 
 log = logging.getLogger("oncewatch.collectors.kafka_offsets")
@@ -93,15 +95,39 @@ def _member_topics(description: dict[str, Any]) -> set[str]:
 
 
 class KafkaOffsetsCollector:
-    """Call `snapshot()` every `kafka.offsets_poll_seconds`."""
+    """Call `snapshot()` every `kafka.offsets_poll_seconds`, or run it as a part (oncewatch.core.protocol.Part):
+    `items` takes a snapshot every `every` seconds (kafka.offsets_poll_seconds unless given), and `status()` is
+    the last one."""
 
-    def __init__(self, cfg: KafkaConfig, *, clock: Callable[[], float] = time.time):
+    def __init__(self, cfg: KafkaConfig, *, clock: Callable[[], float] = time.time, every: float | None = None):
         self.cfg = cfg
         self._clock = clock
+        self._every = cfg.offsets_poll_seconds if every is None else every
         self._timeout_ms = int(cfg.request_timeout_seconds * 1000)
         self._admin: KafkaAdminClient | None = None
         self._history: dict[TopicPartition, LagHistory] = {}
         self._last_error: str | None = None
+        self._last = NO_OFFSETS
+        self._alive: float | None = None
+
+    def start(self) -> None:
+        """Nothing to connect ahead: each snapshot connects the admin client if it has none."""
+
+    def items(self, stop: threading.Event) -> Iterator[OffsetsSnapshot]:
+        while not stop.is_set():
+            self._last = self.snapshot()
+            self._alive = time.time()
+            yield self._last
+            stop.wait(self._every)
+
+    def status(self) -> OffsetsSnapshot:
+        return self._last
+
+    def alive_at(self) -> float | None:
+        return self._alive
+
+    def stop(self) -> None:
+        """`items` ends at the stop event it was given."""
 
     def close(self) -> None:
         if self._admin is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from oncewatch.core.records import (BinlogPosition, CdcCopy, EmittedEvent, Heartbeats, OffsetsSnapshot,
                                     PartitionStatus, QuarantinedRecord, Transaction)
@@ -201,11 +201,23 @@ class MonitorHealth:
 @dataclass(frozen=True)
 class RoutersHealth:
     """A group member's routers, as its health row says: the partitions they read, whether one reads the change
-    source, the messages written to the internal topic."""
+    source, the messages written to the internal topic, the change source's transactions handed on."""
 
     partitions: tuple[str, ...] = ()
     change_source: bool = False
     written: int = 0
+    change_transactions: int = 0
+
+
+@dataclass(frozen=True)
+class ShardHealth:
+    """A shard a group member judges: what it applied and repeated, its offset, its clocks."""
+
+    records: int = 0
+    repeated: int = 0
+    offset: int = 0
+    binlog_time: float = 0.0
+    kafka_time: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -214,7 +226,7 @@ class GroupMemberHealth:
 
     at: float
     member: str
-    shards: tuple[str, ...] = ()
+    shards: dict[str, ShardHealth] = field(default_factory=dict)
     routers: RoutersHealth = RoutersHealth()
     fenced: int = 0
     applied: int = 0
@@ -268,6 +280,7 @@ Item = Transaction | CdcCopy | Heartbeats | EventBatch | OffsetsSnapshot | Reade
 # ---------------------------------------------------------------- the lifecycle
 
 
+@runtime_checkable
 class Part(Protocol):
     """Every running part that reads: configured by its constructor (no I/O), then `start()` (connects),
     `items(stop)` (what it reads, until `stop` is set, in the thread that calls it), `stop()` (from any thread),
@@ -285,3 +298,17 @@ class Part(Protocol):
 
     def alive_at(self) -> float | None:
         """When it last showed life (a read, a poll that returned, a server heartbeat, a pause while ahead)."""
+
+
+@runtime_checkable
+class BinlogTail(Part, Protocol):
+    """A part that can ask its server where the binlog ends now (the binlog collector): how far is left to read."""
+
+    def current_server_position(self) -> BinlogPosition: ...
+
+
+@runtime_checkable
+class EventSource(Part, Protocol):
+    """A part that can ask its broker whether every partition it reads is read to its end (the events collector)."""
+
+    def caught_up(self, timeout_ms: int | None = None) -> bool: ...

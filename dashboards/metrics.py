@@ -29,6 +29,8 @@ from prometheus_client.utils import floatToGoString
 from oncewatch import __version__
 from oncewatch.core import histogram, names
 from oncewatch.core.config import MetricsConfig, PostgresTarget
+from oncewatch.core.protocol import (BinlogStatus, CdcStatus, ComponentHealth, GroupMemberHealth, KafkaEventsStatus,
+                                     MonitorHealth, Status)
 from oncewatch.core.records import OffsetsSnapshot
 from oncewatch.dashboards import probes, views
 from oncewatch.store import StoreError, retention, verdicts
@@ -36,8 +38,6 @@ from oncewatch.store.group import shard_checkpoints
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9464
-# The health field that counts what each collector read (the offsets poller reads no records).
-RECORDS_READ = {names.BINLOG: "rows_read", names.KAFKA_EVENTS: "records_read", names.CDC: "rows_read"}
 # F10-F12 page on their readings (the oncewatch-drift alerts), not on each finding they keep; F15 is info.
 PAGED_BY_READINGS = ("F10", "F11", "F12")
 PAGED_BY_FINDING = tuple(r for r, rule in names.RULES.items() if r not in PAGED_BY_READINGS and rule.severity != "info")
@@ -51,51 +51,56 @@ def _counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> CounterMetric
     return CounterMetricFamily(f"oncewatch_{name}", doc, labels=list(labels))
 
 
-def _binlog(value: dict[str, Any]) -> Iterator[Metric]:
+def _binlog(status: Status) -> Iterator[Metric]:
+    if not isinstance(status, BinlogStatus):
+        return
     behind = _gauge("binlog_behind_seconds", "How far the binlog tail is behind the server's newest event.")
-    if value.get("seconds_behind") is not None:
-        behind.add_metric([], value["seconds_behind"])
+    if status.seconds_behind is not None:
+        behind.add_metric([], status.seconds_behind)
     yield behind
-    position = value.get("last_position") or {}
+    position = status.last_position
     file_number = _gauge("binlog_file_number", "Sequence number of the binlog file of the last handled transaction.")
     offset = _gauge("binlog_position_bytes", "Offset inside that binlog file of the end of the last transaction.")
     gtid = _gauge("binlog_gtid_sequence", "GTID sequence number reached, per replication domain.", ("domain",))
-    if position:
-        match = re.search(r"(\d+)$", position.get("file", ""))
+    if position is not None:
+        match = re.search(r"(\d+)$", position.file)
         if match:
             file_number.add_metric([], int(match.group(1)))
-        offset.add_metric([], position.get("pos", 0))
+        offset.add_metric([], position.pos)
         # MariaDB's domain-server-sequence triples; anything else is left out rather than fail the scrape.
-        for domain, seq in re.findall(r"(?:^|,)\s*(\d+)-\d+-(\d+)", position.get("gtid") or ""):
+        for domain, seq in re.findall(r"(?:^|,)\s*(\d+)-\d+-(\d+)", position.gtid):
             gtid.add_metric([domain], int(seq))
     yield from (file_number, offset, gtid)
     transactions = _counter("binlog_transactions_read", "Committed transactions read from the binlog.")
-    transactions.add_metric([], value.get("transactions_read", 0))
+    transactions.add_metric([], status.transactions_read)
     events = _counter("binlog_events_read", "Binlog events the server sent, handed on or skipped: after a reconnect "
                       "it grows by what came after the checkpoint, never by a replay.")
-    events.add_metric([], value.get("events_read", 0))
+    events.add_metric([], status.events_read)
     yield transactions
     yield events
-    if "cdc" in value:  # CDC source mode: the change source's own counts
-        yield from _cdc(value)
+    if isinstance(status, CdcStatus):  # CDC source mode: the change source's own counts
+        yield from _cdc(status)
 
 
-def _cdc(value: dict[str, Any]) -> Iterator[Metric]:
+def _cdc(status: Status) -> Iterator[Metric]:
     """The CDC topics' reader's counts (collectors.cdc): the binlog component's in source mode, its own in check
     mode."""
-    counts = value.get("cdc", {})
+    if not isinstance(status, CdcStatus):
+        return
+    counts = status.cdc
     cdc = _counter("cdc_records", "CDC mode: records of the CDC topics by what became of them: replayed (a "
                    "transaction already handed on, read again after a connector restart), late (of a transaction "
                    "without an END, after the ones behind it), unreadable (not a Debezium change event with its "
                    "schema: quarantined).", ("kind",))
-    for kind in ("replayed", "late", "unreadable"):
-        cdc.add_metric([kind], counts.get(f"{kind}_records", 0))
+    for kind, n in (("replayed", counts.replayed_records), ("late", counts.late_records),
+                    ("unreadable", counts.unreadable_records)):
+        cdc.add_metric([kind], n)
     incomplete = _counter("cdc_incomplete_transactions", "CDC mode: transactions whose END counted records "
                           "that did not come within cdc.transaction_grace_seconds, handed on without them.")
-    incomplete.add_metric([], counts.get("incomplete_transactions", 0))
+    incomplete.add_metric([], counts.incomplete_transactions)
     waiting = _gauge("cdc_open_transactions", "CDC mode: transactions read in part, waiting for their END or "
                      "their records.")
-    waiting.add_metric([], counts.get("open_transactions", 0))
+    waiting.add_metric([], counts.open_transactions)
     yield from (cdc, incomplete, waiting)
 
 
@@ -122,12 +127,13 @@ def _pipeline(stats: dict[str, Any]) -> Iterator[Metric]:
     yield before
 
 
-def _quarantine(counts: dict[tuple[str, str], int], events: dict[str, Any]) -> Metric:
+def _quarantine(counts: dict[tuple[str, str], int], events: Status | None) -> Metric:
     """The store's quarantine by topic and reason (so it survives a restart); every reason of every
     watched topic from the first scrape on, so increase() sees the first one."""
     quarantined = _counter("kafka_quarantined_records", "Kafka records that could not be parsed, kept aside in "
                            "the store (`oncewatch quarantine` lists them).", ("topic", "reason"))
-    topics = {p["topic"] for p in events.get("partitions", [])} | {topic for topic, _ in counts}
+    read = events.partitions if isinstance(events, KafkaEventsStatus) else ()
+    topics = {p.topic for p in read} | {topic for topic, _ in counts}
     for topic in sorted(topics):
         for reason in dict.fromkeys([*names.QUARANTINE_REASONS, *sorted(r for t, r in counts if t == topic)]):
             quarantined.add_metric([topic, reason], counts.get((topic, reason), 0))
@@ -143,16 +149,17 @@ def _binlog_quarantine(counts: dict[str, int]) -> Metric:
     return quarantined
 
 
-def _kafka_events(value: dict[str, Any]) -> Iterator[Metric]:
+def _kafka_events(status: Status) -> Iterator[Metric]:
     read_offset = _gauge("kafka_read_offset", "Next offset the monitor will read, per watched partition.",
                          ("topic", "partition"))
-    for p in value.get("partitions", []):
-        read_offset.add_metric([p["topic"], str(p["partition"])], p["position"])
+    for p in status.partitions if isinstance(status, KafkaEventsStatus) else ():
+        read_offset.add_metric([p.topic, str(p.partition)], p.position)
     yield read_offset
 
 
-def _kafka_offsets(value: dict[str, Any]) -> Iterator[Metric]:
-    snapshot = OffsetsSnapshot.from_dict(value)
+def _kafka_offsets(snapshot: Status) -> Iterator[Metric]:
+    if not isinstance(snapshot, OffsetsSnapshot):
+        return
     earliest = _gauge("kafka_earliest_offset", "Earliest offset still on the broker.", ("topic", "partition"))
     end = _gauge("kafka_end_offset", "End offset (next offset to be written).", ("topic", "partition"))
     for p in snapshot.partitions:
@@ -168,16 +175,16 @@ def _kafka_offsets(value: dict[str, Any]) -> Iterator[Metric]:
                          "(no lag can be given for them).", ("group", "topic"))
     missing: dict[tuple[str, str], int] = {}
     for r in views.lag_rows(snapshot):
-        key = [r["group"], r["topic"], str(r["partition"])]
-        missing.setdefault((r["group"], r["topic"]), 0)
-        if r["committed"] is None:
-            missing[(r["group"], r["topic"])] += 1
+        key = [r.group, r.topic, str(r.partition)]
+        missing.setdefault((r.group, r.topic), 0)
+        if r.committed is None:
+            missing[(r.group, r.topic)] += 1
             continue
-        committed.add_metric(key, r["committed"])
-        if r["lag"] is not None:
-            lag.add_metric(key, r["lag"])
-        if r["lag_seconds"] is not None:
-            lag_seconds.add_metric(key, r["lag_seconds"])
+        committed.add_metric(key, r.committed)
+        if r.lag is not None:
+            lag.add_metric(key, r.lag)
+        if r.lag_seconds is not None:
+            lag_seconds.add_metric(key, r.lag_seconds)
     for (group, topic), n in sorted(missing.items()):
         uncommitted.add_metric([group, topic], n)
     stddev = _gauge("consumer_group_lag_stddev", "Population standard deviation of partition lag (F12).",
@@ -186,57 +193,56 @@ def _kafka_offsets(value: dict[str, Any]) -> Iterator[Metric]:
                       "(F12: near 0 when every partition lags alike, as in a stall of the whole group).",
                       ("group", "topic"))
     for s in views.lag_skew(snapshot):
-        stddev.add_metric([s["group"], s["topic"]], s["stddev"])
-        relative.add_metric([s["group"], s["topic"]], s["relative"])
+        stddev.add_metric([s.group, s.topic], s.stddev)
+        relative.add_metric([s.group, s.topic], s.relative)
     yield from (committed, lag, lag_seconds, uncommitted, stddev, relative)
 
 
-def _monitor(value: dict[str, Any]) -> Iterator[Metric]:
+def _monitor(monitor: MonitorHealth) -> Iterator[Metric]:
     started = _gauge("monitor_start_time_seconds", "When the monitor process started (unix time).")
-    started.add_metric([], value.get("started_at", 0))
+    started.add_metric([], monitor.started_at)
     caught_up = _gauge("monitor_caught_up", "1 when both streams are read to within rules.caught_up_seconds.")
-    caught_up.add_metric([], 1 if value.get("caught_up") else 0)
+    caught_up.add_metric([], 1 if monitor.caught_up else 0)
     verdict = _gauge("monitor_verdict", "1 for the monitor's verdict (healthy, degraded, failing; stopped once it "
                      "stopped), 0 for the others; the reasons are on the dashboard's Overview.", ("verdict",))
     for name in names.VERDICTS:
-        verdict.add_metric([name], 1 if value.get("verdict") == name else 0)
+        verdict.add_metric([name], 1 if monitor.verdict == name else 0)
     lag = _gauge("stream_lag_seconds", "How far behind the monitor has applied each stream (0: read to its end).",
                  ("stream",))
-    for stream, seconds in sorted(value.get("lag_seconds", {}).items()):
+    for stream, seconds in sorted(monitor.lag_seconds.items()):
         lag.add_metric([stream], seconds)
     stream_time = _gauge("stream_time_seconds", "Commit or record time reached in each stream (unix time).",
                          ("stream",))
-    for stream in ("binlog", "kafka"):
-        if value.get(f"{stream}_time"):
-            stream_time.add_metric([stream], value[f"{stream}_time"])
+    for stream, at in (("binlog", monitor.binlog_time), ("kafka", monitor.kafka_time)):
+        if at:
+            stream_time.add_metric([stream], at)
     threshold = _gauge("rule_threshold", "The monitor's [rules] thresholds, which the alert rules compare with.",
                        ("rule", "threshold"))
-    for rule, values in sorted(value.get("thresholds", {}).items()):
+    for rule, values in sorted(monitor.thresholds.items()):
         for name, v in sorted(values.items()):
             threshold.add_metric([rule, name], v)
     judging = _gauge("rule_can_judge", "1 when the rule sees every stream it reads and the columns it reads of "
                      "`table` (one series per watched table whose columns the config names for it, none for a rule "
                      "that reads no table); 0: it is blind (unknown) there, its silence means nothing.",
                      ("rule", "table"))
-    if "verdict" in value:
-        for rule, table, judges in can_judge(value):
-            judging.add_metric([rule, table], int(judges))
+    for rule, table, judges in can_judge(monitor):
+        judging.add_metric([rule, table], int(judges))
     outages = _counter("store_outages", "Times this monitor process lost its store's server (PostgreSQL) and started "
                        "again from the checkpoint once it answered.")
-    outages.add_metric([], value.get("store_outages", 0))
+    outages.add_metric([], monitor.store_outages)
     away = _counter("store_outage_seconds", "Seconds this monitor process's store was away, in all (the gap; the "
                     "records of that time are read after it, from the checkpoint).")
-    away.add_metric([], value.get("store_outage_seconds", 0.0))
+    away.add_metric([], monitor.store_outage_seconds)
     yield from (started, caught_up, verdict, lag, stream_time, threshold, judging, outages, away)
 
 
-def can_judge(monitor: dict[str, Any]) -> Iterator[tuple[str, str, bool]]:
+def can_judge(monitor: MonitorHealth) -> Iterator[tuple[str, str, bool]]:
     """(rule, table, judges) of the monitor's health row: a rule blind everywhere (a stream it reads unseen)
     judges no table; one a shape problem blinds for some tables judges the others."""
-    blind = set(monitor.get("blind_rules", []))
+    blind = set(monitor.blind_rules)
     for rule in names.RULES:
-        shaped = set(monitor.get("blind_tables", {}).get(rule, ()))
-        for table in sorted(set(monitor.get("rule_tables", {}).get(rule, ())) | shaped) or [""]:
+        shaped = set(monitor.blind_tables.get(rule, ()))
+        for table in sorted(set(monitor.rule_tables.get(rule, ())) | shaped) or [""]:
             yield rule, table, rule not in blind and table not in shaped
 
 
@@ -286,7 +292,7 @@ def _engine(stats: dict[str, Any], counts: list[tuple[str, str, str, int]]) -> I
     yield shape
 
 
-def _verdicts(totals: dict[str, Any], pending: int, monitor: dict[str, Any]) -> Iterator[Metric]:
+def _verdicts(totals: dict[str, Any], pending: int, monitor: MonitorHealth | None) -> Iterator[Metric]:
     """The verdict per trade (issue 45) from the store's running totals, which carry on across a restart; and the
     objective the burn-rate alerts compare with (the monitor's [slo])."""
     verified = _counter("trades_verified", "Successful payments (trades) verified exactly once: one success for "
@@ -319,13 +325,14 @@ def _verdicts(totals: dict[str, Any], pending: int, monitor: dict[str, Any]) -> 
                                     "(verified or violated), on the stream clocks the rules judge by.")
     seconds.add_metric([], buckets, h["sum"])
     yield seconds
-    if "slo" in monitor:
-        for name, key, doc in (("slo_objective", "objective", "The share of money to verify within "
-                                "slo.within_seconds (the [slo] objective): what the burn-rate alerts burn."),
-                               ("slo_within_seconds", "within_seconds", "The objective's time from commit to "
-                                "verdict.")):
+    slo = monitor.slo if monitor is not None else None
+    if slo is not None:
+        for name, value, doc in (("slo_objective", slo.objective, "The share of money to verify within "
+                                  "slo.within_seconds (the [slo] objective): what the burn-rate alerts burn."),
+                                 ("slo_within_seconds", slo.within_seconds, "The objective's time from commit to "
+                                  "verdict.")):
             gauge = _gauge(name, doc)
-            gauge.add_metric([], monitor["slo"][key])
+            gauge.add_metric([], value)
             yield gauge
 
 
@@ -366,7 +373,7 @@ def _health(health: dict[str, views.Component]) -> Iterator[Metric]:
     updated = _gauge("health_updated_timestamp_seconds", "When the monitor last wrote this component's health "
                      "(unix time); an old value means a stale monitor.", ("component",))
     for name, c in sorted(health.items()):
-        updated.add_metric([name], c.value["updated_at"])
+        updated.add_metric([name], c.updated_at)
     yield updated
     up = _gauge("collector_up", "1 when the collector's reader runs and it is connected (the offsets poller: "
                 "answered).", ("collector",))
@@ -378,26 +385,31 @@ def _health(health: dict[str, views.Component]) -> Iterator[Metric]:
                    "read, a poll that returned, a server heartbeat (unix time); old means stuck or dead.",
                    ("collector",))
     for name in names.COLLECTORS:
-        if name not in health:
+        row = health[name].health if name in health else None
+        if not isinstance(row, ComponentHealth):
             continue
-        value = health[name].value
-        reader = value.get("reader", {})
-        up.add_metric([name], 1 if health[name].up else 0)
-        failures.add_metric([name], reader.get("failures", 0))
-        if reader.get("alive_at") is not None:
-            alive.add_metric([name], reader["alive_at"])
-        if name in RECORDS_READ:
-            records.add_metric([name], value.get(RECORDS_READ[name], 0))
-            reconnects.add_metric([name], value.get("reconnects", 0))
+        up.add_metric([name], 1 if row.up else 0)
+        failures.add_metric([name], row.reader.failures)
+        if row.reader.alive_at is not None:
+            alive.add_metric([name], row.reader.alive_at)
+        status = row.status
+        if isinstance(status, BinlogStatus):  # the offsets poller reads no records
+            records.add_metric([name], status.rows_read)
+        elif isinstance(status, KafkaEventsStatus):
+            records.add_metric([name], status.records_read)
+        if not isinstance(status, OffsetsSnapshot):
+            reconnects.add_metric([name], status.reconnects)
     yield from (up, records, reconnects, failures, alive)
     parts = {names.BINLOG: _binlog, names.KAFKA_EVENTS: _kafka_events, names.KAFKA_OFFSETS: _kafka_offsets,
-             names.CDC: _cdc, names.MONITOR: _monitor}
+             names.CDC: _cdc}
     for name, metrics in parts.items():
-        if name in health:
-            yield from metrics(health[name].value)
+        if (status := views.status_of(health, name)) is not None:
+            yield from metrics(status)
+    if (monitor := views.monitor_of(health)) is not None:
+        yield from _monitor(monitor)
 
 
-def _members(members: dict[str, dict[str, Any]]) -> Iterator[Metric]:
+def _members(members: dict[str, GroupMemberHealth]) -> Iterator[Metric]:
     """Instances of a group ([group]): each one's share of the work, as its health row says."""
     seen = _gauge("group_member_updated_timestamp_seconds", "When the group member last wrote its health (unix time); "
                   "one stopped or killed keeps its last time (its shards and sources are others' by then).",
@@ -423,18 +435,18 @@ def _members(members: dict[str, dict[str, Any]]) -> Iterator[Metric]:
     kafka_away = _counter("group_member_kafka_outage_seconds", "Seconds this member's process waited for the Kafka "
                           "broker as it started, in all.", ("member",))
     for name, v in sorted(members.items()):
-        seen.add_metric([name], v["at"])
-        owned.add_metric([name], len(v["shards"]))
-        change.add_metric([name], 1 if v["routers"]["change_source"] else 0)
+        seen.add_metric([name], v.at)
+        owned.add_metric([name], len(v.shards))
+        change.add_metric([name], 1 if v.routers.change_source else 0)
         partitions.add_metric([name], views.event_partitions(v))
-        applied.add_metric([name], v["applied"])
-        written.add_metric([name], v["routers"]["written"])
-        fenced.add_metric([name], v["fenced"])
-        rejoins.add_metric([name], v["rejoins"])
-        outages.add_metric([name], v["store_outages"])
-        away.add_metric([name], v["store_outage_seconds"])
-        kafka.add_metric([name], v.get("kafka_outages", 0))  # rows of older versions have none
-        kafka_away.add_metric([name], v.get("kafka_outage_seconds", 0.0))
+        applied.add_metric([name], v.applied)
+        written.add_metric([name], v.routers.written)
+        fenced.add_metric([name], v.fenced)
+        rejoins.add_metric([name], v.rejoins)
+        outages.add_metric([name], v.store_outages)
+        away.add_metric([name], v.store_outage_seconds)
+        kafka.add_metric([name], v.kafka_outages)
+        kafka_away.add_metric([name], v.kafka_outage_seconds)
     yield from (seen, owned, change, partitions, applied, written, fenced, rejoins, outages, away, kafka, kafka_away)
 
 
@@ -498,17 +510,17 @@ class StoreCollector(Collector):
         build = _gauge("build_info", "Always 1; the version of the oncewatch that serves these metrics.", ("version",))
         build.add_metric([__version__], 1)
         yield build
-        members = {c.value["member"]: c.value for name, c in health.items() if name.startswith(views.GROUP_HEALTH)}
+        members = {name: member for name, (_, member) in views.members_of(health).items()}
         if not self.wide():
             yield from _members({self.member: members[self.member]} if self.member in members else {})
             return
         wide = chain(_members(members), _shards(shards)) if members or shards else iter(())
         wide = chain(wide, _health(health), [
-            _quarantine(quarantine, health[names.KAFKA_EVENTS].value if names.KAFKA_EVENTS in health else {}),
+            _quarantine(quarantine, views.status_of(health, names.KAFKA_EVENTS)),
             _binlog_quarantine(binlog_quarantine)], _engine(stats, counts), _pipeline(stats), [_lifecycle(counts),
                                                                                              _pruned(pruned)],
             _paging(*paging),
-            _verdicts(totals, pending, health[names.MONITOR].value if names.MONITOR in health else {}))
+            _verdicts(totals, pending, views.monitor_of(health)))
         yield from wide if self.group is None else _as_instance(wide, f"group/{self.group}")
 
 

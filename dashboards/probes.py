@@ -21,6 +21,7 @@ from typing import Any
 
 from oncewatch.core import names
 from oncewatch.core.config import PostgresTarget
+from oncewatch.core.protocol import MonitorHealth
 from oncewatch.dashboards import views
 from oncewatch.store import StoreError
 
@@ -47,9 +48,8 @@ def judge(comps: dict[str, views.Component], member: str | None = None) -> Readi
     if row.stale:
         return Readiness(False, (f"{who} last wrote its health {row.age_seconds:.0f} s ago (more than "
                                  f"{views.STALE_SECONDS:.0f} s): it is stuck or cannot write its store",))
-    verdict = row.value.get("verdict")
-    if verdict in NOT_READY:
-        return Readiness(False, (f"verdict {verdict}", *row.value.get("reasons", ())))
+    if isinstance(row.health, MonitorHealth) and row.health.verdict in NOT_READY:
+        return Readiness(False, (f"verdict {row.health.verdict}", *row.health.reasons))
     return Readiness(True, ())
 
 

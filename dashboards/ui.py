@@ -107,27 +107,26 @@ def monitor_banner(components: dict[str, views.Component], group: views.GroupVer
     top of every page; loudly stale when the monitor has stopped writing (every figure below is then old). A
     group's ([group]: no monitor row, `group` from views.group_health) is its verdict on itself. The shop's state is
     `shop_banner`'s, never this one's."""
-    monitor = components.get(names.MONITOR)
-    if monitor is None and group is not None:
+    row, monitor = components.get(names.MONITOR), views.monitor_of(components)
+    if (row is None or monitor is None) and group is not None:
         VERDICT_BOXES.get(group.verdict, st.info)(
             f"**Group {group.verdict}**: " + ("; ".join(group.reasons) if group.reasons else
                                              f"{group.live} member(s) live, every one of the {group.shards} shards "
                                              "committed, the change source read"))
-    elif monitor is None:
+    elif row is None or monitor is None:
         st.warning("The monitor has not written its health yet: figures appear once `oncewatch run` is running.")
-    elif monitor.value.get("verdict") == names.STOPPED:
-        st.error(f"**Monitor stopped** at {when(monitor.value['updated_at'])}: nothing is read until `oncewatch run` "
+    elif monitor.verdict == names.STOPPED:
+        st.error(f"**Monitor stopped** at {when(row.updated_at)}: nothing is read until `oncewatch run` "
                  f"starts again. Figures below are as of then.")
-    elif monitor.stale:
-        st.error(f"The monitor is stale: its last health report is {duration(monitor.age_seconds)} old "
-                 f"(at {when(monitor.value['updated_at'])}). Figures below are as of then.")
+    elif row.stale:
+        st.error(f"The monitor is stale: its last health report is {duration(row.age_seconds)} old "
+                 f"(at {when(row.updated_at)}). Figures below are as of then.")
     else:
-        verdict = monitor.value.get("verdict") or "unknown"
-        reasons = list(monitor.value.get("reasons") or [])
-        if blind := views.cannot_judge(monitor.value):
+        verdict = monitor.verdict or "unknown"
+        reasons = list(monitor.reasons)
+        if blind := views.cannot_judge(monitor):
             reasons.append(blind)
-        lags = ", ".join(f"{stream} {duration(lag)}" for stream, lag in sorted(monitor.value.get("lag_seconds",
-                                                                                                  {}).items()))
+        lags = ", ".join(f"{stream} {duration(lag)}" for stream, lag in sorted(monitor.lag_seconds.items()))
         VERDICT_BOXES.get(verdict, st.info)(f"**Monitor {verdict}**: " + ("; ".join(reasons) if reasons else
                                                                             "both streams read, every rule judging"
                                                                             + (f" ({lags} behind)" if lags else "")))
@@ -185,8 +184,8 @@ def window() -> float:
 
 def threshold(components: dict[str, views.Component], rule: str, name: str) -> float | None:
     """A `[rules]` threshold as the monitor runs with it (from its health), for a chart's threshold line."""
-    monitor = components.get(names.MONITOR)
-    return (monitor.value.get("thresholds", {}).get(rule, {}).get(name)) if monitor else None
+    monitor = views.monitor_of(components)
+    return monitor.thresholds.get(rule, {}).get(name) if monitor is not None else None
 
 
 def series_figure(points: list[dict[str, Any]], title: str, color: str | None, limit: float | None,

@@ -12,10 +12,12 @@ import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from oncewatch.core import names
 from oncewatch.core.config import Config, PostgresTarget, SloConfig, load
+from oncewatch.core.protocol import (NO_OFFSETS, ComponentHealth, GroupMemberHealth, Health, MonitorHealth,
+                                     Status)
 from oncewatch.core.records import Finding, OffsetsSnapshot, QuarantinedRecord, RowChange
 from oncewatch.dashboards import incidents
 from oncewatch.store import Store, open_reader, queries
@@ -63,10 +65,12 @@ def open_store(target: str | PostgresTarget | None = None) -> Store:
 
 @dataclass(frozen=True)
 class Component:
-    """One health row: what the monitor last said about a part, and how old that is."""
+    """One health row: what the monitor last said about a part (or itself, or a group's member), when, and how old
+    that is."""
 
     name: str
-    value: dict[str, Any]
+    health: Health
+    updated_at: float
     age_seconds: float
 
     @property
@@ -75,18 +79,32 @@ class Component:
 
     @property
     def up(self) -> bool:
-        """Its reader running and the collector connected (the offsets poller: answered), as last reported."""
-        if not self.value.get("reader", {}).get("running", True):
-            return False
-        if self.name == names.KAFKA_OFFSETS:
-            return self.value.get("error") is None
-        return bool(self.value.get("connected", True))
+        """A part's: its reader running and it connected (the offsets poller: answered), as last reported."""
+        return not isinstance(self.health, ComponentHealth) or self.health.up
 
 
 def components(store: Store, now: float | None = None) -> dict[str, Component]:
     now = time.time() if now is None else now
-    return {name: Component(name, value, max(0.0, now - value["updated_at"]))
-            for name, value in store.health().items()}
+    return {name: Component(name, row.health, row.updated_at, max(0.0, now - row.updated_at))
+            for name, row in store.health().items()}
+
+
+def status_of(comps: Mapping[str, Component], name: str) -> Status | None:
+    """Part `name`'s last status, if it wrote one."""
+    c = comps.get(name)
+    return c.health.status if c is not None and isinstance(c.health, ComponentHealth) else None
+
+
+def monitor_of(comps: Mapping[str, Component]) -> MonitorHealth | None:
+    """The lone monitor's own row, if it wrote one (a group has none)."""
+    c = comps.get(names.MONITOR)
+    return c.health if c is not None and isinstance(c.health, MonitorHealth) else None
+
+
+def members_of(comps: Mapping[str, Component]) -> dict[str, tuple[Component, GroupMemberHealth]]:
+    """A group's members' rows ([group]), by member name."""
+    return {c.health.member: (c, c.health) for name, c in sorted(comps.items())
+            if name.startswith(GROUP_HEALTH) and isinstance(c.health, GroupMemberHealth)}
 
 
 def engine_stats(store: Store) -> dict[str, Any]:
@@ -174,21 +192,14 @@ def backlog_total(stats: dict[str, Any]) -> int:
     return sum(stats.get("backlog_by_table", {}).values())
 
 
-def unread_records(kafka_events: dict[str, Any]) -> int:
-    """Records on the watched partitions the monitor has not read yet."""
-    return sum(max(0, p["end"] - p["position"]) for p in kafka_events.get("partitions", []))
-
-
 # ---------------------------------------------------------------- quarantine
 
-def cannot_judge(monitor: Mapping[str, Any]) -> str | None:
+def cannot_judge(monitor: MonitorHealth) -> str | None:
     """What the monitor's health says cannot judge now, for people: the rules blind everywhere (a stream they read
     unseen), then per rule the tables a shape problem blinds it for ("F7 on shop.orders"); None when every rule
     judges everywhere."""
-    blind = list(monitor.get("blind_rules") or ())
-    shaped = [f"{rule} on {', '.join(tables)}" for rule, tables in (monitor.get("blind_tables") or {}).items()
-              if rule not in blind]
-    return f"cannot judge now: {', '.join(blind + shaped)}" if blind or shaped else None
+    blind = monitor.cannot_judge()
+    return f"cannot judge now: {', '.join(blind)}" if blind else None
 
 
 def quarantine_row(q: QuarantinedRecord) -> dict[str, Any]:
@@ -213,10 +224,10 @@ def _text(data: bytes) -> str:
 
 # ---------------------------------------------------------------- drift
 
-def offsets_of(components: dict[str, Component]) -> OffsetsSnapshot:
+def offsets_of(components: Mapping[str, Component]) -> OffsetsSnapshot:
     """The last offsets snapshot the monitor wrote (an empty one before the first poll)."""
-    c = components.get(names.KAFKA_OFFSETS)
-    return OffsetsSnapshot.from_dict(c.value) if c is not None else OffsetsSnapshot(polled_at=0.0, error=None)
+    status = status_of(components, names.KAFKA_OFFSETS)
+    return status if isinstance(status, OffsetsSnapshot) else NO_OFFSETS
 
 
 def max_lag(offsets: OffsetsSnapshot) -> int:
@@ -224,27 +235,51 @@ def max_lag(offsets: OffsetsSnapshot) -> int:
     return max((p.lag for g in offsets.groups for p in g.partitions if p.lag is not None), default=0)
 
 
-def lag_rows(offsets: OffsetsSnapshot) -> list[dict[str, Any]]:
-    """One row per group and partition: committed, end, lag (None where nothing is committed)."""
+class LagRow(NamedTuple):
+    """A group on a partition: committed, end, lag (None where nothing is committed)."""
+
+    group: str
+    state: str | None
+    topic: str
+    partition: int
+    earliest: int | None
+    end: int | None
+    committed: int | None
+    lag: int | None
+    lag_seconds: float | None
+
+
+def lag_rows(offsets: OffsetsSnapshot) -> list[LagRow]:
+    """One row per group and partition."""
     ends = {(p.topic, p.partition): p for p in offsets.partitions}
     rows = []
     for g in offsets.groups:
         for p in g.partitions:
             part = ends.get((p.topic, p.partition))
-            rows.append({"group": g.group, "state": g.state, "topic": p.topic, "partition": p.partition,
-                         "earliest": part.earliest if part else None, "end": part.end if part else None,
-                         "committed": p.committed, "lag": p.lag, "lag_seconds": p.lag_seconds})
+            rows.append(LagRow(g.group, g.state, p.topic, p.partition, part.earliest if part else None,
+                               part.end if part else None, p.committed, p.lag, p.lag_seconds))
     return rows
 
 
-def lag_skew(offsets: OffsetsSnapshot) -> list[dict[str, Any]]:
-    """F12's reading per group and topic (GroupOffsets.skew_by_topic), with the partitions it covers."""
+class LagSkew(NamedTuple):
+    """F12's reading of a group on a topic, with the partitions it covers."""
+
+    group: str
+    topic: str
+    stddev: float
+    relative: float
+    partitions: int
+    max_lag: int
+
+
+def lag_skew(offsets: OffsetsSnapshot) -> list[LagSkew]:
+    """F12's reading per group and topic (GroupOffsets.skew_by_topic)."""
     out = []
     for g in offsets.groups:
         lags = g.lags_by_topic()
-        out += [{"group": g.group, "topic": t, "stddev": s.stddev, "relative": s.relative, "partitions": len(lags[t]),
-                 "max_lag": max(lags[t])} for t, s in g.skew_by_topic().items()]
-    return sorted(out, key=lambda s: (s["group"], s["topic"]))
+        out += [LagSkew(g.group, t, s.stddev, s.relative, len(lags[t]), max(lags[t]))
+                for t, s in g.skew_by_topic().items()]
+    return sorted(out, key=lambda s: (s.group, s.topic))
 
 
 # ---------------------------------------------------------------- findings
@@ -286,25 +321,22 @@ SHARD_LIST = "shard list"
 LEASE_PARTITION = ".lease/0"  # of a member's routers' partitions, the lease (the change source's), not an event one
 
 
-def event_partitions(member: dict[str, Any]) -> int:
+def event_partitions(member: GroupMemberHealth) -> int:
     """How many event partitions a member's health row says it reads (its lease partition is none of them)."""
-    return len([p for p in member["routers"]["partitions"] if not p.endswith(LEASE_PARTITION)])
+    return len([p for p in member.routers.partitions if not p.endswith(LEASE_PARTITION)])
 
 
-def group_members(comps: dict[str, Component]) -> list[dict[str, Any]]:
+def group_members(comps: Mapping[str, Component]) -> list[dict[str, Any]]:
     """A group's members ([group]), one row each: live, or gone since its last health (its work is others' by then);
     SHARD_LIST holds its shards as a list, for `group_verdict` (not a column to show)."""
     rows = []
-    for name, c in sorted(comps.items()):
-        if not name.startswith(GROUP_HEALTH):
-            continue
-        v = c.value
-        owned = sorted(v["shards"], key=int)
-        rows.append({"member": v["member"], "state": "gone" if c.stale else "live", "seen_seconds_ago": c.age_seconds,
+    for c, v in members_of(comps).values():
+        owned = sorted(v.shards, key=int)
+        rows.append({"member": v.member, "state": "gone" if c.stale else "live", "seen_seconds_ago": c.age_seconds,
                      "shards": ", ".join(owned) or "–", SHARD_LIST: owned,
-                     "change source": "reads it" if v["routers"]["change_source"] else "",
+                     "change source": "reads it" if v.routers.change_source else "",
                      "event partitions": event_partitions(v),
-                     "records applied": v["applied"]})
+                     "records applied": v.applied})
     return rows
 
 
@@ -355,7 +387,7 @@ def group_verdict(members: list[dict[str, Any]], shards: list[dict[str, Any]]) -
     return GroupVerdict(verdict, tuple(failing + degraded), len(live), len(shards))
 
 
-def group_health(store: Store, comps: dict[str, Component], now: float) -> GroupVerdict | None:
+def group_health(store: Store, comps: Mapping[str, Component], now: float) -> GroupVerdict | None:
     """The group's verdict when `store` is a group's ([group]), else None."""
     shards = shard_checkpoints(store)
     members = group_members(comps)

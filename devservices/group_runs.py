@@ -22,6 +22,7 @@ import tomli_w
 
 from devservices.shop_monitor import ROOT, shop_config
 from oncewatch.core.config import PostgresTarget, load
+from oncewatch.core.protocol import GroupMemberHealth
 from oncewatch.core.records import Finding
 from oncewatch.store import Store, StoreError
 from oncewatch.store.group import shard_checkpoints, source_position
@@ -132,11 +133,12 @@ def wait_judged_past(config: Path, shards: int, until: float, timeout: float = 1
     return now
 
 
-def members_of(config: Path) -> dict[str, dict[str, Any]]:
+def members_of(config: Path) -> dict[str, GroupMemberHealth]:
     """Every member's last health row, by name."""
     store = store_of(config)
     try:
-        return {r["member"]: r for key, r in store.health().items() if key.startswith("group/")}
+        return {r.health.member: r.health for key, r in store.health().items()
+                if key.startswith("group/") and isinstance(r.health, GroupMemberHealth)}
     finally:
         store.close()
 
@@ -147,8 +149,8 @@ def change_source_holder(config: Path, members: dict[str, Member], timeout: floa
     by_name = {m.name: label for label, m in members.items()}
     deadline = time.monotonic() + timeout
     while True:
-        holders = [by_name[name] for name, r in members_of(config).items() if r["routers"]["change_source"]
-                   and name in by_name and time.time() - r["at"] < 5]
+        holders = [by_name[name] for name, r in members_of(config).items() if r.routers.change_source
+                   and name in by_name and time.time() - r.at < 5]
         if len(holders) == 1:
             return holders[0]
         if time.monotonic() > deadline:

@@ -22,9 +22,12 @@ from decimal import Decimal
 from devservices.samples import shop_settings
 from oncewatch.checks import shape
 from oncewatch.core.config import PostgresTarget
+from oncewatch.core.protocol import (BinlogStatus, ComponentHealth, GroupMemberHealth, KafkaEventsStatus, MonitorHealth,
+                                     ReaderHealth, RoutersHealth, ShardHealth, Slo)
 from oncewatch.core.records import (CLOCK_GTID_COMMIT_TS, CLOCK_ROW_COLUMN, OP_INSERT, OP_UPDATE, VERDICT_PENDING,
-                                    VERDICT_VERIFIED, VERDICT_VIOLATED, EmittedEvent, Evidence, Finding,
-                                    QuarantinedRecord, RowChange, TradeVerdict)
+                                    VERDICT_VERIFIED, VERDICT_VIOLATED, BinlogPosition, EmittedEvent, Evidence,
+                                    Finding, GroupOffsets, GroupPartition, OffsetsSnapshot, PartitionRange,
+                                    PartitionStatus, QuarantinedRecord, RowChange, TradeVerdict)
 from oncewatch.store import Store, verdicts
 
 TOPIC = "shop.events"
@@ -65,52 +68,42 @@ def _finding(fid: str, rule: str, name: str, severity: str, keys: dict, summary:
                    resolution=resolution)
 
 
-def reader(alive_at: float, failures: int = 0) -> dict[str, object]:
+def reader(alive_at: float, failures: int = 0) -> ReaderHealth:
     """A reader's part of a collector's health row: running, restarted `failures` times."""
-    return {"running": True, "failures": failures, "last_failure": "ValueError: injected" if failures else None,
-            "alive_at": alive_at, "restart_at": None}
+    return ReaderHealth(running=True, failures=failures, last_failure="ValueError: injected" if failures else None,
+                        alive_at=alive_at)
 
 
 def write_health(store: Store, now: float) -> None:
     """The four health rows of a monitor that is up, as in the module docstring."""
-    store.set_health("binlog", {
-        "connected": True, "seconds_behind": 2.5,
-        "last_position": {"gtid": "0-1-4711", "file": "mysql-bin.000003", "pos": 123456},
-        "last_event_time": now - 2.5, "last_error": None, "disconnected_since": None, "reconnects": 1,
-        "rows_read": 1200, "transactions_read": 400, "reader": reader(now - 0.5)})
-    store.set_health("kafka_events", {
-        "connected": True, "last_error": None, "reconnects": 2, "records_read": 900,
-        "partitions": [{"topic": TOPIC, "partition": 0, "position": 300, "end": 300},
-                       {"topic": TOPIC, "partition": 1, "position": 300, "end": 302},
-                       {"topic": TOPIC, "partition": 2, "position": 298, "end": 300}],
-        "caught_up": False, "reader": reader(now - 0.2, failures=1)})
+    store.set_health("binlog", ComponentHealth(BinlogStatus(
+        connected=True, seconds_behind=2.5, last_position=BinlogPosition("0-1-4711", "mysql-bin.000003", 123456),
+        last_event_time=now - 2.5, reconnects=1, rows_read=1200, transactions_read=400), reader(now - 0.5)))
+    store.set_health("kafka_events", ComponentHealth(KafkaEventsStatus(
+        connected=True, state="reading", reconnects=2, records_read=900,
+        partitions=(PartitionStatus(TOPIC, 0, 300, 300, now - 1), PartitionStatus(TOPIC, 1, 300, 302, now - 1),
+                    PartitionStatus(TOPIC, 2, 298, 300, now - 1))), reader(now - 0.2, failures=1)))
     ends = (300, 302, 300)
-    store.set_health("kafka_offsets", {
-        "polled_at": now - 1, "error": None,
-        "partitions": [{"topic": TOPIC, "partition": p, "earliest": 0, "end": e} for p, e in enumerate(ends)],
-        "groups": [
-            {"group": GROUP, "state": "Stable", "partitions": [
-                {"topic": TOPIC, "partition": 0, "committed": 290, "lag": 10, "lag_seconds": 1.5},
-                {"topic": TOPIC, "partition": 1, "committed": 280, "lag": 22, "lag_seconds": 3.0},
-                {"topic": TOPIC, "partition": 2, "committed": None, "lag": None, "lag_seconds": None}]},
-            {"group": "points-service", "state": "Empty", "partitions": [
-                {"topic": TOPIC, "partition": p, "committed": e, "lag": 0, "lag_seconds": 0.0}
-                for p, e in enumerate(ends)]}], "reader": reader(now - 1)})
-    store.set_health("monitor", {"started_at": now - 3600, "pid": 4242, "binlog_time": now - 2.5,
-                                 "kafka_time": now - 7.0, "caught_up": False, "verdict": "degraded",
-                                 "reasons": ["kafka read 7.0 s behind (caught up means within 5 s)",
-                                             "domain.payments.callback_status_column: shop.payments.callback_status "
-                                             "is gone (dropped or renamed) (F6 cannot judge)"],
-                                 "lag_seconds": {"binlog": 2.5, "kafka": 7.0}, "blind_rules": [],
-                                 "blind_tables": {"F6": ["shop.orders", "shop.payments"]},
-                                 "rule_tables": shape.reads(shape.needs(shop_settings())),
-                                 "shape_problems": [SHAPE_PROBLEM],
-                                 "thresholds": {"F10": {"event_delay_seconds": 0.5},
-                                                "F11": {"offset_drift_threshold": 5000.0},
-                                                "F12": {"partition_skew_threshold": 3.0,
-                                                        "partition_skew_relative": 0.5},
-                                                "F13": {"cdc_position_gap_threshold": 5000.0}},
-                                 "slo": {"objective": 0.999, "within_seconds": 60.0}})
+    store.set_health("kafka_offsets", ComponentHealth(OffsetsSnapshot(
+        polled_at=now - 1, error=None,
+        partitions=tuple(PartitionRange(TOPIC, p, 0, e) for p, e in enumerate(ends)),
+        groups=(GroupOffsets(GROUP, "Stable", (GroupPartition(TOPIC, 0, 290, 10, 1.5),
+                                               GroupPartition(TOPIC, 1, 280, 22, 3.0),
+                                               GroupPartition(TOPIC, 2, None, None, None))),
+                GroupOffsets("points-service", "Empty", tuple(GroupPartition(TOPIC, p, e, 0, 0.0)
+                                                              for p, e in enumerate(ends))))), reader(now - 1)))
+    store.set_health("monitor", MonitorHealth(
+        started_at=now - 3600, pid=4242, binlog_time=now - 2.5, kafka_time=now - 7.0, caught_up=False,
+        verdict="degraded", reasons=("kafka read 7.0 s behind (caught up means within 5 s)",
+                                     "domain.payments.callback_status_column: shop.payments.callback_status "
+                                     "is gone (dropped or renamed) (F6 cannot judge)"),
+        lag_seconds={"binlog": 2.5, "kafka": 7.0}, blind_tables={"F6": ("shop.orders", "shop.payments")},
+        rule_tables={rule: tuple(tables) for rule, tables in shape.reads(shape.needs(shop_settings())).items()},
+        shape_problems=(SHAPE_PROBLEM,),
+        thresholds={"F10": {"event_delay_seconds": 0.5}, "F11": {"offset_drift_threshold": 5000.0},
+                    "F12": {"partition_skew_threshold": 3.0, "partition_skew_relative": 0.5},
+                    "F13": {"cdc_position_gap_threshold": 5000.0}},
+        slo=Slo(0.999, 60.0)))
 
 
 # A column the config names was dropped: F6 cannot judge (checks.shape).
@@ -237,16 +230,13 @@ def seed_group(store: Store, now: float | None = None) -> None:
         with store.batch() as tx:
             save_shard(tx, shard, epoch, judge.checkpoint(), judge.engine.state_delta(), [], [])
 
-    store.set_health("group/east", {"at": now - 0.5, "member": "east", "fenced": 0, "applied": 900, "rejoins": 0,
-                                    "store_outages": 1, "store_outage_seconds": 4.5,
-                                    "shards": {"0": {}, "1": {}},
-                                    "routers": {"partitions": ["shop.events/0", "shop.events/1", "oncewatch.g.lease/0"],
-                                                "change_source": True, "written": 1300, "change_transactions": 700}})
-    store.set_health("group/west", {"at": now - 120, "member": "west", "fenced": 1, "applied": 300, "rejoins": 2,
-                                    "store_outages": 0, "store_outage_seconds": 0.0,
-                                    "shards": {"2": {}},
-                                    "routers": {"partitions": ["shop.events/2"], "change_source": False,
-                                                "written": 200, "change_transactions": 0}})
+    store.set_health("group/east", GroupMemberHealth(
+        at=now - 0.5, member="east", applied=900, store_outages=1, store_outage_seconds=4.5,
+        shards={"0": ShardHealth(), "1": ShardHealth()},
+        routers=RoutersHealth(("shop.events/0", "shop.events/1", "oncewatch.g.lease/0"), True, 1300, 700)))
+    store.set_health("group/west", GroupMemberHealth(
+        at=now - 120, member="west", fenced=1, applied=300, rejoins=2, shards={"2": ShardHealth()},
+        routers=RoutersHealth(("shop.events/2",), False, 200, 0)))
     with store.batch() as tx:  # west's last commit and health, before it was killed
         tx.conn.execute("UPDATE checkpoints SET updated_at = ? WHERE name = 'group/shard/2'", (now - 120,))
         tx.conn.execute("UPDATE health SET updated_at = ? WHERE component = 'group/west'", (now - 120,))

@@ -22,11 +22,13 @@ from typing import Any
 from oncewatch.core.config import PostgresTarget
 from oncewatch.core.exact_json import from_json, to_json
 from oncewatch.core.names import OPEN
+from oncewatch.core.protocol import Health, HealthRow
 from oncewatch.core.records import (EmittedEvent, Finding, QuarantinedRecord, QuarantinedRows, RowChange,
                                     TradeVerdict)
 from oncewatch.store.batch import Batch
-from oncewatch.store.codec import (EVENT_COLUMNS, FINDING_COLUMNS, ROW_CHANGE_COLUMNS, VERDICT_COLUMNS, event_from_row,
-                                   finding_from_row, headers_from_json, row_change_from_row, verdict_from_row)
+from oncewatch.store.codec import (EVENT_COLUMNS, FINDING_COLUMNS, ROW_CHANGE_COLUMNS, VERDICT_COLUMNS, HealthRowError,
+                                   event_from_row, finding_from_row, headers_from_json, health_from_json, health_json,
+                                   row_change_from_row, verdict_from_row)
 from oncewatch.store.errors import StoreError
 from oncewatch.store.files import MEMORY, create_private, make_dir, make_private, require_space, said_full
 from oncewatch.store.lock import MonitorLock
@@ -109,15 +111,22 @@ class Store:
         row = self.conn.execute("SELECT value FROM state WHERE name = ?", (name,)).fetchone()
         return default if row is None else from_json(row[0])
 
-    def set_health(self, component: str, value: dict[str, Any]) -> None:
+    def set_health(self, component: str, health: Health) -> None:
         with self._lock, said_full(self.path):
             self.conn.execute("INSERT INTO health (component, value, updated_at) VALUES (?, ?, ?) "
                               "ON CONFLICT(component) DO UPDATE SET value=excluded.value, "
-                              "updated_at=excluded.updated_at", (component, to_json(value), time.time()))
+                              "updated_at=excluded.updated_at", (component, health_json(health), time.time()))
 
-    def health(self) -> dict[str, dict[str, Any]]:
-        return {c: {**from_json(v), "updated_at": at}
-                for c, v, at in self.conn.execute("SELECT component, value, updated_at FROM health")}
+    def health(self) -> dict[str, HealthRow]:
+        """Every component's last health row. A row an older oncewatch wrote (no kind) is left out: the monitor
+        writes its own again every second, and a group's member its own once it runs this version."""
+        rows = {}
+        for c, v, at in self.conn.execute("SELECT component, value, updated_at FROM health"):
+            try:
+                rows[c] = HealthRow(c, health_from_json(v), at)
+            except HealthRowError:
+                continue
+        return rows
 
     def row_changes(self, where: str = "", params: tuple = (), limit: int | None = None) -> list[RowChange]:
         sql = (f"SELECT {ROW_CHANGE_COLUMNS} FROM row_changes " + (f"WHERE {where} " if where else "")

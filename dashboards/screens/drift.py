@@ -11,6 +11,7 @@ import plotly.express as px
 import streamlit as st
 
 from oncewatch.core import histogram, names
+from oncewatch.core.protocol import CdcCounts, CdcStatus, KafkaEventsStatus
 from oncewatch.core.records import CLOCK_BINLOG_HEADER, CLOCK_GTID_COMMIT_TS, CLOCK_READ_TIME, CLOCK_ROW_COLUMN
 from oncewatch.dashboards import ui, views
 from oncewatch.store import queries
@@ -39,19 +40,20 @@ def live(window_seconds: float) -> None:
         counts = store.finding_counts()
     ui.verdicts(comps, group, counts)
     offsets = views.offsets_of(comps)
-    events = comps[names.KAFKA_EVENTS].value if names.KAFKA_EVENTS in comps else {}
+    events = views.status_of(comps, names.KAFKA_EVENTS)
 
     skews = views.lag_skew(offsets)
-    worst = max(skews, key=lambda s: s["stddev"], default=None)
+    worst = max(skews, key=lambda s: s.stddev, default=None)
     histograms = histogram.delay_buckets(stats)
     # The tile shows the best clock present (DESIGN §6); the table below has every clock.
     clock = next((c for c in CLOCKS if c in histograms), None)
     cols = st.columns(4)
     cols[0].metric("Max partition lag", f"{views.max_lag(offsets):,}", border=True,
                    help="The largest lag of one partition, any group (F11 compares a group's total)")
-    cols[1].metric("Worst lag stddev", f"{worst['stddev']:.2f}" if worst else "–", border=True,
-                   help=f"{worst['group']} on {worst['topic']}" if worst else None)
-    cols[2].metric("Unread by the monitor", f"{views.unread_records(events):,}", border=True)
+    cols[1].metric("Worst lag stddev", f"{worst.stddev:.2f}" if worst else "–", border=True,
+                   help=f"{worst.group} on {worst.topic}" if worst else None)
+    unread = events.unread() if isinstance(events, KafkaEventsStatus) else 0
+    cols[2].metric("Unread by the monitor", f"{unread:,}", border=True)
     cols[3].metric("p99 delay since start",
                    ui.duration(histogram.quantile(histograms[clock], 0.99)) if clock else "–", border=True,
                    help=(f"By the {clock} clock, " if clock else "No pair matched yet. ")
@@ -89,7 +91,7 @@ def live(window_seconds: float) -> None:
     st.subheader("The monitor's own position")
     cols = st.columns(2)
     with cols[0]:
-        read = pd.DataFrame(events.get("partitions", []))
+        read = pd.DataFrame(events.partitions if isinstance(events, KafkaEventsStatus) else ())
         if read.empty:
             st.caption("The Kafka events collector has not reported partitions yet.")
         else:
@@ -157,7 +159,8 @@ def cdc_pipeline(comps: dict[str, views.Component], pipeline: dict, gap: list[di
     """[cdc] mode = "check": what of the binlog the CDC topics have not delivered yet, and what their reader
     counted (checks.pipeline; F13-F16 are on the Findings page)."""
     st.subheader("CDC pipeline against the binlog")
-    reader = (comps[names.CDC].value.get("cdc", {}) if names.CDC in comps else {})
+    status = views.status_of(comps, names.CDC)
+    reader = status.cdc if isinstance(status, CdcStatus) else CdcCounts()
     limit = ui.threshold(comps, "F13", "cdc_position_gap_threshold")
     cols = st.columns(4)
     cols[0].metric("Transactions not delivered", f"{pipeline['lag_transactions']:,}", border=True,
@@ -167,9 +170,9 @@ def cdc_pipeline(comps: dict[str, views.Component], pipeline: dict, gap: list[di
     cols[2].metric("Position gap", f"{pipeline['position_gap']:,} B", border=True,
                    help=f"Bytes of binlog from the oldest transaction not delivered to the newest read; the alert "
                         f"fires above {limit:,.0f}" if limit is not None else None)
-    cols[3].metric("Replayed records", f"{reader.get('replayed_records', 0):,}", border=True,
-                   help=f"{reader.get('incomplete_transactions', 0)} incomplete transactions, "
-                        f"{reader.get('unreadable_records', 0)} unreadable records; "
+    cols[3].metric("Replayed records", f"{reader.replayed_records:,}", border=True,
+                   help=f"{reader.incomplete_transactions} incomplete transactions, "
+                        f"{reader.unreadable_records} unreadable records; "
                         f"{pipeline['before_start']:,} transactions from before the monitor's start not judged")
     ui.series_chart(gap, "CDC position gap over time (bytes of binlog)", None, limit, "cdc-gap", window_seconds)
 

@@ -52,7 +52,7 @@ def readings(query: str, window_seconds: float, found: queries.Timeline, comps: 
     for col, (series_name, points) in zip(st.columns(len(series)), series.items()):
         with col:  # a group's series per topic (CHARTS colours them per group, as on the Overview)
             ui.signal_chart(comps, series_name, points, window_seconds, color="topic" if kind == "group" else None)
-    lags = [r for r in views.lag_rows(views.offsets_of(comps)) if r["group"] == name]
+    lags = [r for r in views.lag_rows(views.offsets_of(comps)) if r.group == name]
     if lags:
         st.caption("Lag per partition as last polled")
         st.dataframe(pd.DataFrame(lags), hide_index=True, column_config={

@@ -13,6 +13,7 @@ import plotly.express as px
 import streamlit as st
 
 from oncewatch.core import names
+from oncewatch.core.protocol import NO_OFFSETS, BinlogStatus, ComponentHealth, KafkaEventsStatus, MonitorHealth
 from oncewatch.core.records import OffsetsSnapshot
 from oncewatch.dashboards import ui, views
 from oncewatch.core.config import SloConfig
@@ -29,36 +30,39 @@ def collector_tile(c: views.Component | None, title: str) -> tuple[str, str, str
     short enough for a quarter of a 1280 px page."""
     if c is None:
         return f"{title} — not reported", "–", "The monitor has not reported this collector (not configured?)."
-    v = c.value
+    status = c.health.status if isinstance(c.health, ComponentHealth) else None
     state = "stale" if c.stale else "up" if c.up else "DOWN"
     if not c.up:
-        since = v.get("disconnected_since")
+        if isinstance(status, OffsetsSnapshot):
+            since, error = None, status.error
+        else:
+            since, error = (status.disconnected_since, status.last_error) if status is not None else (None, None)
         return (f"{title} — {state} since" if since else f"{title} — {state}", ui.when(since)[11:19] if since else "–",
-                v.get("last_error") or v.get("error"))
+                error)
     what = ""
-    if c.name == names.BINLOG:
-        label, figure = "behind", ui.duration(v.get("seconds_behind"))
-    elif c.name == names.KAFKA_EVENTS:
-        label, figure = "unread", f"{views.unread_records(v):,}"
+    if isinstance(status, BinlogStatus):
+        label, figure = "behind", ui.duration(status.seconds_behind)
+    elif isinstance(status, KafkaEventsStatus):
+        label, figure = "unread", f"{status.unread():,}"
     else:
-        label, figure = "max lag", f"{views.max_lag(OffsetsSnapshot.from_dict(v)):,}"
+        label, figure = "max lag", f"{views.max_lag(status if isinstance(status, OffsetsSnapshot) else NO_OFFSETS):,}"
         what = " The largest lag of one partition, any group (F11 compares a group's total)."
     return f"{title} — {state}, {label}", figure, f"Reported {ui.duration(c.age_seconds)} ago.{what}"
 
 
-def verdict_of(monitor: views.Component | None) -> str:
+def verdict_of(monitor: MonitorHealth | None) -> str:
     """healthy, degraded or failing (the reasons are in the tile's help)."""
-    return monitor.value.get("verdict") or "–" if monitor is not None else "–"
+    return monitor.verdict or "–" if monitor is not None else "–"
 
 
-def verdict_help(monitor: views.Component | None) -> str | None:
+def verdict_help(monitor: MonitorHealth | None) -> str | None:
     if monitor is None:
         return None
-    reasons = monitor.value.get("reasons") or ["nothing wrong"]
-    if blind := views.cannot_judge(monitor.value):
+    reasons = list(monitor.reasons) or ["nothing wrong"]
+    if blind := views.cannot_judge(monitor):
         reasons = [*reasons, blind]
-    lags = ", ".join(f"{s} {ui.duration(v)} behind" for s, v in sorted(monitor.value.get("lag_seconds", {}).items()))
-    return f"{'; '.join(reasons)}. {lags}. Started {ui.when(monitor.value.get('started_at'))}."
+    lags = ", ".join(f"{s} {ui.duration(v)} behind" for s, v in sorted(monitor.lag_seconds.items()))
+    return f"{'; '.join(reasons)}. {lags}. Started {ui.when(monitor.started_at)}."
 
 
 def timeline(marks: list[dict], window_seconds: float) -> None:
@@ -122,8 +126,9 @@ def live(window_seconds: float, slo: SloConfig) -> None:
     if monitor is None and verdict is not None:
         cols[0].metric("Group", verdict.verdict, help="; ".join(verdict.reasons) or "nothing wrong", border=True)
     else:
-        cols[0].metric("Monitor — stale" if monitor and monitor.stale else "Monitor", verdict_of(monitor),
-                       help=verdict_help(monitor), border=True)
+        health = views.monitor_of(comps)
+        cols[0].metric("Monitor — stale" if monitor and monitor.stale else "Monitor", verdict_of(health),
+                       help=verdict_help(health), border=True)
     acknowledged = sum(n for _, severity, status, n in counts if severity == "critical" and status == names.ACKNOWLEDGED)
     cols[1].metric("Open critical findings", f"{views.open_critical(counts):,}", border=True,
                    help=f"Open and not acknowledged; {acknowledged:,} more acknowledged (a person has them)")

@@ -25,7 +25,9 @@ from oncewatch.core.domain import Rules
 from oncewatch.core.gtids import gtid_set
 from oncewatch.core.histogram import delay_p99
 from oncewatch.core.names import BINLOG, KAFKA_EVENTS, MONITOR
-from oncewatch.monitor.readers import BinlogSource, CdcSource, KafkaEventsSource, Reader, running_source
+from oncewatch.core.protocol import (BinlogStatus, BinlogTail, CdcStatus, ComponentHealth, EventSource,
+                                     KafkaEventsStatus, MonitorHealth, Slo)
+from oncewatch.monitor.readers import Reader, running_part
 from oncewatch.monitor.verdict import judge
 from oncewatch.monitor.writer import Progress
 from oncewatch.store import Store
@@ -108,29 +110,27 @@ class Health:
     def _kafka_caught_up(self) -> bool:
         """Read to the end *and applied*: records the reader holds or has queued are not yet seen by
         the engine, and judging absence before they are would fire F7 on events in flight."""
-        source: KafkaEventsSource | None = running_source(self.readers, KAFKA_EVENTS)
-        if source is None:
+        kafka = running_part(self.readers, KAFKA_EVENTS)
+        if not isinstance(kafka, EventSource) or not (kafka.status().connected and kafka.caught_up()):
             return False
-        k = source.collector
-        if not (k.status.connected and k.caught_up()):
-            return False
+        status = kafka.status()  # after the broker was asked: the ends it learned
         applied = self.progress.kafka  # a partition not in it has no position committed yet, even an empty one
-        return all(part.key in applied and applied[part.key] >= part.end for part in k.status.partitions)
+        return isinstance(status, KafkaEventsStatus) and all(
+            part.key in applied and applied[part.key] >= part.end for part in status.partitions)
 
     def _binlog_caught_up(self) -> bool:
-        source = running_source(self.readers, BINLOG)
-        if isinstance(source, CdcSource):  # CDC mode: its topics read to their ends, and all of it applied
-            c = source.collector
-            return (c.status.connected and c.caught_up and self.progress.binlog is not None
-                    and c.status.last_position is not None and c.status.last_position.gtid == self.progress.binlog.gtid)
-        if not isinstance(source, BinlogSource):  # none, or still the bootstrap
+        source = running_part(self.readers, BINLOG)
+        status = source.status() if source is not None else None
+        if isinstance(status, CdcStatus):  # CDC mode: its topics read to their ends, and all of it applied
+            return (status.connected and status.caught_up and self.progress.binlog is not None
+                    and status.last_position is not None and status.last_position.gtid == self.progress.binlog.gtid)
+        if not isinstance(source, BinlogTail) or not isinstance(status, BinlogStatus):  # none, or the bootstrap
             return False
-        b = source.collector
-        if not b.status.connected or b.status.last_position is None or self.progress.binlog is None:
+        if not status.connected or status.last_position is None or self.progress.binlog is None:
             return False
         asked_at = time.time()
         try:
-            server = b.current_server_position()
+            server = source.current_server_position()
         except TRANSPORT_ERRORS as exc:  # a server we cannot ask is not caught up with
             self._probe_failed(exc)
             return False
@@ -159,7 +159,7 @@ class Health:
         to their ends say nothing of the database while the connector is paused or behind."""
         p = self.progress
         reader = self.readers.get(BINLOG)
-        vouched = reader is not None and isinstance(reader.source, CdcSource)
+        vouched = reader is not None and reader.part is not None and isinstance(reader.part.status(), CdcStatus)
         lags = {"binlog": 0.0 if p.binlog_caught_up and not vouched else max(0.0, now - p.binlog_time)}
         if KAFKA_EVENTS in self.readers:
             lags["kafka"] = 0.0 if p.kafka_caught_up else max(0.0, now - p.kafka_time)
@@ -170,25 +170,20 @@ class Health:
         which says so rather than "failing" because its readers are down."""
         p = self.progress
         now = time.time()
-        rows = {name: {**reader.source.health(), "reader": reader.health()}
-                for name, reader in self.readers.items() if reader.source is not None}
+        rows = {name: ComponentHealth(reader.part.status(), reader.health())
+                for name, reader in self.readers.items() if reader.part is not None}
         for name, row in rows.items():
             self.store.set_health(name, row)
         shape = self.shape()
         v = judge(now, rows, self.lag_seconds(now), caught_up_seconds=self.rules.caught_up_seconds, shape=shape,
                   reads=self.reads, stopped=stopped)
-        self.store.set_health(MONITOR, {"started_at": self.started_at, "pid": os.getpid(),
-                                        "binlog_time": p.binlog_time, "kafka_time": p.kafka_time,
-                                        "caught_up": v.caught_up, "verdict": v.verdict, "reasons": list(v.reasons),
-                                        "lag_seconds": v.lag_seconds, "blind_rules": list(v.blind),
-                                        "blind_tables": {r: list(t) for r, t in v.blind_tables.items()},
-                                        "rule_tables": self.reads, "shape_problems": shape,
-                                        "probe_error": self.probe_error,
-                                        "store_outages": self.outages.count,
-                                        "store_outage_seconds": self.outages.seconds,
-                                        "thresholds": thresholds(self.rules),
-                                        "slo": {"objective": self.slo.objective,
-                                                "within_seconds": self.slo.within_seconds}})
+        self.store.set_health(MONITOR, MonitorHealth(
+            started_at=self.started_at, pid=os.getpid(), binlog_time=p.binlog_time, kafka_time=p.kafka_time,
+            caught_up=v.caught_up, verdict=v.verdict, reasons=v.reasons, lag_seconds=v.lag_seconds, blind_rules=v.blind,
+            blind_tables=v.blind_tables, rule_tables={r: tuple(t) for r, t in self.reads.items()},
+            shape_problems=tuple(shape), probe_error=self.probe_error, store_outages=self.outages.count,
+            store_outage_seconds=self.outages.seconds, thresholds=thresholds(self.rules),
+            slo=Slo(self.slo.objective, self.slo.within_seconds)))
         if with_series:
             with self.store.batch() as tx:
                 tx.add_series(self._series_points(time.time()))

@@ -15,9 +15,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from oncewatch.collectors.kafka_events import EventBatch
+from oncewatch.core.protocol import EventBatch, Item
 from oncewatch.core.records import Transaction
-from oncewatch.monitor.readers import Item
 
 
 def records(item: Item) -> int:

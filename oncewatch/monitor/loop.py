@@ -17,20 +17,20 @@ from collections.abc import Callable
 
 from oncewatch.checks.engine import Engine
 from oncewatch.checks.settings import Settings
-from oncewatch.collectors.binlog import BinlogCollector
+from oncewatch.collectors.binlog import BinlogCollector, Bootstrap
 from oncewatch.collectors.cdc import CdcCollector
 from oncewatch.collectors.kafka_events import KafkaEventCollector
 from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector
 from oncewatch.core import exposure
 from oncewatch.core.config import Config, ConfigError
 from oncewatch.core.names import BINLOG, CDC, KAFKA_EVENTS, KAFKA_OFFSETS
+from oncewatch.core.protocol import BootstrapStatus, Item, KafkaEventsStatus, Part, ReaderFailed
 from oncewatch.core.records import BinlogPosition, PartitionStatus
 from oncewatch.monitor.entities import EntityIndex
 from oncewatch.monitor.health import Health, Outages
 from oncewatch.monitor.inbox import Inbox
 from oncewatch.monitor.preflight import preflight_kafka, preflight_mysql
-from oncewatch.monitor.readers import (BinlogSource, BootstrapSource, CdcSource, Item, KafkaEventsSource, OffsetsSource,
-                                       Reader, ReaderFailed, Source, running_source)
+from oncewatch.monitor.readers import Reader, running_part
 from oncewatch.monitor.writer import Writer
 from oncewatch.store import Store, open_monitor
 
@@ -167,44 +167,44 @@ class Monitor:
         read to its end (events late in the shop are late: waiting changes nothing), nor while its reader
         is down or disconnected (the binlog's own rules, F1, F2, F5, must go on)."""
         p = self.progress
-        source = running_source(self.readers, KAFKA_EVENTS)
-        return (isinstance(source, KafkaEventsSource) and source.collector.status.connected
-                and not p.kafka_caught_up and p.kafka_time > 0 and p.binlog_time - p.kafka_time > LEAD_SECONDS
-                and len(self.engine.announcements.waiting) > LEAD_WAITING)
+        if (p.kafka_caught_up or p.kafka_time <= 0 or p.binlog_time - p.kafka_time <= LEAD_SECONDS
+                or len(self.engine.announcements.waiting) <= LEAD_WAITING):
+            return False
+        kafka = running_part(self.readers, KAFKA_EVENTS)
+        return kafka is not None and kafka.status().connected
 
     def _configure_readers(self) -> None:
         """One reader per collector; each factory starts from what the writer has committed, so a
         reader started again resumes at the checkpoint."""
         kafka = self.cfg.kafka
-        factories: dict[str, Callable[[], Source]] = {BINLOG: self._change_source}
+        factories: dict[str, Callable[[], Part]] = {BINLOG: self._change_source}
         if kafka is not None:
-            factories[KAFKA_EVENTS] = lambda: KafkaEventsSource(
-                KafkaEventCollector(kafka, dict(self.progress.kafka) or None), self._kafka_ahead)
+            factories[KAFKA_EVENTS] = lambda: KafkaEventCollector(kafka, dict(self.progress.kafka) or None,
+                                                                  hold=self._kafka_ahead)
             if kafka.consumer_groups or kafka.topics:
-                factories[KAFKA_OFFSETS] = lambda: OffsetsSource(KafkaOffsetsCollector(kafka),
-                                                                 kafka.offsets_poll_seconds)
+                factories[KAFKA_OFFSETS] = lambda: KafkaOffsetsCollector(kafka)
         cdc = self.cfg.cdc
         if cdc is not None and kafka is not None and cdc.mode == "check":
-            factories[CDC] = lambda: CdcSource(CdcCollector(self.cfg.mysql, kafka, cdc, positions=self.progress.cdc,
-                                                            start_gtid=self.progress.cdc_gtid), copies=True)
+            factories[CDC] = lambda: CdcCollector(self.cfg.mysql, kafka, cdc, positions=self.progress.cdc,
+                                                  start_gtid=self.progress.cdc_gtid, copies=True)
         for name, factory in factories.items():
             self.readers[name] = Reader(name, factory, self._put)
 
-    def _change_source(self) -> Source:
+    def _change_source(self) -> Part:
         """The change source from the committed position: the CDC topics in CDC mode (no bootstrap, no binlog),
         else the binlog, after a first start's bootstrap."""
         p, cdc, kafka = self.progress, self.cfg.cdc, self.cfg.kafka
         if cdc is not None and kafka is not None and cdc.mode == "source":
-            return CdcSource(CdcCollector(self.cfg.mysql, kafka, cdc, positions=p.cdc,
-                                          start_gtid=p.binlog.gtid if p.binlog else ""))
+            return CdcCollector(self.cfg.mysql, kafka, cdc, positions=p.cdc,
+                                start_gtid=p.binlog.gtid if p.binlog else "")
         if p.binlog is None:
-            return BootstrapSource(self.cfg.mysql)
-        return BinlogSource(BinlogCollector(self.cfg.mysql, p.binlog), self._binlog_ahead)
+            return Bootstrap(self.cfg.mysql)
+        return BinlogCollector(self.cfg.mysql, p.binlog, ahead=self._binlog_ahead)
 
     def _kafka_partitions(self) -> tuple[PartitionStatus, ...]:
-        reader = self.readers[KAFKA_EVENTS]
-        source = reader.source
-        return source.collector.status.partitions if isinstance(source, KafkaEventsSource) else ()
+        part = self.readers[KAFKA_EVENTS].part
+        status = part.status() if part is not None else None
+        return status.partitions if isinstance(status, KafkaEventsStatus) else ()
 
     # -------------------------------------------------------------- main loop
 
@@ -271,7 +271,8 @@ class Monitor:
     def _tail_after_bootstrap(self) -> None:
         """Once the bootstrap's last chunk is committed, the binlog tail takes its reader's place."""
         reader = self.readers[BINLOG]
-        if isinstance(reader.source, BootstrapSource) and self.progress.binlog is not None:
+        if self.progress.binlog is not None and reader.part is not None and isinstance(reader.part.status(),
+                                                                                        BootstrapStatus):
             reader.stop()
             reader.join(JOIN_SECONDS)
             reader.start()

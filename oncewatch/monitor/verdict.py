@@ -30,6 +30,8 @@ from typing import Any
 
 from oncewatch.checks.shape import blinds
 from oncewatch.core.names import BINLOG, CDC, DEGRADED, FAILING, HEALTHY, KAFKA_EVENTS, KAFKA_OFFSETS, STOPPED
+from oncewatch.core.protocol import BootstrapStatus, CdcStatus, ComponentHealth
+from oncewatch.core.records import OffsetsSnapshot
 
 STOPPED_REASON = "stopped: nothing is read until `oncewatch run` starts again"
 # A reader silent this long is stuck (heartbeats come every few seconds, polls every half second).
@@ -40,9 +42,13 @@ NO_HEARTBEATS = ("; no heartbeat of the CDC connector is read (cdc.heartbeat_top
                  "with the commits it delivers, so F3, F8 and F9 wait for the next one")
 
 
-def _without_heartbeats(row: Mapping[str, Any] | None) -> bool:
+def _without_heartbeats(row: ComponentHealth | None) -> bool:
     """A CDC source (its health row) that has read no heartbeat of its connector."""
-    return row is not None and row.get("source") in ("debezium", "canal") and not row.get("heartbeats_read")
+    return row is not None and isinstance(row.status, CdcStatus) and not row.status.heartbeats_read
+
+
+def _bootstrapping(row: ComponentHealth) -> bool:
+    return isinstance(row.status, BootstrapStatus) and row.status.bootstrapping
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,7 @@ RULE_INPUTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: Mapping[str, float], *,
+def judge(now: float, components: Mapping[str, ComponentHealth], lag_seconds: Mapping[str, float], *,
           caught_up_seconds: float, shape: Sequence[Mapping[str, Any]] = (),
           reads: Mapping[str, Sequence[str]] | None = None, stopped: bool = False) -> Verdict:
     """`components`: each collector's health row (its status and its `reader` part); `lag_seconds`:
@@ -78,24 +84,24 @@ def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: 
     failing: list[str] = []
     degraded: list[str] = []
     down: set[str] = set()
-    for name, value in components.items():
-        reader = value.get("reader", {})
-        alive_at = reader.get("alive_at")
-        if not reader.get("running", True):
-            failing.append(f"{name} reader down ({reader.get('last_failure') or 'not running'})")
+    for name, row in components.items():
+        reader, status = row.reader, row.status
+        alive_at = reader.alive_at
+        if not reader.running:
+            failing.append(f"{name} reader down ({reader.last_failure or 'not running'})")
         elif alive_at is not None and now - alive_at > STALE_SECONDS:
             failing.append(f"{name} reader silent for {now - alive_at:.0f} s")
-        elif name == KAFKA_OFFSETS:
-            if value.get("error"):
-                degraded.append(f"offsets poll failed: {value['error']}")
+        elif isinstance(status, OffsetsSnapshot):
+            if status.error:
+                degraded.append(f"offsets poll failed: {status.error}")
                 down.add(name)
             continue
-        elif not value.get("connected", True):
-            failing.append(f"{name} disconnected ({value.get('last_error') or 'connecting'})")
+        elif not status.connected:
+            failing.append(f"{name} disconnected ({status.last_error or 'connecting'})")
         else:
-            if value.get("bootstrapping"):
-                degraded.append(f"bootstrapping: {value.get('bootstrap_rows', 0)} rows of the watched tables read, "
-                                f"now {value.get('bootstrap_table') or 'starting'}; the binlog tail starts after it")
+            if isinstance(status, BootstrapStatus) and status.bootstrapping:
+                degraded.append(f"bootstrapping: {status.bootstrap_rows} rows of the watched tables read, "
+                                f"now {status.bootstrap_table or 'starting'}; the binlog tail starts after it")
             continue
         down.add(name)
     why_behind = {BINLOG: NO_HEARTBEATS} if _without_heartbeats(components.get(BINLOG)) else {}
@@ -109,7 +115,7 @@ def judge(now: float, components: Mapping[str, Mapping[str, Any]], lag_seconds: 
     if stopped:
         return Verdict(STOPPED, (STOPPED_REASON, *degraded), False, dict(lag_seconds), tuple(RULE_INPUTS), blind_tables)
     verdict = FAILING if failing else DEGRADED if degraded else HEALTHY
-    bootstrapping = any(value.get("bootstrapping") for value in components.values())
+    bootstrapping = any(map(_bootstrapping, components.values()))
     caught_up = not failing and not bootstrapping and all(lag <= caught_up_seconds for lag in lag_seconds.values())
     blind = tuple(rule for rule, inputs in RULE_INPUTS.items() if down & {i for i in inputs if i in components})
     return Verdict(verdict, tuple(failing + degraded), caught_up, dict(lag_seconds), blind, blind_tables)

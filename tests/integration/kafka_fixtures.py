@@ -13,8 +13,9 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
 from devservices import base
-from oncewatch.collectors.kafka_events import EventBatch, KafkaEventCollector
+from oncewatch.collectors.kafka_events import KafkaEventCollector
 from oncewatch.core.config import KafkaConfig, TopicConfig
+from oncewatch.core.protocol import EventBatch
 from oncewatch.core.records import EmittedEvent, QuarantinedRecord
 from oncewatch.store import Store
 
@@ -100,7 +101,7 @@ def drain(collector: KafkaEventCollector, records: int, *, store: Store | None =
     deadline = time.monotonic() + timeout
     while len(events) + len(quarantined) < records:
         assert time.monotonic() < deadline, (f"read {len(events)} events + {len(quarantined)} quarantined of "
-                                             f"{records}; status {collector.status.as_dict()}")
+                                             f"{records}; status {collector.status()}")
         batch = poll_into(collector, store, max_records)
         events += batch.events
         quarantined += batch.quarantined
@@ -112,7 +113,7 @@ def wait_for(predicate: Any, what: str, collector: KafkaEventCollector, store: S
     """Poll the collector (storing what it reads) until `predicate()` holds: it only changes when polled."""
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, f"{what}; status {collector.status.as_dict()}"
+        assert time.monotonic() < deadline, f"{what}; status {collector.status()}"
         poll_into(collector, store)
 
 

@@ -52,7 +52,7 @@ def collect(collector: BinlogCollector, until, timeout: float = 60.0) -> list[Ro
     if not done.wait(timeout):
         collector.stop()
         t.join(10)
-        pytest.fail(f"collector did not deliver in {timeout}s; got {len(rows)} rows; status {collector.status}")
+        pytest.fail(f"collector did not deliver in {timeout}s; got {len(rows)} rows; status {collector.status()}")
     if errors:
         raise errors[0]
     return rows
@@ -169,8 +169,8 @@ def test_mariadb_restart_mid_stream_every_row_exactly_once(admin, table_name, tm
 
     rows = collect(collector, until, timeout=180)
     assert [r.pk[0] for r in rows] == [f"o{i}" for i in range(total)]
-    assert collector.status.reconnects >= 1
-    assert collector.status.connected
+    assert collector.status().reconnects >= 1
+    assert collector.status().connected
 
 
 def test_a_dropped_replication_connection_resumes_from_the_checkpoint_not_the_opening_gtid(admin, table_name,
@@ -206,7 +206,7 @@ def test_a_dropped_replication_connection_resumes_from_the_checkpoint_not_the_op
                 (thread_id,), = c.fetchall()
                 c.execute(f"KILL CONNECTION {int(thread_id)}")
             conn.close()
-            at_kill.update(events=collector.status.events_read, reconnects=collector.status.reconnects)
+            at_kill.update(events=collector.status().events_read, reconnects=collector.status().reconnects)
             threading.Thread(target=write_after, daemon=True).start()
         return len(rs) >= big * rows_per_tx + after
 
@@ -214,12 +214,12 @@ def test_a_dropped_replication_connection_resumes_from_the_checkpoint_not_the_op
     assert [r.pk[0] for r in rows[big * rows_per_tx:]] == [f"a{i}" for i in range(after)]
     assert len(rows) == big * rows_per_tx + after  # nothing twice, nothing lost
     assert at_kill["events"] > big * 4  # a GTID, a table map, rows events and an XID per big transaction
-    read_after = collector.status.events_read - at_kill["events"]
+    read_after = collector.status().events_read - at_kill["events"]
     # the five new transactions (GTID, table map, rows, XID each) and the new stream's preamble (rotate, format
     # description, GTID list, binlog checkpoint, heartbeats): a replay from the opening GTID would be thousands
     assert read_after <= after * 4 + 20, read_after
-    assert collector.status.reconnects == at_kill["reconnects"] + 1  # the drop is counted (and was shown)
-    assert collector.status.connected
+    assert collector.status().reconnects == at_kill["reconnects"] + 1  # the drop is counted (and was shown)
+    assert collector.status().connected
 
 
 def test_purged_checkpoint_gives_specific_error(admin, table_name, tmp_path):
@@ -290,7 +290,7 @@ def test_bootstrap_while_writes_go_on_equals_final_state(admin, table_name, tmp_
     collector = BinlogCollector(cfg.mysql, position)
 
     def apply(rs):
-        return collector.status.last_position.gtid == end_gtid
+        return collector.status().last_position.gtid == end_gtid
 
     for r in collect(collector, apply, timeout=120):
         if r.op == "delete":

@@ -157,7 +157,7 @@ def test_debezium_topics_give_the_binlog_s_transactions(cdc_connector, table_nam
     assert (pk_change.op, pk_change.before["id"], pk_change.after["id"]) == ("update", 3, 4)
     assert [(c.kind, c.table) for c in from_cdc[3].schema_changes] == [("truncate", watched)]
     assert from_cdc[0].rows[0].commit_clock == "row_column"
-    assert cdc.assembler.incomplete == 0 and cdc.assembler.counts()["unreadable_records"] == 0
+    assert cdc.assembler.incomplete == 0 and cdc.assembler.counts().unreadable_records == 0
     # the delete's tombstone, read as an event of an announced Debezium topic: its table is the topic's
     tombstones = [r for r in records_of(table_topic(table_name)) if r.value is None]
     parsed = TopicParser(TopicConfig(name=table_topic(table_name), format="debezium", paths={}, required=()),

@@ -67,8 +67,8 @@ def test_three_instances_one_killed_one_added_find_what_one_instance_finds(cdc_c
                 wait_judged_past(config, SHARDS, until)
             time.sleep(6.0)  # the offsets' readings (F11, F12) of the stalled group held and committed
             found = {"one": findings(one), "three": findings(three)}
-            outages = {**{n: r["store_outages"] for n, r in members_of(one).items()},
-                       **{n: r["store_outages"] for n, r in members_of(three).items()}}
+            outages = {**{n: r.store_outages for n, r in members_of(one).items()},
+                       **{n: r.store_outages for n, r in members_of(three).items()}}
         finally:
             postgres.up()  # whatever happened above, the server runs for the tests after this one
             codes = {name: m.stop() for name, m in members.items() if m.process.returncode is None}

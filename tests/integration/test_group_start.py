@@ -43,7 +43,7 @@ def test_a_member_waits_out_a_broker_away_at_its_start_and_while_it_runs(cdc_con
             wait_for("the member's first health row", lambda: member.name in members_of(config), timeout=120)
             assert member.process.poll() is None, member.tail()
             row = members_of(config)[member.name]
-            assert row["kafka_outages"] == 1 and row["kafka_outage_seconds"] >= AWAY_SECONDS, row
+            assert row.kafka_outages == 1 and row.kafka_outage_seconds >= AWAY_SECONDS, row
             broker.kafka_kill()
             try:
                 time.sleep(KILLED_SECONDS)
@@ -53,8 +53,8 @@ def test_a_member_waits_out_a_broker_away_at_its_start_and_while_it_runs(cdc_con
             # its parts ride the outage out, or one fails (a rejoin's new client cannot bootstrap, as two members'
             # did in the soak) and the instance starts again once the broker answers: either way it goes on
             wait_for("the member's health row after the broker is back",
-                     lambda: members_of(config)[member.name]["at"] > back + 5, timeout=180)
+                     lambda: members_of(config)[member.name].at > back + 5, timeout=180)
             assert member.process.poll() is None, member.tail()
-            assert members_of(config)[member.name]["kafka_outages"] >= 1
+            assert members_of(config)[member.name].kafka_outages >= 1
         finally:
             assert member.stop() == 0, member.tail()

@@ -91,7 +91,7 @@ def test_known_records_in_each_format_become_exactly_those_events(kafka_admin, t
         expected = {f"{jt}/0": 2, f"{jt}/1": 1, f"{dt}/0": 3, f"{ct}/0": 1}
         assert collector.positions() == store.checkpoint("kafka_events") == expected
         assert collector.caught_up()
-        status = collector.status
+        status = collector.status()
         assert status.caught_up and status.connected and status.records_read == 7 and status.waiting_for == ()
         assert {(p.topic, p.partition): (p.position, p.end) for p in status.partitions} == {
             (jt, 0): (2, 2), (jt, 1): (1, 1), (dt, 0): (3, 3), (ct, 0): (1, 1)}
@@ -122,7 +122,7 @@ def test_garbage_is_quarantined_counted_and_reading_goes_on(kafka_admin, tmp_pat
         assert (quarantined[5].key, quarantined[5].value) == (b"k", None)
         assert store.quarantine_counts() == {(topic, r): 1 for r in ("not_utf8", "not_json", "missing_path",
                                                                       "wrong_type", "too_large", "null_value")}
-        status = collector.status
+        status = collector.status()
         assert (status.records_read, status.events_read, status.connected) == (9, 3, True)
         # Still running: a record produced after the garbage is read too.
         more = produce(topic, [(0, None, jsonb(PAID2))])
@@ -137,16 +137,16 @@ def test_topic_created_later_and_partitions_added_later_are_read_from_their_star
     name = unique("later")
     collector = KafkaEventCollector(kafka_config([json_topic(name, required=())], start_from="latest"))
     try:
-        wait_for(lambda: collector.status.waiting_for == (name,), "waiting for the missing topic", collector)
-        status = collector.status.as_dict()
-        assert status["state"] == f"waiting for topic {name} (does not exist yet)" and status["connected"]
+        wait_for(lambda: collector.status().waiting_for == (name,), "waiting for the missing topic", collector)
+        status = collector.status()
+        assert status.state == f"waiting for topic {name} (does not exist yet)" and status.connected
         assert collector.caught_up()  # a topic that does not exist has nothing unread
         kafka_admin.create_topics([NewTopic(name, 1, 1)])
         kafka_admin.wait_for_topics([name], timeout_ms=10_000)
         sent = produce(name, [(0, None, jsonb(PAID)), (0, None, jsonb(PAID2))])
         events, _ = drain(collector, 2)  # created after the first run started: read from its beginning
         assert [(e.partition, e.offset) for e in events] == [(p, o) for p, o, _ in sent]
-        assert collector.status.waiting_for == ()
+        assert collector.status().waiting_for == ()
         kafka_admin.create_partitions({name: NewPartitions(total_count=2)})
         sent = produce(name, [(1, None, jsonb(SHIPPED))])
         events, _ = drain(collector, 1)
@@ -237,9 +237,9 @@ def test_offsets_deleted_before_they_were_read_are_a_counted_gap(kafka_admin):
     try:
         events, _ = drain(collector, 4)
         assert [e.offset for e in events] == [6, 7, 8, 9]
-        (gap,), = [collector.status.gaps]
+        (gap,), = [collector.status().gaps]
         assert (gap.topic, gap.partition, gap.from_offset, gap.to_offset, gap.kind) == (topic, 0, 2, 6, "deleted")
-        assert collector.status.as_dict()["gaps"][0]["kind"] == "deleted"
+        assert collector.status().gaps[0].kind == "deleted"
     finally:
         collector.close()
 
@@ -307,7 +307,7 @@ def test_a_header_key_that_is_not_utf8_is_quarantined_and_the_partition_reads_on
         assert sorted((e.partition, e.offset) for e in events) == sorted((p, o) for p, o, _ in before + after)
         (p, o, _), = poisoned
         assert [(q.partition, q.offset, q.reason) for q in quarantined] == [(p, o, "unparseable")]
-        assert "UnicodeDecodeError" in quarantined[0].detail and collector.status.connected
+        assert "UnicodeDecodeError" in quarantined[0].detail and collector.status().connected
         assert store.quarantine_counts() == {(topic, "unparseable"): 1}
         assert collector.caught_up()
     finally:

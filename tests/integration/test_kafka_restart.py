@@ -44,15 +44,15 @@ def test_broker_restart_and_collector_restart_mid_stream_lose_and_double_nothing
         drain(collector, 10, store=store, max_records=5)
         try:
             broker.kafka_down()
-            wait_for(lambda: not collector.status.connected, "the collector notices the broker is gone", collector,
+            wait_for(lambda: not collector.status().connected, "the collector notices the broker is gone", collector,
                      store)
-            assert collector.status.last_error and collector.status.disconnected_since
+            assert collector.status().last_error and collector.status().disconnected_since
         finally:
             broker.kafka_up()
         sent += produce_when_back(topic, records("b", 20))
         drain(collector, len(sent) - len(store.events()), store=store, timeout=60)  # reads on across the restart
-        wait_for(lambda: collector.status.connected, "the collector reports the broker back", collector, store)
-        assert collector.status.reconnects >= 1 and collector.status.last_error is None
+        wait_for(lambda: collector.status().connected, "the collector reports the broker back", collector, store)
+        assert collector.status().reconnects >= 1 and collector.status().last_error is None
     finally:
         collector.close()
     sent += produce(topic, records("c", 10))

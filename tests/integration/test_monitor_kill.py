@@ -191,7 +191,7 @@ def test_in_cdc_mode_the_monitor_and_the_connect_worker_killed_lose_and_double_n
     wait_for("every row stored", lambda: stored() >= total_tx, timeout=120)
     time.sleep(1.5)  # a health row written after the last of them
     store = Store(str(tmp_path / "store.db"), readonly=True)
-    source = store.health()["binlog"]
+    source = store.health()["binlog"].health.status
     store.close()
     monitor.terminate()
     monitor.wait(30)
@@ -199,8 +199,8 @@ def test_in_cdc_mode_the_monitor_and_the_connect_worker_killed_lose_and_double_n
     store = Store(str(tmp_path / "store.db"))
     ids = [r.pk[0] for r in store.row_changes("table_name = ?", (table_name,))]
     assert ids == list(range(total_tx)), final.stderr[-2000:]  # every row once, in commit order
-    assert source["cdc"]["replayed_records"] > 0, source["cdc"]
+    assert source.cdc.replayed_records > 0, source.cdc
     found = store.findings()
     # the replays as replays (F15, info: nothing happened twice), and nothing lost, doubled or incomplete
     assert found and {(f.rule, f.severity) for f in found} == {("F15", "info")}, [(f.rule, f.summary) for f in found]
-    assert sum(f.keys["records"] for f in found) == source["cdc"]["replayed_records"]
+    assert sum(f.keys["records"] for f in found) == source.cdc.replayed_records

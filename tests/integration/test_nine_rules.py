@@ -60,13 +60,13 @@ def test_the_stopped_monitor_says_so(nine):
     _, _, base = nine
     store = Store(str(base / "store.db"), readonly=True)
     try:
-        monitor = store.health()["monitor"]
+        monitor = store.health()["monitor"].health
     finally:
         store.close()
-    assert (monitor["verdict"], monitor["caught_up"]) == ("stopped", False)
-    assert monitor["reasons"][0] == "stopped: nothing is read until `oncewatch run` starts again"
-    assert not [r for r in monitor["reasons"] if "reader down" in r]  # stopped on purpose
-    assert sorted(monitor["blind_rules"], key=lambda r: int(r[1:])) == [f"F{i}" for i in range(1, 17)]
+    assert (monitor.verdict, monitor.caught_up) == ("stopped", False)
+    assert monitor.reasons[0] == "stopped: nothing is read until `oncewatch run` starts again"
+    assert not [r for r in monitor.reasons if "reader down" in r]  # stopped on purpose
+    assert sorted(monitor.blind_rules, key=lambda r: int(r[1:])) == [f"F{i}" for i in range(1, 17)]
 
 
 def test_evidence_points_at_the_faulty_orders_records(nine):

@@ -98,11 +98,11 @@ def scored_both_ways(tmp_path, kills: int = 0, **settings) -> tuple[shop.GroundT
                                                                     for f in found["binlog"]}
     store = Store(str(folders["cdc"] / "store.db"), readonly=True)
     try:
-        rows, source = store.row_changes(limit=1), store.health()["binlog"]
+        rows, source = store.row_changes(limit=1), store.health()["binlog"].health.status
     finally:
         store.close()
-    assert source["source"] == "debezium" and (not rows or rows[0].schema == CDC_SCHEMA)
-    assert source["cdc"]["incomplete_transactions"] == 0 and source["cdc"]["unreadable_records"] == 0
+    assert source.source == "debezium" and (not rows or rows[0].schema == CDC_SCHEMA)
+    assert source.cdc.incomplete_transactions == 0 and source.cdc.unreadable_records == 0
     return truth, results
 
 

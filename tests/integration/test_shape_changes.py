@@ -20,6 +20,7 @@ from oncewatch.checks.settings import Settings
 from oncewatch.collectors.binlog import BinlogCollector
 from oncewatch.core.config import load
 from oncewatch.core.names import ENGINE_STATS
+from oncewatch.core.protocol import MonitorHealth
 from oncewatch.store import open_reader
 
 from .by_hand import announce, effect_event, execute
@@ -27,17 +28,17 @@ from .recorded_run import metric, start_monitor
 from .shop_monitor import IDLE, prepared
 
 
-def blind_by_shape(health: dict) -> set[str]:
+def blind_by_shape(health: MonitorHealth) -> set[str]:
     """The rules the standing shape problems blind for some table (the health row written as the run stopped
     also counts every rule blind, its readers being down)."""
-    return set(health["blind_tables"])
+    return set(health.blind_tables)
 
 
-def monitor_view(config: Path) -> tuple[dict, dict]:
+def monitor_view(config: Path) -> tuple[MonitorHealth, dict]:
     """(the monitor's health row, the engine's stats) as the run left them."""
     store = open_reader(str(config.parent / "store.db"))
     try:
-        return store.health()["monitor"], store.state(ENGINE_STATS, {})
+        return store.health()["monitor"].health, store.state(ENGINE_STATS, {})
     finally:
         store.close()
 
@@ -57,7 +58,7 @@ def test_renamed_dropped_retyped_and_truncated_columns_are_shown_and_raise_nothi
     run_until_idle(config, idle=IDLE)  # the event waits out its 4 s orphan grace
     health, stats = monitor_view(config)
     assert findings(config) == []
-    assert any(r.startswith("domain.orders.status_column: owtest.orders.status is gone") for r in health["reasons"])
+    assert any(r.startswith("domain.orders.status_column: owtest.orders.status is gone") for r in health.reasons)
     assert {"F3", "F4", "F6", "F7", "F8", "F9", "F10"} <= blind_by_shape(health)
     assert stats["suppressed_total"].get("F8", 0) >= 1
 
@@ -65,21 +66,21 @@ def test_renamed_dropped_retyped_and_truncated_columns_are_shown_and_raise_nothi
     execute("ALTER TABLE orders RENAME COLUMN state TO status", "ALTER TABLE payments MODIFY amount VARCHAR(20) NOT NULL")
     run_until_idle(config, idle=IDLE)
     health, _ = monitor_view(config)
-    assert not any("status_column" in r for r in health["reasons"]) and blind_by_shape(health) == {"F5"}
+    assert not any("status_column" in r for r in health.reasons) and blind_by_shape(health) == {"F5"}
     assert "domain.payments.amount_column: owtest.payments.amount is now varchar, not a number (F5 cannot judge)" \
-        in health["reasons"]
+        in health.reasons
     execute("ALTER TABLE payments DROP COLUMN amount")
     run_until_idle(config, idle=IDLE)
     health, _ = monitor_view(config)
-    assert any(r.startswith("domain.payments.amount_column: owtest.payments.amount is gone") for r in health["reasons"])
+    assert any(r.startswith("domain.payments.amount_column: owtest.payments.amount is gone") for r in health.reasons)
     execute("ALTER TABLE payments ADD COLUMN amount DECIMAL(12,2) NOT NULL DEFAULT 0 AFTER channel")
 
     # A pending order, then the table truncated: no F3 once its threshold (2 s here) has passed.
     execute("INSERT INTO orders VALUES ('SHAPE-2', 7, 10.00, 'pending', NOW(3), NOW(3))", "TRUNCATE TABLE orders")
     run_until_idle(config, idle=IDLE)
     health, _ = monitor_view(config)
-    assert findings(config) == [] and health["shape_problems"] == []
-    assert not [r for r in health["reasons"] if "_column" in r]
+    assert findings(config) == [] and health.shape_problems == ()
+    assert not [r for r in health.reasons if "_column" in r]
 
 
 def test_a_renamed_orders_status_blinds_the_orders_only_and_f7_still_judges_the_shipments(tmp_path):
@@ -99,9 +100,9 @@ def test_a_renamed_orders_status_blinds_the_orders_only_and_f7_still_judges_the_
     assert (f7.rule, f7.keys) == ("F7", {"event_type": "shipment.created", "key": "4202", "table": "owtest.shipments"})
     health, stats = monitor_view(config)
     # F6 judges an order's callbacks across the orders and payments: blind for both
-    assert health["blind_tables"] == {**{rule: ["owtest.orders"] for rule in ("F3", "F4", "F7", "F8", "F9", "F10")},
-                                      "F6": ["owtest.orders", "owtest.payments"]}
-    assert "F7" in health["rule_tables"] and "owtest.shipments" in health["rule_tables"]["F7"]
+    assert health.blind_tables == {**{rule: ("owtest.orders",) for rule in ("F3", "F4", "F7", "F8", "F9", "F10")},
+                                   "F6": ("owtest.orders", "owtest.payments")}
+    assert "F7" in health.rule_tables and "owtest.shipments" in health.rule_tables["F7"]
     assert stats["suppressed_total"] == {}
 
     # A running monitor's /metrics says the same (the run above left a stopped health row: every rule blind).

@@ -41,8 +41,8 @@ def sample(port: int, store_path: str) -> tuple[str | None, float | None, list[s
         shop = views.shop_state(store.finding_counts(), views.offsets_of(comps), DRIFT)
     finally:
         store.close()
-    monitor = comps.get("monitor")
-    return verdict, caught_up, list(monitor.value.get("reasons", [])) if monitor else [], shop.reasons
+    monitor = views.monitor_of(comps)
+    return verdict, caught_up, list(monitor.reasons) if monitor else [], shop.reasons
 
 
 def test_the_monitor_stays_healthy_while_the_shops_group_stalls_and_the_shop_says_so_and_no_f12(

@@ -200,7 +200,7 @@ def test_records_of_either_topic_not_in_debezium_s_shape_are_quarantined_and_the
     (tx,) = feed(a, record("0-1-1", 1))  # the END read through its schema wrapper counts one record
     assert [(q.binlog_file, q.event_pos, q.reason) for q in tx.quarantined] == [
         ("cdc.transaction/0", 7, "unparseable"), ("cdc.shop.orders/0", 3, "unparseable")]
-    assert a.counts()["unreadable_records"] == 2
+    assert a.counts().unreadable_records == 2
 
 
 def test_markers_written_again_by_a_restarted_connector_give_each_transaction_once():

@@ -7,7 +7,7 @@ import pytest
 
 from oncewatch.core.protocol import (BinlogStatus, BootstrapStatus, CdcCounts, CdcStatus, ComponentHealth, Gap,
                                      GroupMemberHealth, KafkaEventsStatus, MonitorHealth, ReaderHealth,
-                                     RoutersHealth, Slo)
+                                     RoutersHealth, ShardHealth, Slo)
 from oncewatch.core.records import (BinlogPosition, GroupOffsets, GroupPartition, OffsetsSnapshot, PartitionRange,
                                     PartitionStatus)
 from oncewatch.store.codec import HealthRowError, health_from_json, health_json
@@ -34,7 +34,8 @@ VALUES = [
                   shape_problems=({"table": "shop.payments", "config_key": "k", "what": "dropped", "rules": ["F5"]},),
                   probe_error="OperationalError: gone", store_outages=1, store_outage_seconds=2.5,
                   thresholds={"F3": {"stuck_pending_seconds": 6.0}}, slo=Slo(0.999, 60.0)),
-    GroupMemberHealth(at=5.0, member="m1", shards=("0", "2"), routers=RoutersHealth(("events/0", "x.lease/0"), True, 8),
+    GroupMemberHealth(at=5.0, member="m1", shards={"0": ShardHealth(9, 1, 40, 2.0, 3.0), "2": ShardHealth()},
+                      routers=RoutersHealth(("events/0", "x.lease/0"), True, 8, 3),
                       fenced=1, applied=90, rejoins=2, store_outages=1, store_outage_seconds=0.5, kafka_outages=1,
                       kafka_outage_seconds=3.0),
 ]

@@ -6,7 +6,7 @@ tests/integration/test_cdc_clock.py."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -16,6 +16,7 @@ from oncewatch.checks.settings import Settings
 from oncewatch.collectors import heartbeats
 from oncewatch.collectors.heartbeats import HeartbeatReader, heartbeat_time
 from oncewatch.core.config import ConfigError, parse
+from oncewatch.core.protocol import CdcStatus, ComponentHealth
 from oncewatch.core.records import Heartbeat, Heartbeats
 from oncewatch.monitor.entities import EntityIndex
 from oncewatch.monitor.verdict import NO_HEARTBEATS, judge
@@ -174,11 +175,12 @@ def test_the_heartbeat_topic_is_debezium_s_default_unless_named_and_capture_seco
 
 
 def test_a_cdc_source_behind_without_heartbeats_says_why_its_clock_stands():
-    source = {"source": "debezium", "connected": True, "reader": {"running": True}, "heartbeats_read": 0}
+    source = ComponentHealth(CdcStatus(connected=True, source="debezium", heartbeats_read=0))
     v = judge(100.0, {"binlog": source}, {"binlog": 30.0}, caught_up_seconds=5)
     assert v.verdict == "degraded" and v.reasons == ("binlog read 30.0 s behind (caught up means within 5 s)"
                                                      + NO_HEARTBEATS,)
-    v = judge(100.0, {"binlog": {**source, "heartbeats_read": 40}}, {"binlog": 30.0}, caught_up_seconds=5)
+    v = judge(100.0, {"binlog": ComponentHealth(replace(source.status, heartbeats_read=40))}, {"binlog": 30.0},
+              caught_up_seconds=5)
     assert NO_HEARTBEATS not in v.reasons[0]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devservices import scenario
 from oncewatch.core import names
+from oncewatch.core.protocol import BinlogStatus, CdcCounts, CdcStatus, ComponentHealth
 from oncewatch.dashboards import metrics
 from oncewatch.store import Store
 from tests.conftest import StoreTarget
@@ -177,9 +179,8 @@ def test_names_follow_conventions_and_labels_hold_no_entities(served) -> None:
 def test_disconnected_collector_and_missing_store(served, tmp_path: Path) -> None:
     server, scenario_store = served
     store = Store(scenario_store)
-    store.set_health("binlog", {"connected": False, "seconds_behind": None, "last_position": None,
-                                "last_error": "Lost connection", "reconnects": 3, "rows_read": 1200,
-                                "transactions_read": 400})
+    store.set_health("binlog", ComponentHealth(BinlogStatus(connected=False, last_error="Lost connection", reconnects=3,
+                                                            rows_read=1200, transactions_read=400)))
     store.close()
     fams = families(scrape(server))
     assert value(fams, "oncewatch_collector_up", collector="binlog") == 0
@@ -207,11 +208,9 @@ def test_shape_problems_and_what_they_suppressed_are_on_metrics(scenario_store):
 
 def test_a_cdc_change_source_s_counts(scenario_store) -> None:
     store = Store(scenario_store)
-    row = store.health()["binlog"]
-    row.pop("updated_at")
-    store.set_health("binlog", {**row, "source": "debezium", "cdc": {
-        "incomplete_transactions": 2, "replayed_records": 40, "late_records": 1, "unreadable_records": 3,
-        "open_transactions": 5}})
+    row = store.health()["binlog"].health
+    store.set_health("binlog", replace(row, status=CdcStatus(**vars(row.status), source="debezium", cdc=CdcCounts(
+        incomplete_transactions=2, replayed_records=40, late_records=1, unreadable_records=3, open_transactions=5))))
     store.close()
     server, thread = metrics.serve(scenario_store, port=0)
     try:

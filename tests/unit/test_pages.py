@@ -6,6 +6,7 @@ import base64
 import datetime as dt
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy
@@ -16,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 from devservices import scenario
 from oncewatch import cli
 from oncewatch.core import names
+from oncewatch.core.protocol import BinlogStatus, ComponentHealth
 from oncewatch.core.records import Evidence, Finding, QuarantinedRows
 from oncewatch.dashboards import auth, login_limits, report_check, reports, views
 from oncewatch.store import Store, reviews
@@ -154,13 +156,14 @@ def test_the_monitor_and_the_shop_each_have_their_verdict_on_every_page(env: Pat
     acknowledged ones too. The monitor says how it reads, the shop what is wrong in it; the tile counts the open."""
     store = Store(scenario_store)
     health = store.health()
-    store.set_health(names.MONITOR, {**health[names.MONITOR], "verdict": "healthy", "reasons": [], "caught_up": True,
-                                     "blind_tables": {}, "shape_problems": [],
-                                     "lag_seconds": {"binlog": 0.25, "kafka": 0.695}})
-    offsets = health[names.KAFKA_OFFSETS]
-    stalled = {**offsets["groups"][0], "partitions": [{**p, "lag": lag} for p, lag in
-                                                      zip(offsets["groups"][0]["partitions"], (3676, 3676, 0))]}
-    store.set_health(names.KAFKA_OFFSETS, {**offsets, "groups": [stalled, *offsets["groups"][1:]]})
+    store.set_health(names.MONITOR, replace(health[names.MONITOR].health, verdict="healthy", reasons=(), caught_up=True,
+                                            blind_tables={}, shape_problems=(),
+                                            lag_seconds={"binlog": 0.25, "kafka": 0.695}))
+    row = health[names.KAFKA_OFFSETS].health
+    offsets = row.status
+    first = offsets.groups[0]
+    stalled = replace(first, partitions=tuple(replace(p, lag=lag) for p, lag in zip(first.partitions, (3676, 3676, 0))))
+    store.set_health(names.KAFKA_OFFSETS, replace(row, status=replace(offsets, groups=(stalled, *offsets.groups[1:]))))
     reviews.acknowledge(store, ["f1-t1001"], by="ana", note="", until=4e9, now=2e9)
     store.close()
     monitor_words = "**Monitor healthy**: both streams read, every rule judging (binlog 250 ms, kafka 695 ms behind)"
@@ -177,8 +180,9 @@ def test_the_monitor_and_the_shop_each_have_their_verdict_on_every_page(env: Pat
 @SQLITE_ONLY
 def test_overview_says_when_the_monitor_is_stale_or_a_collector_down(env: Path, scenario_store: StoreTarget) -> None:
     store = Store(scenario_store)
-    store.set_health("binlog", {"connected": False, "last_error": "Lost connection to MySQL server",
-                                "disconnected_since": 1_700_000_000.0, "reconnects": 4})
+    store.set_health("binlog", ComponentHealth(BinlogStatus(
+        connected=False, last_error="Lost connection to MySQL server", disconnected_since=1_700_000_000.0,
+        reconnects=4)))
     store.conn.execute("UPDATE health SET updated_at = updated_at - 300 WHERE component != 'binlog'")
     store.close()
     at = run("overview")
@@ -192,8 +196,8 @@ def test_overview_says_when_the_monitor_is_stale_or_a_collector_down(env: Path, 
 def test_a_stopped_monitor_says_so_on_every_page(env: Path, scenario_store: StoreTarget) -> None:
     """The last row of a monitor that stopped cleanly: "stopped", not "failing" because its readers are down."""
     store = Store(scenario_store)
-    monitor = store.health()["monitor"]
-    store.set_health("monitor", {**monitor, "verdict": "stopped", "reasons": ["stopped"]})
+    monitor = store.health()["monitor"].health
+    store.set_health("monitor", replace(monitor, verdict="stopped", reasons=("stopped",)))
     store.close()
     for page in ("overview", "drift"):
         at = run(page)

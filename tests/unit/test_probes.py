@@ -9,11 +9,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from devservices import scenario
+from oncewatch.core.protocol import GroupMemberHealth
 from oncewatch.dashboards import metrics, probes, views
 from oncewatch.store import Store
 
@@ -45,8 +47,7 @@ def write_monitor(store_path: str, **changes: object) -> None:
     """The scenario's health rows (a degraded monitor: reading, late), with the monitor row's `changes`."""
     with closing(Store(store_path)) as store:
         scenario.write_health(store, time.time())
-        row = {k: v for k, v in store.health()["monitor"].items() if k != "updated_at"}
-        store.set_health("monitor", {**row, **changes})
+        store.set_health("monitor", replace(store.health()["monitor"].health, **changes))
 
 
 def test_healthz_answers_whatever_the_store_says(served) -> None:
@@ -70,7 +71,7 @@ def test_ready_while_the_monitor_reads_and_writes_even_degraded(served, store_pa
 
 def test_failing_monitor_is_not_ready_with_its_reasons(served, store_path: str) -> None:
     write_monitor(store_path, verdict="failing",
-                  reasons=["binlog disconnected ((2003, \"Can't connect to MySQL server\"))"])
+                  reasons=("binlog disconnected ((2003, \"Can't connect to MySQL server\"))",))
     status, body = get(served, "/readyz")
     assert status == 503
     assert json.loads(body) == {"ready": False, "reasons": [
@@ -78,7 +79,7 @@ def test_failing_monitor_is_not_ready_with_its_reasons(served, store_path: str) 
 
 
 def test_stopped_monitor_is_not_ready(served, store_path: str) -> None:
-    write_monitor(store_path, verdict="stopped", reasons=["stopped: nothing is read until `oncewatch run` starts"])
+    write_monitor(store_path, verdict="stopped", reasons=("stopped: nothing is read until `oncewatch run` starts",))
     status, body = get(served, "/readyz")
     assert status == 503 and json.loads(body)["reasons"][0] == "verdict stopped"
 
@@ -98,8 +99,8 @@ def test_a_store_without_the_monitor_row_is_not_ready(store_path: str) -> None:
 
 
 def test_a_group_member_is_judged_by_its_own_row() -> None:
-    fresh = views.Component("group/m1", {"member": "m1"}, 1.0)
+    fresh = views.Component("group/m1", GroupMemberHealth(at=1.0, member="m1"), 1.0, 1.0)
     assert probes.judge({"group/m1": fresh}, member="m1") == probes.Readiness(True, ())
     assert not probes.judge({"group/m1": fresh}, member="m2").ready
-    old = views.Component("group/m1", {"member": "m1"}, views.STALE_SECONDS + 1)
+    old = views.Component("group/m1", GroupMemberHealth(at=1.0, member="m1"), 1.0, views.STALE_SECONDS + 1)
     assert "group member m1 last wrote" in probes.judge({"group/m1": old}, member="m1").reasons[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from oncewatch.core.protocol import BinlogStatus, BootstrapStatus, ComponentHealth, KafkaEventsStatus, ReaderHealth
 from oncewatch.core.records import GroupOffsets, GroupPartition, OffsetsSnapshot
 from oncewatch.dashboards import views
 from oncewatch.monitor.verdict import judge
@@ -9,14 +10,14 @@ from oncewatch.monitor.verdict import judge
 NOW = 10_000.0
 
 
-def reader(running: bool = True, alive_at: float | None = NOW - 1, failure: str | None = None) -> dict:
-    return {"running": running, "alive_at": alive_at, "last_failure": failure, "failures": 0}
+def reader(running: bool = True, alive_at: float | None = NOW - 1, failure: str | None = None) -> ReaderHealth:
+    return ReaderHealth(running=running, alive_at=alive_at, last_failure=failure)
 
 
-def rows(**changes: dict) -> dict[str, dict]:
-    base = {"binlog": {"connected": True, "reader": reader()},
-            "kafka_events": {"connected": True, "reader": reader()},
-            "kafka_offsets": {"error": None, "reader": reader()}}
+def rows(**changes: ComponentHealth) -> dict[str, ComponentHealth]:
+    base = {"binlog": ComponentHealth(BinlogStatus(connected=True), reader()),
+            "kafka_events": ComponentHealth(KafkaEventsStatus(connected=True), reader()),
+            "kafka_offsets": ComponentHealth(OffsetsSnapshot(NOW, None), reader())}
     return {**base, **changes}
 
 
@@ -38,18 +39,19 @@ def test_a_stream_behind_or_an_offsets_poll_failed_is_degraded_not_failing() -> 
     v = verdict(rows(), {"binlog": 0.2, "kafka": 12.0})
     assert v.verdict == "degraded" and not v.caught_up
     assert v.reasons == ("kafka read 12.0 s behind (caught up means within 5 s)",)
-    polled = verdict(rows(kafka_offsets={"error": "offsets: KafkaTimeoutError", "reader": reader()}))
+    polled = verdict(rows(kafka_offsets=ComponentHealth(OffsetsSnapshot(NOW, "offsets: KafkaTimeoutError"), reader())))
     assert polled.verdict == "degraded" and polled.reasons == ("offsets poll failed: offsets: KafkaTimeoutError",)
 
 
 def test_a_reader_down_silent_or_disconnected_is_failing_and_never_caught_up() -> None:
-    down = verdict(rows(kafka_events={"connected": True, "reader": reader(False, failure="ValueError: x")}))
+    down = verdict(rows(kafka_events=ComponentHealth(KafkaEventsStatus(connected=True),
+                                                     reader(False, failure="ValueError: x"))))
     assert down.verdict == "failing" and not down.caught_up
     assert down.reasons == ("kafka_events reader down (ValueError: x)",)
-    silent = verdict(rows(binlog={"connected": True, "reader": reader(alive_at=NOW - 90)}))
+    silent = verdict(rows(binlog=ComponentHealth(BinlogStatus(connected=True), reader(alive_at=NOW - 90))))
     assert silent.reasons == ("binlog reader silent for 90 s",) and silent.verdict == "failing"
-    lost = verdict(rows(binlog={"connected": False, "last_error": "OperationalError: 2013", "reader": reader()}),
-                   {"binlog": 30.0, "kafka": 0.0})
+    lost = verdict(rows(binlog=ComponentHealth(BinlogStatus(connected=False, last_error="OperationalError: 2013"),
+                                               reader())), {"binlog": 30.0, "kafka": 0.0})
     assert lost.verdict == "failing"
     assert lost.reasons == ("binlog disconnected (OperationalError: 2013)",
                             "binlog read 30.0 s behind (caught up means within 5 s)")
@@ -57,17 +59,17 @@ def test_a_reader_down_silent_or_disconnected_is_failing_and_never_caught_up() -
 
 def test_rules_that_read_a_stream_the_monitor_cannot_see_are_blind() -> None:
     assert verdict(rows()).blind == ()
-    kafka_down = verdict(rows(kafka_events={"connected": False, "reader": reader()}))
+    kafka_down = verdict(rows(kafka_events=ComponentHealth(KafkaEventsStatus(connected=False), reader())))
     assert kafka_down.blind == ("F7", "F8", "F9", "F10", "F11")
-    binlog_dead = verdict(rows(binlog={"connected": True, "reader": reader(False)}))
+    binlog_dead = verdict(rows(binlog=ComponentHealth(BinlogStatus(connected=True), reader(False))))
     assert set(binlog_dead.blind) == {f"F{i}" for i in range(1, 17)} - {"F12"}
-    no_offsets = verdict(rows(kafka_offsets={"error": "offsets: timeout", "reader": reader()}))
+    no_offsets = verdict(rows(kafka_offsets=ComponentHealth(OffsetsSnapshot(NOW, "offsets: timeout"), reader())))
     assert no_offsets.blind == ("F11", "F12") and no_offsets.verdict == "degraded"
 
 
 def test_a_first_bootstrap_under_way_is_degraded_and_says_how_far_it_is() -> None:
-    v = verdict(rows(binlog={"connected": True, "bootstrapping": True, "bootstrap_rows": 125000,
-                             "bootstrap_table": "shop.payments", "reader": reader()}))
+    v = verdict(rows(binlog=ComponentHealth(BootstrapStatus(bootstrap_rows=125000, bootstrap_table="shop.payments"),
+                                            reader())))
     assert v.verdict == "degraded" and v.blind == () and not v.caught_up
     assert v.reasons == ("bootstrapping: 125000 rows of the watched tables read, now shop.payments; "
                          "the binlog tail starts after it",)
@@ -75,7 +77,7 @@ def test_a_first_bootstrap_under_way_is_degraded_and_says_how_far_it_is() -> Non
 
 def test_a_monitor_that_stops_says_so_and_keeps_what_else_was_wrong() -> None:
     """Its readers stopped on purpose: no "reader down" reason, every rule blind, a shape problem still said."""
-    stopped = {name: {**row, "reader": reader(False)} for name, row in rows().items()}
+    stopped = {name: ComponentHealth(row.status, reader(False)) for name, row in rows().items()}
     shape = [{"table": "owtest.orders", "config_key": "domain.orders.status_column",
               "what": "owtest.orders.status is gone", "rules": ["F3"]}]
     v = judge(NOW, stopped, {"binlog": 0.3, "kafka": 0.8}, caught_up_seconds=5.0, shape=shape, stopped=True)

@@ -191,7 +191,7 @@ class EventRouter:
         self.quarantined += batch.quarantined
 
     def mark(self) -> None:
-        for p in self.collector.status.partitions:
+        for p in self.collector.status().partitions:
             if p.position >= p.end:
                 at = p.end_at
             elif p.key in self.newest_ms:

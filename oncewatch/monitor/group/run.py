@@ -13,11 +13,13 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+
+import msgspec
 
 from oncewatch.checks.settings import Settings
 from oncewatch.collectors.kafka_client import connection
 from oncewatch.core.config import Config, ConfigError
+from oncewatch.core.protocol import GroupMemberHealth
 from oncewatch.monitor.group.judging import Judges
 from oncewatch.monitor.group.routing import Routers
 from oncewatch.monitor.group.wire import LEASE, RECORDS, group_name
@@ -144,12 +146,14 @@ class GroupMember:
         finally:
             collector.close()
 
-    def _health(self) -> dict[str, Any]:
-        return {"at": time.time(), "member": self.member, "shards": self.judges.status(),
-                "routers": self.routers.status(), "fenced": self.judges.fenced, "applied": self.judges.applied,
-                "rejoins": self.judges.rebalance.rejoins + self.routers.rebalance.rejoins,
-                "store_outages": self.outages.count, "store_outage_seconds": self.outages.seconds,
-                "kafka_outages": self.kafka_outages.count, "kafka_outage_seconds": self.kafka_outages.seconds}
+    def _health(self) -> GroupMemberHealth:
+        return msgspec.convert({
+            "at": time.time(), "member": self.member, "shards": self.judges.status(),
+            "routers": self.routers.status(), "fenced": self.judges.fenced, "applied": self.judges.applied,
+            "rejoins": self.judges.rebalance.rejoins + self.routers.rebalance.rejoins,
+            "store_outages": self.outages.count, "store_outage_seconds": self.outages.seconds,
+            "kafka_outages": self.kafka_outages.count, "kafka_outage_seconds": self.kafka_outages.seconds},
+            GroupMemberHealth)
 
     def run(self) -> None:
         """Until `stop()` or a part fails: StoreUnavailableError when the store went away, else GroupMemberFailed."""
