@@ -28,7 +28,7 @@ from kafka import KafkaConsumer, TopicPartition  # noqa: E402
 
 from devservices import base, kafka_connect, mariadb  # noqa: E402
 from oncewatch.collectors.binlog import BinlogCollector  # noqa: E402
-from oncewatch.collectors.cdc import CdcCollector  # noqa: E402
+from oncewatch.collectors.cdc.read import CdcCollector  # noqa: E402
 from oncewatch.core.config import CdcConfig, parse  # noqa: E402
 
 BOOTSTRAP = f"{base.HOST}:{base.KAFKA_PORT}"

@@ -40,7 +40,7 @@ from typing import Any
 import msgspec
 
 from oncewatch.collectors.binlog import commit_time
-from oncewatch.collectors.cdc import ReplayRuns, Unreadable
+from oncewatch.collectors.cdc.counts import ReplayRuns, Unreadable
 from oncewatch.collectors.debezium_rows import Undecodable
 from oncewatch.core.config import MySQLConfig
 from oncewatch.core.names import UNDECODABLE, UNPARSEABLE

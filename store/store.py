@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from oncewatch.core.config import PostgresTarget
-from oncewatch.core.exact_json import from_json, to_json
+from oncewatch.core.exact_json import from_json
 from oncewatch.core.names import OPEN
 from oncewatch.core.protocol import Health, HealthRow
 from oncewatch.core.records import (EmittedEvent, Finding, QuarantinedRecord, QuarantinedRows, RowChange,

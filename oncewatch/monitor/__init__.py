@@ -1,7 +1,7 @@
 """The monitor process: preflight, readers, the writer, health and the loop that wires them.
 
     preflight.py  the sources answer and are set up as the monitor needs
-    readers.py    the three collectors in threads, one lifecycle, loud and bounded restarts
+    readers.py    each reading part (core.protocol.Part) in a thread, loud and bounded restarts
     writer.py     engine and store fed in one transaction per batch, checkpoints included
     entities.py   the drill-down keys stored beside every record
     health.py     caught-up verdicts and the health rows behind /metrics and the pages

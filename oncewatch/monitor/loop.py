@@ -18,7 +18,7 @@ from collections.abc import Callable
 from oncewatch.checks.engine import Engine
 from oncewatch.checks.settings import Settings
 from oncewatch.collectors.binlog import BinlogCollector, Bootstrap
-from oncewatch.collectors.cdc import CdcCollector
+from oncewatch.collectors.cdc.read import CdcCollector
 from oncewatch.collectors.kafka_events import KafkaEventCollector
 from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector
 from oncewatch.core import exposure

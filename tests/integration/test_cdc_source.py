@@ -22,7 +22,7 @@ from kafka import KafkaConsumer, TopicPartition
 from devservices import base, kafka_connect
 from devservices.kafka_connect import CDC_SCHEMA, TOPIC_PREFIX, TRANSACTION_TOPIC, table_topic
 from oncewatch.collectors.binlog import BinlogCollector, bootstrap
-from oncewatch.collectors.cdc import CdcCollector
+from oncewatch.collectors.cdc.read import CdcCollector
 from oncewatch.collectors.kafka_formats import TopicParser
 from oncewatch.core.config import CdcConfig, KafkaConfig, TopicConfig
 from oncewatch.core.records import Transaction

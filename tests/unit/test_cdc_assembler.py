@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from oncewatch.collectors.cdc import NEW_KEY, OLD_KEY, Assembler, DataRecord, _Schemas, read_record
+from oncewatch.collectors.cdc import NEW_KEY, OLD_KEY, Assembler, DataRecord, Schemas, read_record
 from oncewatch.collectors.debezium_rows import Undecodable
 from oncewatch.core.config import parse
 
@@ -160,7 +160,7 @@ def debezium(after: dict, fields=FIELDS) -> tuple[bytes, bytes]:
 
 
 def test_a_debezium_record_reads_as_the_binlog_s_values_and_its_schema_is_parsed_once():
-    schemas = _Schemas()
+    schemas = Schemas()
     key, value = debezium({"order_no": "O1", "amount": "BBo=", "at": 1767323045678, "tags": "a,b"})
     r = read_record("cdc.shop.orders", 0, 7, key, value, [], schemas)
     assert (r.txid, r.order, r.pk, r.file, r.pos) == ("0-1-9", 1, ("O1",), "binlog.000038", 729334104)

@@ -25,7 +25,7 @@ from typing import Any
 from oncewatch.checks.clocks import heartbeat_watermark
 from oncewatch.checks.settings import Settings
 from oncewatch.checks.shards import Router
-from oncewatch.collectors.cdc import CdcCollector
+from oncewatch.collectors.cdc.read import CdcCollector
 from oncewatch.collectors.kafka_client import connection
 from oncewatch.collectors.kafka_events import KafkaEventCollector, tp_key
 from oncewatch.core.config import Config
