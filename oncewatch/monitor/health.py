@@ -1,8 +1,8 @@
 """The monitor's health, judged and written for /metrics and the pages (one store row per component).
 
-Each collector's row is its status merged with its reader's (`reader`: running, failures, the
+Each part's row (core.protocol.ComponentHealth) is its status beside its reader's health (running, failures, the
 last failure, when the loop last showed life), so a dead reader reads as down and its silence
-as staleness, whatever its collector said last. The monitor's row carries the verdict
+as staleness, whatever its part said last. The monitor's row (MonitorHealth) carries the verdict
 (oncewatch.monitor.verdict) and how far behind each stream is; `refresh` judges whether each
 stream is read to its very end and applied, which the absence rules' clocks follow.
 """
