@@ -1,15 +1,16 @@
-"""The health rows' codec (store.codec): every typed health value the monitor writes comes back equal, and a row
-of no known kind is refused by name."""
+"""The health rows' codec (store.codec): every typed health value the monitor writes comes back equal, a row of no
+known kind is refused by name, and the store hands the rows out typed, leaving out one an older version wrote."""
 
 from __future__ import annotations
 
 import pytest
 
 from oncewatch.core.protocol import (BinlogStatus, BootstrapStatus, CdcCounts, CdcStatus, ComponentHealth, Gap,
-                                     GroupMemberHealth, KafkaEventsStatus, MonitorHealth, ReaderHealth,
+                                     GroupMemberHealth, HealthRow, KafkaEventsStatus, MonitorHealth, ReaderHealth,
                                      RoutersHealth, ShardHealth, Slo)
 from oncewatch.core.records import (BinlogPosition, GroupOffsets, GroupPartition, OffsetsSnapshot, PartitionRange,
                                     PartitionStatus)
+from oncewatch.store import Store
 from oncewatch.store.codec import HealthRowError, health_from_json, health_json
 
 READER = ReaderHealth(running=False, failures=2, last_failure="RuntimeError: boom", alive_at=12.5, restart_at=14.0)
@@ -51,3 +52,19 @@ def test_a_row_of_no_known_kind_is_refused():
         health_from_json('{"connected": true, "reader": {"running": true}}')
     with pytest.raises(HealthRowError, match="binlog health row that does not decode"):
         health_from_json('{"kind": "binlog", "status": {"connected": "yes"}, "reader": {}}')
+
+
+def test_the_store_hands_out_typed_rows_and_leaves_out_one_an_older_version_wrote(store_target) -> None:
+    store = Store(store_target)
+    try:
+        for name, value in zip(("binlog", "monitor", "group/m1"), (VALUES[0], VALUES[5], VALUES[6])):
+            store.set_health(name, value)
+        with store.batch() as tx:  # the flat row of a monitor before the rows had kinds
+            tx.conn.execute("INSERT INTO health (component, value, updated_at) VALUES (?, ?, ?)",
+                            ("kafka_events", '{"connected": true, "reader": {"running": true}}', 1.0))
+        rows = store.health()
+    finally:
+        store.close()
+    assert {name: row.health for name, row in rows.items()} == {"binlog": VALUES[0], "monitor": VALUES[5],
+                                                                "group/m1": VALUES[6]}
+    assert all(isinstance(row, HealthRow) and row.updated_at > 0 for row in rows.values())
