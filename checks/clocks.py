@@ -1,4 +1,5 @@
-"""The clocks of the absence rules while the streams are busy: up to when each side has been read (DESIGN §4).
+"""The clocks of the absence rules while the streams are busy: up to when each side has been read
+(docs/architecture.md §4).
 
 F7 judges a change's event lost only once the Kafka clock passes the change's grace: an event is
 never "missing" while Kafka has not been read up to where it should have appeared. F3 (an order

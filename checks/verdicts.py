@@ -1,4 +1,4 @@
-"""The verdict per trade (issue 45, DESIGN §4): was one successful payment handled exactly once?
+"""The verdict per trade (issue 45, docs/architecture.md §4): was one successful payment handled exactly once?
 
 A trade is a payment row in a success status, by its trade_no. It opens *pending* at its commit and is
 *verified* once both stream clocks have passed its commit plus the missing-event grace (by then F1 and F2

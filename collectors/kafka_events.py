@@ -1,6 +1,6 @@
 """Reads the configured Kafka topics and hands on their records as `EmittedEvent`s.
 
-The collector never joins or commits into a consumer group (DESIGN §8): it assigns itself every
+The collector never joins or commits into a consumer group (docs/architecture.md §8): it assigns itself every
 partition of the configured topics (`group_id=None`, no auto-commit) and seeks to positions the
 caller checkpointed. Each `poll()` returns an `EventBatch` whose `positions` ("topic/partition" ->
 next offset to read, for every assigned partition) the caller writes with the batch's events and

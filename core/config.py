@@ -1,4 +1,4 @@
-"""The one TOML file that describes a shop to oncewatch (DESIGN §5), loaded into frozen objects.
+"""The one TOML file that describes a shop to oncewatch (docs/architecture.md §5), loaded into frozen objects.
 
 Everything is validated at load time; every error names the dotted key and what is wrong
 (`ConfigError: mysql.port: expected an integer, got 'abc'`). Secrets are never read from

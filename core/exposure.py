@@ -1,5 +1,5 @@
 """Warnings for a setup that shows more than it should: a secret file that others on the machine may
-read, a listener reachable from other machines (DESIGN §8: listeners bind to 127.0.0.1 unless
+read, a listener reachable from other machines (docs/architecture.md §8: listeners bind to 127.0.0.1 unless
 configured otherwise).
 
 Neither is refused: a shared group or a dashboard behind a firewall can be meant. Each is a

@@ -15,7 +15,7 @@ class Rule(NamedTuple):
     severity: str  # the default; F9 is info when the duplicate's payloads are equal
 
 
-# DESIGN §4.
+# docs/architecture.md §4.
 RULES: dict[str, Rule] = {r.id: r for r in (
     Rule("F1", "duplicate_effect", "critical"),
     Rule("F2", "double_charge", "critical"),
@@ -37,7 +37,7 @@ RULES: dict[str, Rule] = {r.id: r for r in (
 )}
 SEVERITIES = ("critical", "warning", "info")
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
-# A finding's lifecycle (DESIGN §3). The engine knows the facts: OPEN, or RESOLVED when it saw the
+# A finding's lifecycle (docs/architecture.md §3). The engine knows the facts: OPEN, or RESOLVED when it saw the
 # fact end. A person acknowledges (ACKNOWLEDGED: seen, being handled) or closes (CLOSED: decided,
 # with a reason); both are kept in the store and end when the fact does, when the acknowledgement
 # lapses or the accepted risk expires, or (a close) when the fact is seen again.

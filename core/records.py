@@ -1,4 +1,4 @@
-"""The plain records that flow through oncewatch (DESIGN §3).
+"""The plain records that flow through oncewatch (docs/architecture.md §3).
 
 Collectors produce `RowChange`, `EmittedEvent`, `QuarantinedRecord` and offset snapshots;
 checks turn them into `Finding`s. Values inside rows keep their exact Python types
@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from oncewatch.core.names import partition_key
 
-# Which clock gave a commit time (DESIGN §6), best first.
+# Which clock gave a commit time (docs/architecture.md §6), best first.
 CLOCK_GTID_COMMIT_TS = "gtid_commit_ts"
 CLOCK_ROW_COLUMN = "row_column"
 CLOCK_BINLOG_HEADER = "binlog_header"

@@ -1,4 +1,4 @@
-"""Auditors' reports: findings with their evidence as CSV, JSON or XLSX, checkable later (DESIGN §1).
+"""Auditors' reports: findings with their evidence as CSV, JSON or XLSX, checkable later (docs/architecture.md §1).
 
 `export()` makes one report; `oncewatch export` and the dashboard's Reports page both call it
 (through `report()`). `oncewatch findings` prints the same finding dicts (`findings_json`) or a

@@ -133,10 +133,10 @@ SEVERITIES = ("critical", "warning", "info")
 
 @dataclass(frozen=True)
 class ShopState:
-    """The shop's state as the monitor reads it, never the monitor's own health (DESIGN §4: two verdicts, never
-    mixed): the findings open and not acknowledged, by severity; how many more a person has acknowledged; the
-    watched consumer groups whose lag is over F11's threshold (group, records behind), None where the offsets have
-    not been read."""
+    """The shop's state as the monitor reads it, never the monitor's own health (docs/architecture.md §4: two
+    verdicts, never mixed): the findings open and not acknowledged, by severity; how many more a person has
+    acknowledged; the watched consumer groups whose lag is over F11's threshold (group, records behind), None where
+    the offsets have not been read."""
 
     open: dict[str, int]
     acknowledged: int

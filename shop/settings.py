@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from oncewatch.shop.layout import SHAPE_MALL, SHAPES
 
-# How the service tells Kafka what it did (DESIGN §1): after the commit, inside the
+# How the service tells Kafka what it did (docs/architecture.md §1): after the commit, inside the
 # transaction (before the commit), or through a transactional outbox and a relay.
 STYLE_AFTER_COMMIT = "after_commit"
 STYLE_IN_TRANSACTION = "in_transaction"

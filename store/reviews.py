@@ -1,4 +1,4 @@
-"""A person's part of a finding's lifecycle (DESIGN §3): acknowledge, close, and their end.
+"""A person's part of a finding's lifecycle (docs/architecture.md §3): acknowledge, close, and their end.
 
 An acknowledgement says someone has seen an open finding and owns it: it stops the page, and
 lapses after a while (`until`) if the finding is still open, so it pages again. A close is a

@@ -1,4 +1,4 @@
-"""The monitor's own memory (DESIGN §2, §7): checkpoints, records, open state and findings.
+"""The monitor's own memory (docs/architecture.md §2, §7): checkpoints, records, open state and findings.
 
 SQLite in WAL mode by default, or a PostgreSQL database shared by several processes
 (`[store] url`, store.postgres). Everything a batch of input produced (the rows or events, the state the

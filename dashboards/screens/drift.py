@@ -45,7 +45,7 @@ def live(window_seconds: float) -> None:
     skews = views.lag_skew(offsets)
     worst = max(skews, key=lambda s: s.stddev, default=None)
     histograms = histogram.delay_buckets(stats)
-    # The tile shows the best clock present (DESIGN §6); the table below has every clock.
+    # The tile shows the best clock present (docs/architecture.md §6); the table below has every clock.
     clock = next((c for c in CLOCKS if c in histograms), None)
     cols = st.columns(4)
     cols[0].metric("Max partition lag", f"{views.max_lag(offsets):,}", border=True,

@@ -3,7 +3,7 @@
 A SQLite store is a file beside the monitor and never goes away; a PostgreSQL store does (a
 restart, a failover, the network). Its batch under way then never commits, so what the engine
 made of it in memory is not in the store: rather than mend that state, the monitor is stopped and
-a new one built from the store once the server answers, exactly as after a kill -9 (DESIGN §7):
+a new one built from the store once the server answers, exactly as after a kill -9 (docs/architecture.md §7):
 the readers resume at the committed checkpoints, nothing is lost and nothing is counted twice.
 
 /metrics, up since the first monitor's sources answered, stays up meanwhile, saying

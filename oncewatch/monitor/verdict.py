@@ -10,7 +10,7 @@
 - stopped: the last word of a monitor that stops cleanly (what else was wrong still said).
 
 A watched consumer group far behind is the shop's state, not the monitor's (F11 says it, and the dashboard's
-verdict on the shop, oncewatch.dashboards.views.shop_state): the two verdicts are never mixed (DESIGN §4).
+verdict on the shop, oncewatch.dashboards.views.shop_state): the two verdicts are never mixed (docs/architecture.md §4).
 
 A rule that reads a stream its monitor cannot see (a failing reader or collector, or a failed
 offsets poll) cannot judge: it is *blind* (unknown on /metrics), never green. A shape problem
