@@ -51,14 +51,21 @@ def group_config(folder: Path, topic: str, store: PostgresTarget, shards: int, r
     return path
 
 
-class Member:
-    """One `oncewatch run` of a group, its output in `<config's folder>/<name>.log`."""
+def pinned(command: list[str], cpu: int | None) -> list[str]:
+    """`command` run on core `cpu` alone (taskset), or as it is with None."""
+    return command if cpu is None else ["taskset", "--cpu-list", str(cpu), *command]
 
-    def __init__(self, config: Path, name: str):
+
+class Member:
+    """One `oncewatch run` of a group, its output in `<config's folder>/<name>.log`; on core `cpu` alone if given."""
+
+    def __init__(self, config: Path, name: str, cpu: int | None = None):
         self.log = config.parent / f"{name}.log"
         with open(self.log, "wb") as out:
-            self.process = subprocess.Popen([sys.executable, "-m", "oncewatch.cli", "run", "--config", str(config)],
-                                            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+            # taskset execs the command: the process's pid is the member's
+            self.process = subprocess.Popen(pinned([sys.executable, "-m", "oncewatch.cli", "run", "--config",
+                                                    str(config)], cpu), cwd=ROOT, stdout=out,
+                                            stderr=subprocess.STDOUT)
 
     @property
     def name(self) -> str:
