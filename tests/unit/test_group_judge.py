@@ -8,15 +8,18 @@ on as if it had never stopped; every message comes off the wire as it went on.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+from decimal import Decimal
 
+import msgspec
 import pytest
 
 from devservices.samples import Shop, order, payment
 from oncewatch.checks.shards import Router, Shard
 from oncewatch.core.exact_json import from_json, to_json
-from oncewatch.core.records import CdcDelivery, Replay
+from oncewatch.core.records import BinlogPosition, CdcDelivery, Replay
 from oncewatch.monitor.group.judging import FLOOR, ShardJudge
-from oncewatch.monitor.group.wire import Event, Mark, Part, WireError, batch, decode, encode
+from oncewatch.monitor.group.wire import WIRE_VERSION, Event, Mark, Part, WireError, batch, decode, encode
 from tests.unit.test_engine_properties import SETTINGS
 
 TOPIC = "shop.events"  # examples/shop.toml's announced topic
@@ -27,10 +30,28 @@ def test_every_message_comes_off_the_wire_as_it_went_on():
     tx = dataclasses.replace(shop.tx(5, payment("T1", "O1", "success"), order("O1", "paid", was="pending")),
                              cdc=CdcDelivery({"t/0": 3}, "0-1-1", 2, 2, "t/0@1", (Replay("t/0", 1, 2, 2, "a", "b"),),
                                              4.0))
-    messages = [Part(7, tx, 1.5, "cdc/0"), Event(f"{TOPIC}/0", 3, shop.event("order.paid", 5.2, order_no="O1")),
+    # every type a row's image may hold (collectors.values), exactly: msgpack would make most of them strings
+    odd = {"money": Decimal("-12.3400"), "wide": Decimal("1234567890123456789012345678.123456789012"),
+           "at": dt.datetime(2026, 1, 2, 3, 4, 5, 6), "utc": dt.datetime(2026, 1, 2, tzinfo=dt.timezone.utc),
+           "day": dt.date(2026, 1, 2), "tm": dt.time(1, 2, 3, 4), "gap": dt.timedelta(days=-1, seconds=5),
+           "st": {"a", "b"}, "fs": frozenset({1}), "raw": b"\x00\xff", "j": {"n": [Decimal("1.5"), None, True]}}
+    row = dataclasses.replace(tx.rows[0], after={**tx.rows[0].after, **odd}, pk=(Decimal("7"), "x"))
+    tx = dataclasses.replace(tx, rows=(row, *tx.rows[1:]), position=BinlogPosition("0-1-1", "b.1", 4, "0-1-2", 3))
+    event = shop.event("order.paid", 5.2, order_no="O1")
+    forwarded = dataclasses.replace(event, payload={"amount": Decimal("1.10")}, payload_json='{"amount":1.10}')
+    messages = [Part(7, tx, 1.5, "cdc/0"), Event(f"{TOPIC}/0", 3, event), Event(f"{TOPIC}/0", 4, forwarded),
                 Mark("cdc", 0, 10.5, 1)]
-    assert decode(batch([encode(m) for m in messages])) == messages
-    for record in (b'[{"kind": "part"}]', b'{"kind": "mark"}', b"[{", b'[{"kind": "other"}]'):
+    back = decode(batch([encode(m) for m in messages]))
+    assert back == messages
+    assert back[0].tx.rows[0].after["money"].as_tuple() == Decimal("-12.3400").as_tuple()
+    assert back[2].event.payload_json == '{"amount":1.10}'  # the text read, forwarded: the store keeps it as is
+    assert len(decode(batch([encode(Mark("cdc", 0, 1.0))] * 40))) == 40  # a longer batch's array header
+
+
+def test_a_record_of_another_wire_version_is_refused_naming_the_cause():
+    for record in (b'[{"kind": "part"}]', b'{"kind": "mark"}', b"[{", msgspec.msgpack.encode([1, []]),
+                   msgspec.msgpack.encode([WIRE_VERSION, [[9, "cdc", 0]]]), msgspec.msgpack.encode([WIRE_VERSION, [[2]]]),
+                   msgspec.msgpack.encode(msgspec.msgpack.Ext(99, b"x"))):
         with pytest.raises(WireError, match="same oncewatch version"):
             decode(record)
 

@@ -32,7 +32,7 @@ from oncewatch.core.config import Config
 from oncewatch.core.gtids import parse
 from oncewatch.core.records import Heartbeat, Transaction
 from oncewatch.monitor.group.membership import Rebalance, join
-from oncewatch.monitor.group.wire import (CDC_SOURCE, LEASE, RECORDS, ROUTERS, Event, Mark, Message, Part, batch,
+from oncewatch.monitor.group.wire import (CDC_SOURCE, LEASE, RECORDS, ROUTERS, Batch, Event, Mark, Message, Part,
                                           encode, group_name)
 from oncewatch.store import Store, StoreUnavailableError
 from oncewatch.store.group import save_source_position, source_position
@@ -41,6 +41,8 @@ log = logging.getLogger("oncewatch.monitor.group.routing")
 
 
 METADATA_MS = 5_000  # a topic made or grown is in the routers' assignment this soon
+# A shard's batch is written once it holds this much (a broker takes records up to 1 MB by default).
+BATCH_BYTES = 256 * 1024
 # beside an event partition's position, the end and leader epoch its router last learned: the next router to read it
 # (after a rebalance, or this instance started again) holds its end back if the broker restarted meanwhile
 KNOWN = "{}#known"
@@ -52,10 +54,11 @@ class RouterWriteError(RuntimeError):
 
 
 class Output:
-    """The internal topic, written in order per shard (one request in flight: a retry cannot reorder), one message a
-    record. Batching them per shard (the wire carries batches) halved a router's cost in bench/group_throughput.py
-    but left a member's producer stalled in one run of three of tests/integration/test_group.py: per message until
-    that is understood. Shared by the routers' threads."""
+    """The internal topic, written in order per shard (one request in flight: a retry cannot reorder). What a router
+    sends a shard waits in that shard's batch (wire.Batch) until the batch holds BATCH_BYTES or the router flushes
+    at its marks: Kafka's cost is per record, and a record per message spent most of a router in the producer's send
+    and wake-up. A mark that vouches for no more than the last one of its source is not written again. Shared by the
+    routers' threads."""
 
     def __init__(self, cfg: Config, member: str):
         from kafka import KafkaProducer
@@ -68,29 +71,45 @@ class Output:
                                       max_request_size=8 * 1024 * 1024)
         self.lock = threading.Lock()
         self.flushing = threading.Lock()
+        self.batches = [Batch() for _ in range(self.shards)]
+        self.marked: dict[str, tuple[float, int]] = {}  # source -> its last mark written
         self.sent: list[Any] = []  # the sends since the last flush, checked by it
-        self.written = 0
+        self.written = 0  # messages
+        self.records = 0  # internal-topic records (batches)
 
-    def _send(self, shard: int, encoded: bytes) -> None:
-        self.sent.append(self.producer.send(self.topic, value=batch([encoded]), partition=shard))
+    def _send(self, shard: int) -> None:
+        """The shard's batch as one record (the caller holds the lock)."""
+        held = self.batches[shard]
+        if held.encoded:
+            self.sent.append(self.producer.send(self.topic, value=held.value(), partition=shard))
+            self.batches[shard] = Batch()
+            self.records += 1
 
     def send(self, shard: int, message: Message) -> None:
         encoded = encode(message)
         with self.lock:
-            self._send(shard, encoded)
+            held = self.batches[shard]
+            held.add(encoded)
             self.written += 1
+            if held.size >= BATCH_BYTES:
+                self._send(shard)
 
     def mark(self, source: str, at: float, partitions: int = 1) -> None:
-        """To every shard, after what this source sent it."""
-        encoded = encode(Mark(source, 0, at, partitions))
+        """To every shard, after what this source sent it; nothing when it vouches for what its last mark did."""
         with self.lock:
-            for shard in range(self.shards):
-                self._send(shard, encoded)
+            if self.marked.get(source) == (at, partitions):
+                return
+            self.marked[source] = (at, partitions)
+            encoded = encode(Mark(source, 0, at, partitions))
+            for held in self.batches:
+                held.add(encoded)
 
     def flush(self) -> None:
         """Everything sent so far written and acknowledged; RouterWriteError if Kafka refused any of it."""
         with self.flushing:  # one flush at a time: the routers' two threads both flush
             with self.lock:
+                for shard in range(self.shards):
+                    self._send(shard)
                 sent, self.sent = self.sent, []
             self.producer.flush()
             for future in sent:
@@ -124,6 +143,7 @@ class ChangeRouter:
         self.heartbeat: Heartbeat | None = None  # the last heartbeat taken
         self.unended_seconds = cfg.cdc.unended_transaction_seconds
         self.handed = 0
+        self.stored: Transaction | None = None  # the last transaction whose position is in the store
         self.error: BaseException | None = None
 
     def stop(self) -> None:
@@ -159,9 +179,10 @@ class ChangeRouter:
     def _mark(self, last: Transaction | None) -> None:
         self.output.mark(CDC_SOURCE, self.newest)
         self.output.flush()
-        if last is not None and last.cdc is not None:
+        if last is not None and last.cdc is not None and last is not self.stored:
             with self.store.batch() as tx:
                 save_source_position(tx, CDC_SOURCE, {"positions": last.cdc.offsets, "gtid": last.position.gtid})
+            self.stored = last
 
 
 class EventRouter:
@@ -179,6 +200,7 @@ class EventRouter:
         self.router = Router(settings, cfg.group.shards)
         self.newest_ms: dict[str, int] = {}
         self.quarantined: list[Any] = []
+        self.stored: tuple[dict[str, int], dict[str, tuple[int, int | None]]] | None = None  # positions, known
 
     def poll(self) -> None:
         batch = self.collector.poll(timeout_ms=100, max_records=2000)
@@ -201,13 +223,15 @@ class EventRouter:
             self.output.mark(p.key, at, self.counts.get(p.topic, 0))
         self.output.flush()
         positions, known = self.collector.positions(), self.collector.known()
+        if (positions, known) == self.stored and not self.quarantined:
+            return  # nothing read since the last: the store has it
         with self.store.batch() as tx:
             for key, offset in positions.items():
                 save_source_position(tx, key, offset)
             for key, (end, epoch) in known.items():
                 save_source_position(tx, KNOWN.format(key), [end, epoch])
             tx.add_quarantined(self.quarantined)
-        self.quarantined = []
+        self.quarantined, self.stored = [], (positions, known)
 
     def close(self) -> None:
         self.collector.close()
