@@ -11,9 +11,10 @@ the workload. Records are what the shards applied (rows and events); a member's 
 The killed run's findings are compared with the 1-member group's (evidence and all; F11/F12 by id, rule and
 status) once every verdict is due.
 
-The lone monitor (the same config without [group], its store in PostgreSQL too) takes its first checkpoint before
-the workload as the groups do, then reads it with `oncewatch run --until-idle`: its CPU is its process's whole
-(start and the idle wait included, as a member's start and rebalances are), per record the groups applied.
+The lone monitor (the same config without [group], its store SQLite as by default, or PostgreSQL with --lone-store
+postgres) takes its first checkpoint before the workload as the groups do, then reads it with `oncewatch run
+--until-idle`: its CPU is its process's whole (start and the idle wait included, as a member's start and rebalances
+are), per record the groups applied.
 Targets (issue 44): group CPU per record <= 1.5x the lone monitor's; two members >= 1.8x one member's records/s.
 The machine may be shared: each run says the load average around it, and the rates per CPU-second beside the
 rates per wall-second. Usage:
@@ -130,6 +131,8 @@ def main() -> None:
     parser.add_argument("--members", default="1,2")
     parser.add_argument("--no-kill", action="store_true")
     parser.add_argument("--no-pin", action="store_true", help="members and the lone monitor on any core")
+    parser.add_argument("--lone-store", choices=("sqlite", "postgres"), default="sqlite",
+                        help="the lone monitor's store (the group's is PostgreSQL)")
     args = parser.parse_args()
     counts = [int(n) for n in args.members.split(",")]
     runs = [(n, False) for n in counts] + ([] if args.no_kill else [(3, True)])
@@ -145,7 +148,8 @@ def main() -> None:
             configs.append(config)
         (Path(tmp) / "lone").mkdir()
         lone = shop_config(Path(tmp) / "lone", topic=topic, rules=RULES, cdc=True,
-                           postgres=stores.enter_context(postgres.new_schema()))
+                           postgres=stores.enter_context(postgres.new_schema()) if args.lone_store == "postgres"
+                           else None)
         lone_run(lone, LONE_IDLE, None)  # its first checkpoint, at the topics' ends
         watched = [table_topic(t.partition(".")[2]) for t in load(configs[0]).mysql.tables]
         rows_before, written = ends(watched), time.time()
@@ -157,7 +161,7 @@ def main() -> None:
                           "write_seconds": round(end - written, 1), "shards": args.shards,
                           "incidents": len(truth.incidents)}), flush=True)
         lone_result = lone_run(lone, LONE_IDLE, None if args.no_pin else 0)
-        print(json.dumps({"lone_monitor_cdc": lone_result}), flush=True)
+        print(json.dumps({"lone_monitor_cdc": {**lone_result, "store": args.lone_store}}), flush=True)
         results, found = {}, {}
         for (n, kill), config in zip(runs, configs):
             result = read(config, n, args.shards, end, kill, not args.no_pin)
