@@ -120,6 +120,10 @@ class GroupConfig:
     member: str = ""  # this instance's name in the group, on /metrics and the pages ("": host-pid)
     commit_seconds: float = 0.5  # between two commits of a shard's findings, state and offset
     mark_seconds: float = 0.25  # between two clock marks a router writes to every shard
+    # the group's topics' replicas (a router writes with acks=all, which protects nothing on 1); the dev stack's
+    # single broker needs 1
+    replication_factor: int = 3
+    purge_seconds: float = 30.0  # between two purges of the records every shard has committed past
 
 
 @dataclass(frozen=True)
@@ -477,7 +481,9 @@ def _group(s: Section, cdc: CdcConfig | None, postgres: PostgresTarget | None, d
     cfg = GroupConfig(name=name, shards=s.int("shards", GroupConfig.shards, minimum=1),
                       member=s.str("member", ""),
                       commit_seconds=s.float("commit_seconds", GroupConfig.commit_seconds, minimum=0.05),
-                      mark_seconds=s.float("mark_seconds", GroupConfig.mark_seconds, minimum=0.05))
+                      mark_seconds=s.float("mark_seconds", GroupConfig.mark_seconds, minimum=0.05),
+                      replication_factor=s.int("replication_factor", GroupConfig.replication_factor, minimum=1),
+                      purge_seconds=s.float("purge_seconds", GroupConfig.purge_seconds, minimum=1.0))
     s.done()
     if cdc is None or cdc.mode != "source":
         raise ConfigError(f"{s.key('name')}: the instances of a group share the work of a CDC change source; "

@@ -7,7 +7,7 @@ so a value read by another thread, written to the store or compared in a test ne
 store encodes and decodes them (oncewatch.store.codec); the dashboards read their fields.
 
 Sections, each appended to on its own: collectors' statuses, readers' health, health rows, queue items,
-the lifecycle.
+the lifecycle, a group's parts.
 """
 
 from __future__ import annotations
@@ -207,6 +207,7 @@ class RoutersHealth:
     change_source: bool = False
     written: int = 0
     change_transactions: int = 0
+    records: int = 0  # the internal-topic records that carried the messages written (batches)
 
 
 @dataclass(frozen=True)
@@ -235,6 +236,8 @@ class GroupMemberHealth:
     store_outage_seconds: float = 0.0
     kafka_outages: int = 0
     kafka_outage_seconds: float = 0.0
+    purged: int = 0  # internal records deleted once every shard had committed past them (the leader's)
+    purge_failures: int = 0
 
 
 Health = ComponentHealth | MonitorHealth | GroupMemberHealth
@@ -312,3 +315,71 @@ class EventSource(Part, Protocol):
     """A part that can ask its broker whether every partition it reads is read to its end (the events collector)."""
 
     def caught_up(self, timeout_ms: int | None = None) -> bool: ...
+
+
+# ---------------------------------------------------------------- group
+# A group's parts (oncewatch.monitor.group, each a GroupPart): each one's status, as GroupMember.status() gathers
+# them; its health row (GroupMemberHealth, above) is made of them.
+
+
+@dataclass(frozen=True)
+class ShardStatus:
+    """One shard a member judges: its work, what it skipped as written again, how far it read, its clocks."""
+
+    shard: int
+    records: int
+    repeated: int
+    offset: int
+    binlog_time: float
+    kafka_time: float
+
+
+@dataclass(frozen=True)
+class JudgesStatus:
+    """A member's judges: its shards, the shards it lost to another owner's newer claim, its share of the work, and
+    (as the leader's) the internal records purged once every shard had committed past them, and purges refused."""
+
+    running: bool
+    shards: tuple[ShardStatus, ...]
+    fenced: int
+    applied: int
+    rejoins: int
+    purged: int = 0
+    purge_failures: int = 0
+
+
+@dataclass(frozen=True)
+class RoutersStatus:
+    """A member's routers: the sources it reads (event partitions, the lease), what it wrote to the internal
+    topic (messages, and the records that carried them)."""
+
+    running: bool
+    partitions: tuple[str, ...]
+    change_source: bool
+    written: int
+    records: int
+    change_transactions: int
+    rejoins: int
+
+
+@dataclass(frozen=True)
+class OffsetsPollerStatus:
+    """The consumer groups' offsets poller: the snapshots it handed the leader shard."""
+
+    running: bool
+    snapshots: int
+
+
+@dataclass(frozen=True)
+class GroupMemberStatus:
+    """One group instance, every part of it, and the outages it lived through."""
+
+    at: float
+    member: str
+    judges: JudgesStatus
+    routers: RoutersStatus
+    offsets: OffsetsPollerStatus
+    store_outages: int
+    store_outage_seconds: float
+    kafka_outages: int
+    kafka_outage_seconds: float

@@ -45,8 +45,9 @@ def group_config(folder: Path, topic: str, store: PostgresTarget, shards: int, r
     folder.mkdir()
     path = shop_config(folder, topic=topic, rules=rules, cdc=True, postgres=store)
     data = tomllib.loads(path.read_text())
+    # one replica: the dev stack has one broker
     data["group"] = {"name": f"owtest-{uuid.uuid4().hex[:8]}", "shards": shards, "commit_seconds": commit_seconds,
-                     "mark_seconds": 0.2}
+                     "mark_seconds": 0.2, "replication_factor": 1}
     path.write_text(tomli_w.dumps(data))
     return path
 

@@ -131,6 +131,9 @@ GROUP_BASE = {"mysql": {"tables": ["shop.orders"]}, **KAFKA, "cdc": {"topic_pref
     ({"group": {"name": "a b"}}, r"^group\.name: 'a b' names Kafka topics"),
     ({"group": {"name": "g", "shards": 0}}, r"^group\.shards: must be at least 1"),
     ({"group": {"name": "g", "shard": 3}}, r"^group\.shard: unknown key"),
+    ({"group": {"name": "g", "replication_factor": 0}}, r"^group\.replication_factor: must be at least 1, got 0"),
+    ({"group": {"name": "g", "replication_factor": "3"}}, r"^group\.replication_factor: expected an integer"),
+    ({"group": {"name": "g", "purge_seconds": 0.5}}, r"^group\.purge_seconds: "),
     ({"group": {"name": "g"}, "store": {}}, r"^group\.name: the instances of a group share one store"),
     ({"group": {"name": "g"}, "cdc": {"topic_prefix": "cdc", "mode": "check"}, "mysql": with_mysql()["mysql"]},
      r"^group\.name: the instances of a group share the work of a CDC change source"),
@@ -143,6 +146,10 @@ def test_a_group_needs_a_cdc_source_and_a_shared_store_and_names_the_key(changes
 def test_a_group_of_instances_is_configured_by_its_name():
     cfg = parse({**GROUP_BASE, "group": {"name": "shop", "shards": 6}})
     assert (cfg.group.name, cfg.group.shards, cfg.group.member) == ("shop", 6, "")
+    # three replicas unless told: acks=all protects nothing on one (the dev stack's configs say 1)
+    assert (cfg.group.replication_factor, cfg.group.purge_seconds) == (3, 30.0)
+    one = parse({**GROUP_BASE, "group": {"name": "shop", "replication_factor": 1, "purge_seconds": 5}}).group
+    assert (one.replication_factor, one.purge_seconds) == (1, 5.0)
 
 
 def test_the_slo_has_defaults_and_takes_its_keys():

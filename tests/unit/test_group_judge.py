@@ -49,9 +49,9 @@ def test_every_message_comes_off_the_wire_as_it_went_on():
 
 
 def test_a_record_of_another_wire_version_is_refused_naming_the_cause():
-    for record in (b'[{"kind": "part"}]', b'{"kind": "mark"}', b"[{", msgspec.msgpack.encode([1, []]),
-                   msgspec.msgpack.encode([WIRE_VERSION, [[9, "cdc", 0]]]), msgspec.msgpack.encode([WIRE_VERSION, [[2]]]),
-                   msgspec.msgpack.encode(msgspec.msgpack.Ext(99, b"x"))):
+    packed = [msgspec.msgpack.encode(v) for v in ([1, []], [WIRE_VERSION, [[9, "cdc", 0]]], [WIRE_VERSION, [[2]]],
+                                                   msgspec.msgpack.Ext(99, b"x"))]
+    for record in (b'[{"kind": "part"}]', b'{"kind": "mark"}', b"[{", *packed):
         with pytest.raises(WireError, match="same oncewatch version"):
             decode(record)
 

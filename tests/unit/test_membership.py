@@ -55,3 +55,10 @@ def test_polls_are_long_only_while_an_assignment_is_awaited(clock) -> None:
     assert (rebalance.poll_ms(0), rebalance.poll_ms(100)) == (0, 100)
     rebalance.revoked()
     assert rebalance.poll_ms(100) == JOIN_POLL_MS
+
+
+def test_each_consumer_is_a_static_member_named_after_its_member_and_group() -> None:
+    assert membership.instance_id("east-1", "oncewatch.shop.judges") == "east-1.oncewatch.shop.judges"
+    # Kafka takes letters, digits, '.', '_' and '-' in a group.instance.id: a member's name may hold others
+    assert membership.instance_id("host a/1", "oncewatch.shop.routers") == "host_a_1.oncewatch.shop.routers"
+    assert len(membership.instance_id("m" * 300, "g")) == 249

@@ -23,9 +23,12 @@ from typing import Any
 from oncewatch.checks.engine import Engine
 from oncewatch.checks.settings import Settings
 from oncewatch.checks.shards import LEADER, Shard, merge_stats
+from oncewatch.collectors.kafka_client import connection
 from oncewatch.core.config import Config
+from oncewatch.core.protocol import JudgesStatus, ShardStatus
 from oncewatch.core.records import OffsetsSnapshot, QuarantinedRows
 from oncewatch.monitor.group.membership import Rebalance, join
+from oncewatch.monitor.group.part import Failed, GroupPart
 from oncewatch.monitor.group.wire import CDC_SOURCE, JUDGES, RECORDS, Mark, Message, Part, decode, group_name
 from oncewatch.core.names import ENGINE_STATS
 from oncewatch.store import Store, StoreUnavailableError, reviews, verdicts
@@ -107,12 +110,21 @@ class ShardJudge:
             self.engine.restore(state)
 
 
-class Judges:
-    """This instance's shards: claimed, fed from the internal topic, committed every `commit_seconds`."""
+class Judges(GroupPart):
+    """This instance's shards: claimed, fed from the internal topic, committed every `commit_seconds` to a store
+    connection of their own (opened by `start`)."""
 
-    def __init__(self, cfg: Config, settings: Settings, store: Store, member: str):
+    name = "judges"
+
+    def __init__(self, cfg: Config, settings: Settings, member: str, failed: Failed):
         assert cfg.group is not None
-        self.cfg, self.settings, self.store, self.member = cfg, settings, store, member
+        super().__init__(failed)
+        self.cfg, self.settings, self.member = cfg, settings, member
+        self.store: Store | None = None
+        self.admin: Any = None  # the leader's, to purge the records every shard has committed past
+        self.purged: dict[int, int] = {}  # shard -> the offset its records were purged before
+        self.purged_records = 0
+        self.purge_failures = 0
         self.group = cfg.group
         self.owned: dict[int, tuple[ShardJudge, int]] = {}  # shard -> (its judge, the epoch claimed)
         self.offsets: list[OffsetsSnapshot] = []  # the offsets collector's, for the leader shard
@@ -153,6 +165,15 @@ class Judges:
                 with self.lock:
                     self.owned.pop(shard, None)
                 log.info("shard let go", extra={"event": "shard_revoked", "shard": shard, "member": self.member})
+
+    def lost(self, shards: list[int]) -> None:
+        """Let go of shards without committing them: this member was dropped from the group, and their new owners
+        read on from their last commit."""
+        with self.lock:
+            for shard in shards:
+                if self.owned.pop(shard, None) is not None:
+                    log.warning("shard lost: this member was dropped from the group", extra={
+                        "event": "shard_lost", "shard": shard, "member": self.member})
 
     def leads(self) -> bool:
         return LEADER in self.owned
@@ -216,13 +237,51 @@ class Judges:
             with self.lock:
                 self.owned.pop(shard, None)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JudgesStatus:
         with self.lock:
-            return {str(shard): {"records": judge.records, "repeated": judge.repeated, "offset": judge.offset,
-                                 "binlog_time": judge.binlog_time(), "kafka_time": judge.kafka_time()}
-                    for shard, (judge, _) in sorted(self.owned.items())}
+            shards = tuple(ShardStatus(shard, judge.records, judge.repeated, judge.offset, judge.binlog_time(),
+                                       judge.kafka_time()) for shard, (judge, _) in sorted(self.owned.items()))
+        return JudgesStatus(self.running, shards, self.fenced, self.applied, self.rebalance.rejoins,
+                            self.purged_records, self.purge_failures)
 
-    def run(self, stop: threading.Event) -> None:
+    def _open(self) -> None:
+        from kafka.admin import KafkaAdminClient
+
+        assert self.cfg.kafka is not None
+        self.store = Store(self.cfg.store.target)
+        self.admin = KafkaAdminClient(**connection(self.cfg.kafka), client_id=f"{self.cfg.kafka.client_id}-purge")
+
+    def _close(self) -> None:
+        if self.admin is not None:
+            self.admin.close()
+        if self.store is not None:
+            self.store.close()
+
+    def purge(self) -> None:
+        """The leader's, every `purge_seconds`: each shard's records before its last commit deleted from the
+        internal topic. A shard's next owner reads on from that commit, so nothing before it is read again; a
+        purge Kafka refuses is logged and counted, and tried again at the next."""
+        from kafka import TopicPartition
+        from kafka.errors import KafkaError
+
+        topic = group_name(self.group.name, RECORDS)
+        upto = {shard: c["offset"] for shard, c in shard_checkpoints(self.store).items()
+                if c["offset"] > self.purged.get(shard, 0)}
+        if not upto:
+            return
+        try:
+            self.admin.delete_records({TopicPartition(topic, shard): offset for shard, offset in upto.items()},
+                                      timeout_ms=10_000)
+        except KafkaError as exc:
+            self.purge_failures += 1
+            log.warning("the records every shard has committed past could not be purged; tried again later",
+                        extra={"event": "group_purge_failed", "member": self.member, "error": str(exc),
+                               "failures": self.purge_failures})
+            return
+        self.purged_records += sum(offset - self.purged.get(shard, 0) for shard, offset in upto.items())
+        self.purged.update(upto)
+
+    def _run(self, stop: threading.Event) -> None:
         """Until `stop`: a consumer of the judges' group, made again when it is left outside the group
         (membership)."""
         while not self._read(stop):
@@ -237,20 +296,27 @@ class Judges:
         judges = self
 
         class Listener(ConsumerRebalanceListener):
+            # cooperative: only the shards that move are revoked or assigned; the others are kept as they are
             def on_partitions_revoked(self, revoked: Any) -> None:
                 judges.rebalance.revoked()
                 judges.revoked(sorted(tp.partition for tp in revoked))
 
+            def on_partitions_lost(self, lost: Any) -> None:
+                # taken from this member (its session expired): let go without committing; whatever it would
+                # commit, its shards' new owners claimed them with a newer epoch (store.group fences it)
+                judges.rebalance.revoked()
+                judges.lost(sorted(tp.partition for tp in lost))
+
             def on_partitions_assigned(self, assigned: Any) -> None:
-                judges.rebalance.assigned()
                 for shard, offset in judges.assigned(sorted(tp.partition for tp in assigned)).items():
                     consumer.seek(TopicPartition(topic, shard), offset)
 
         kafka = self.cfg.kafka
         assert kafka is not None
         consumer = join(kafka, group_name(self.group.name, JUDGES), f"{kafka.client_id}-judge-{self.member}",
-                        [topic], Listener(), auto_offset_reset="earliest", max_poll_records=2000)
+                        [topic], Listener(), self.rebalance, auto_offset_reset="earliest", max_poll_records=2000)
         next_commit = time.monotonic() + self.group.commit_seconds
+        next_purge = time.monotonic() + self.group.purge_seconds
         try:
             while not stop.is_set():
                 for tp, records in consumer.poll(timeout_ms=self.rebalance.poll_ms(100)).items():
@@ -264,6 +330,10 @@ class Judges:
                 if time.monotonic() >= next_commit:
                     self.tick_and_commit(time.time())
                     next_commit = time.monotonic() + self.group.commit_seconds
+                if time.monotonic() >= next_purge:
+                    if self.leads():
+                        self.purge()
+                    next_purge = time.monotonic() + self.group.purge_seconds
                 if self.rebalance.outside():
                     self.revoked(sorted(self.owned))
                     return False

@@ -12,11 +12,22 @@ one run in about five). Two defences: the consumer learns its subscription's par
 metadata; while a rebalance is on, polls long enough for the join to finish inside one of them
 (`Rebalance.poll_ms`); and `Rebalance` counts the time since a revocation with no assignment after it, past which
 the member closes the consumer and makes a new one (a new member id: the group rebalances once more).
+
+Both groups rebalance incrementally (KIP-429, kafka-python's cooperative sticky assignor): a member keeps what it
+owns across a join, and only what moves is revoked from one member and then given to another, so a member that
+joins or leaves does not make every judge let go of its shards and load them again from the store. And each
+consumer is a static member (KIP-345, `group_instance_id` from the member's name): an instance started again
+under the same name within the session timeout gets its own partitions back with no rebalance at all. Since
+kafka-python calls the listener only for partitions added or revoked, a join that ends with nothing added is
+heard from the assignor (`Rebalance.assigned` on every assignment synced). A static member sends no LeaveGroup
+when it closes: an instance stopped for good (SIGTERM) removes its members itself (`leave`), so that its shards
+and sources are handed on at once, not a session timeout later.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
@@ -33,21 +44,64 @@ REJOIN_SECONDS = 2 * SESSION_TIMEOUT_MS / 1000
 JOIN_POLL_MS = 1_000  # a poll's timeout while a rebalance is on: its join is seldom cut off half-way
 
 
+def instance_id(member: str, group: str) -> str:
+    """The static member id of `member`'s consumer in one of the group's consumer groups (Kafka takes letters,
+    digits, '.', '_' and '-')."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{member}.{group}")[:249]
+
+
+def _cooperative(rebalance: Rebalance) -> Any:
+    """kafka-python's cooperative sticky assignor, telling `rebalance` of every assignment synced."""
+    from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+
+    class Synced(CooperativeStickyAssignor):  # type: ignore[misc]
+        def on_assignment(self, assignment: Any, generation: int) -> None:
+            super().on_assignment(assignment, generation)
+            rebalance.assigned()
+
+    return Synced()
+
+
 def join(kafka: KafkaConfig, group_id: str, client_id: str, topics: list[str], listener: Any,
-         **settings: Any) -> Any:
+         rebalance: Rebalance, **settings: Any) -> Any:
     """A consumer of `group_id` subscribed to `topics` with `listener`, their partitions known before it joins
-    (the join itself happens in its first poll)."""
+    (the join itself happens in its first poll); a static member, rebalanced incrementally."""
     from kafka import KafkaConsumer
 
     consumer = KafkaConsumer(**connection(kafka), group_id=group_id,
                              client_id=client_id, enable_auto_commit=False, session_timeout_ms=SESSION_TIMEOUT_MS,
-                             heartbeat_interval_ms=HEARTBEAT_MS, **settings)
+                             heartbeat_interval_ms=HEARTBEAT_MS,
+                             group_instance_id=instance_id(rebalance.member, rebalance.group),
+                             partition_assignment_strategy=(_cooperative(rebalance),), **settings)
     consumer.subscribe(topics, listener=listener)
     # a full metadata fetch after subscribing: the coordinator's view of the subscription's partitions is taken
     # from it, so that the first assignment is made from them (kafka-python takes that view only on a metadata
     # update that comes after the subscription)
     consumer.topics()
     return consumer
+
+
+def leave(kafka: KafkaConfig, member: str, groups: list[str]) -> None:
+    """`member`'s static members of `groups` removed (its consumers closed first): the groups rebalance now. Best
+    effort: a broker that does not answer leaves it to the session timeout, which the log says."""
+    from kafka.admin import KafkaAdminClient, MemberToRemove
+    from kafka.errors import KafkaError
+
+    try:
+        admin = KafkaAdminClient(**connection(kafka), client_id=f"{kafka.client_id}-leave-{member}")
+    except KafkaError as exc:
+        log.warning("this member could not leave its groups; they hand its work on after the session timeout",
+                    extra={"event": "group_leave_failed", "member": member, "error": str(exc)})
+        return
+    try:
+        for group in groups:
+            try:
+                admin.remove_group_members(group, [MemberToRemove(group_instance_id=instance_id(member, group))])
+            except KafkaError as exc:  # gone already (expired, or never joined): nothing to hand on
+                log.info("a group of this member had it no more", extra={
+                    "event": "group_leave_skipped", "member": member, "group": group, "error": str(exc)})
+    finally:
+        admin.close()
 
 
 class Rebalance:

@@ -30,8 +30,10 @@ from oncewatch.collectors.kafka_client import connection
 from oncewatch.collectors.kafka_events import KafkaEventCollector, tp_key
 from oncewatch.core.config import Config
 from oncewatch.core.gtids import parse
+from oncewatch.core.protocol import RoutersStatus
 from oncewatch.core.records import Heartbeat, Transaction
 from oncewatch.monitor.group.membership import Rebalance, join
+from oncewatch.monitor.group.part import Failed, GroupPart
 from oncewatch.monitor.group.wire import (CDC_SOURCE, LEASE, RECORDS, ROUTERS, Batch, Event, Mark, Message, Part,
                                           encode, group_name)
 from oncewatch.store import Store, StoreUnavailableError
@@ -58,17 +60,13 @@ class Output:
     sends a shard waits in that shard's batch (wire.Batch) until the batch holds BATCH_BYTES or the router flushes
     at its marks: Kafka's cost is per record, and a record per message spent most of a router in the producer's send
     and wake-up. A mark that vouches for no more than the last one of its source is not written again. Shared by the
-    routers' threads."""
+    routers' threads; its producer is made by `start` and closed by `stop`."""
 
     def __init__(self, cfg: Config, member: str):
-        from kafka import KafkaProducer
-
         assert cfg.kafka is not None and cfg.group is not None
+        self.kafka, self.member = cfg.kafka, member
         self.topic, self.shards = group_name(cfg.group.name, RECORDS), cfg.group.shards
-        self.producer = KafkaProducer(**connection(cfg.kafka), acks="all", linger_ms=5,
-                                      max_in_flight_requests_per_connection=1, retries=2_147_483_647,
-                                      client_id=f"{cfg.kafka.client_id}-router-{member}",
-                                      max_request_size=8 * 1024 * 1024)
+        self.producer: Any = None
         self.lock = threading.Lock()
         self.flushing = threading.Lock()
         self.batches = [Batch() for _ in range(self.shards)]
@@ -118,8 +116,23 @@ class Output:
                                            f"nothing after it is stored as handed on, this instance stops and what "
                                            f"it read is read again") from future.exception
 
-    def close(self) -> None:
-        self.producer.close()
+    def start(self) -> None:
+        from kafka import KafkaProducer
+
+        self.producer = KafkaProducer(**connection(self.kafka), acks="all", linger_ms=5,
+                                      max_in_flight_requests_per_connection=1, retries=2_147_483_647,
+                                      client_id=f"{self.kafka.client_id}-router-{self.member}",
+                                      max_request_size=8 * 1024 * 1024)
+
+    def stop(self) -> None:
+        if self.producer is not None:
+            self.producer.close()
+            self.producer = None
+
+    def status(self) -> tuple[int, int]:
+        """Messages written, and the internal-topic records that carried them."""
+        with self.lock:
+            return self.written, self.records
 
 
 def cdc_seq(tx: Transaction) -> tuple[str, int]:
@@ -129,34 +142,44 @@ def cdc_seq(tx: Transaction) -> tuple[str, int]:
     return (f"{CDC_SOURCE}/{gtid[0]}", gtid[2]) if gtid is not None else (CDC_SOURCE, -1)
 
 
-class ChangeRouter:
-    """The change source, read by the lease holder: the CDC collector's transactions split over the shards."""
+class ChangeRouter(GroupPart):
+    """The change source, read by the lease holder: the CDC collector's transactions split over the shards, in a
+    thread of its own with a store connection of its own (both made by `start`)."""
 
-    def __init__(self, cfg: Config, settings: Settings, output: Output, store: Store):
+    name = "change-router"
+
+    def __init__(self, cfg: Config, settings: Settings, output: Output, failed: Failed):
         assert cfg.group is not None and cfg.kafka is not None and cfg.cdc is not None
-        self.cfg, self.output, self.store = cfg, output, store
-        stored = source_position(store, CDC_SOURCE) or {}
-        self.collector = CdcCollector(cfg.mysql, cfg.kafka, cfg.cdc, positions=stored.get("positions"),
-                                      start_gtid=stored.get("gtid", ""))
+        super().__init__(failed)
+        self.cfg, self.output = cfg, output
+        self.store: Store | None = None
+        self.collector: CdcCollector | None = None
         self.router = Router(settings, cfg.group.shards)
         self.newest = 0.0  # the change clock: the newest commit handed on, or the newest time heartbeats vouch for
         self.heartbeat: Heartbeat | None = None  # the last heartbeat taken
         self.unended_seconds = cfg.cdc.unended_transaction_seconds
         self.handed = 0
         self.stored: Transaction | None = None  # the last transaction whose position is in the store
-        self.error: BaseException | None = None
+
+    def _open(self) -> None:
+        assert self.cfg.kafka is not None and self.cfg.cdc is not None
+        self.store = Store(self.cfg.store.target)
+        stored = source_position(self.store, CDC_SOURCE) or {}
+        self.collector = CdcCollector(self.cfg.mysql, self.cfg.kafka, self.cfg.cdc,
+                                      positions=stored.get("positions"), start_gtid=stored.get("gtid", ""))
+        self.collector.start()
 
     def stop(self) -> None:
-        self.collector.stop()
+        if self.collector is not None:
+            self.collector.stop()  # its transactions() ends: the thread with it
+        super().stop()
 
-    def run(self) -> None:
-        """In a thread of its own; what ends it on an error is kept in `error`, which Routers.run raises."""
-        try:
-            self._run()
-        except BaseException as exc:  # noqa: BLE001 - handed to the routers' thread, which stops the instance
-            self.error = exc
+    def _close(self) -> None:
+        if self.store is not None:
+            self.store.close()
 
-    def _run(self) -> None:
+    def _run(self, stop: threading.Event) -> None:
+        assert self.collector is not None
         every, last_mark, last = self.cfg.group.mark_seconds, time.monotonic(), None
         for tx in self.collector.transactions(idle=True):
             if tx is not None:
@@ -180,29 +203,39 @@ class ChangeRouter:
         self.output.mark(CDC_SOURCE, self.newest)
         self.output.flush()
         if last is not None and last.cdc is not None and last is not self.stored:
+            assert self.store is not None
             with self.store.batch() as tx:
                 save_source_position(tx, CDC_SOURCE, {"positions": last.cdc.offsets, "gtid": last.position.gtid})
             self.stored = last
 
 
 class EventRouter:
-    """The event partitions this instance was assigned, read from their stored positions."""
+    """The event partitions this instance was assigned, read from their stored positions by a collector `start`
+    makes; driven by the routers' thread (`poll`, `mark`), closed by `stop`."""
 
     def __init__(self, cfg: Config, settings: Settings, output: Output, store: Store, partitions: set[str],
                  counts: dict[str, int]):
         """`counts`: topic -> its partitions, which a judge's Kafka clock waits for every one of."""
         assert cfg.kafka is not None and cfg.group is not None
         self.cfg, self.output, self.store, self.partitions, self.counts = cfg, output, store, partitions, counts
-        stored = {p: source_position(self.store, p) for p in partitions}
-        known = {p: source_position(self.store, KNOWN.format(p)) for p in partitions}
-        self.collector = KafkaEventCollector(cfg.kafka, {p: o for p, o in stored.items() if o is not None} or None,
-                                             partitions, {p: (k[0], k[1]) for p, k in known.items() if k is not None})
+        self.collector: KafkaEventCollector | None = None
         self.router = Router(settings, cfg.group.shards)
         self.newest_ms: dict[str, int] = {}
         self.quarantined: list[Any] = []
         self.stored: tuple[dict[str, int], dict[str, tuple[int, int | None]]] | None = None  # positions, known
 
+    def start(self) -> None:
+        assert self.cfg.kafka is not None
+        stored = {p: source_position(self.store, p) for p in self.partitions}
+        known = {p: source_position(self.store, KNOWN.format(p)) for p in self.partitions}
+        self.collector = KafkaEventCollector(self.cfg.kafka,
+                                             {p: o for p, o in stored.items() if o is not None} or None,
+                                             self.partitions,
+                                             {p: (k[0], k[1]) for p, k in known.items() if k is not None})
+        self.collector.start()
+
     def poll(self) -> None:
+        assert self.collector is not None
         batch = self.collector.poll(timeout_ms=100, max_records=2000)
         for event in batch.events:
             key = f"{event.topic}/{event.partition}"
@@ -213,6 +246,7 @@ class EventRouter:
         self.quarantined += batch.quarantined
 
     def mark(self) -> None:
+        assert self.collector is not None
         for p in self.collector.status().partitions:
             if p.position >= p.end:
                 at = p.end_at
@@ -233,23 +267,29 @@ class EventRouter:
             tx.add_quarantined(self.quarantined)
         self.quarantined, self.stored = [], (positions, known)
 
-    def close(self) -> None:
-        self.collector.close()
+    def stop(self) -> None:
+        if self.collector is not None:
+            self.collector.close()
 
 
-class Routers:
-    """This instance's share of the sources, as the routers' consumer group assigns it."""
+class Routers(GroupPart):
+    """This instance's share of the sources, as the routers' consumer group assigns it; `start` opens its store
+    connection and its Output, and runs it in a thread of its own."""
 
-    def __init__(self, cfg: Config, settings: Settings, store: Store, member: str):
+    name = "routers"
+
+    def __init__(self, cfg: Config, settings: Settings, member: str, failed: Failed):
         assert cfg.group is not None and cfg.kafka is not None
-        self.cfg, self.settings, self.store, self.member = cfg, settings, store, member
+        super().__init__(failed)
+        self.cfg, self.settings, self.member = cfg, settings, member
+        self.store: Store | None = None
         self.output = Output(cfg, member)
         self.lease = group_name(cfg.group.name, LEASE)
         self.assignment: set[str] = set()
         self.changed = False
         self.events: EventRouter | None = None
         self.change: ChangeRouter | None = None
-        self.change_thread: threading.Thread | None = None
+        self.change_error: BaseException | None = None  # what ended the change source's reader, raised by _route
         self.membership: Any = None  # the routers' group member (run)
         self.store_lost: StoreUnavailableError | None = None  # met inside a rebalance (_rebuild)
         self.rebalance = Rebalance(ROUTERS, member)
@@ -264,9 +304,8 @@ class Routers:
         if not holds_lease and self.change is not None:
             self._stop_change()
         if holds_lease and self.change is None:
-            self.change = ChangeRouter(self.cfg, self.settings, self.output, Store(self.cfg.store.target))
-            self.change_thread = threading.Thread(target=self.change.run, name="group-change-router", daemon=True)
-            self.change_thread.start()
+            self.change = ChangeRouter(self.cfg, self.settings, self.output, self._change_failed)
+            self.change.start()
             log.info("the change source is read here", extra={"event": "change_source_taken",
                                                                 "member": self.member})
         partitions = {p for p in self.assignment if not p.startswith(self.lease + "/")}
@@ -275,36 +314,46 @@ class Routers:
                 self.events.mark()
             except StoreUnavailableError as exc:  # inside Kafka's rebalance: raised by run, after it
                 self.store_lost = self.store_lost or exc
-            self.events.close()
+            self.events.stop()
             self.events = None
         if self.events is None and partitions:
+            assert self.store is not None
             counts = {t: len(self.membership.partitions_for_topic(t) or ()) for t in {p.rpartition("/")[0]
                                                                                       for p in partitions}}
             self.events = EventRouter(self.cfg, self.settings, self.output, self.store, partitions, counts)
+            self.events.start()
             log.info("event partitions read here", extra={"event": "event_partitions_taken",
                                                           "member": self.member, "partitions": sorted(partitions)})
 
+    def _change_failed(self, _: str, exc: BaseException) -> None:
+        self.change_error = exc  # the routers' thread raises it: the instance stops, loudly
+
     def _stop_change(self) -> None:
-        assert self.change is not None and self.change_thread is not None
+        assert self.change is not None
         self.change.stop()
-        self.change_thread.join()
-        self.change.store.close()
-        self.change, self.change_thread = None, None
+        self.change = None
         log.info("the change source is let go", extra={"event": "change_source_released", "member": self.member})
 
-    def status(self) -> dict[str, Any]:
-        return {"partitions": sorted(self.assignment), "change_source": self.change is not None,
-                "written": self.output.written,
-                "change_transactions": self.change.handed if self.change is not None else 0}
+    def status(self) -> RoutersStatus:
+        change = self.change
+        written, records = self.output.status()
+        return RoutersStatus(self.running, tuple(sorted(self.assignment)), change is not None, written, records,
+                             change.handed if change is not None else 0, self.rebalance.rejoins)
 
-    def run(self, stop: threading.Event) -> None:
+    def _open(self) -> None:
+        self.store = Store(self.cfg.store.target)
+        self.output.start()
+
+    def _close(self) -> None:
+        self.output.stop()
+        if self.store is not None:
+            self.store.close()
+
+    def _run(self, stop: threading.Event) -> None:
         """Until `stop` or a failure: a member of the routers' group, made again when it is left outside the group
         (membership); every part let go at the end."""
-        try:
-            while not self._route(stop):
-                self.rebalance.remade()
-        finally:
-            self.output.close()
+        while not self._route(stop):
+            self.rebalance.remade()
 
     def _let_go(self) -> None:
         """The sources read here marked and let go, every part even when the last mark cannot be stored."""
@@ -313,7 +362,7 @@ class Routers:
                 self.events.mark()
         finally:
             if self.events is not None:
-                self.events.close()
+                self.events.stop()
                 self.events = None
             if self.change is not None:
                 self._stop_change()
@@ -322,35 +371,33 @@ class Routers:
         """Read what this member is assigned until `stop` (True) or until its membership consumer is left outside
         the group (False: its sources are let go first)."""
         from kafka import ConsumerRebalanceListener
-        from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
         routers = self
         kafka = self.cfg.kafka
         assert kafka is not None
 
         class Listener(ConsumerRebalanceListener):
+            # cooperative: only the sources that move are revoked or assigned; the others are read on
             def on_partitions_revoked(self, revoked: Any) -> None:
                 routers.rebalance.revoked()
-                routers._assigned(set())
+                routers._assigned(routers.assignment - {tp_key(tp) for tp in revoked})
                 routers._rebuild()
 
             def on_partitions_assigned(self, assigned: Any) -> None:
-                routers.rebalance.assigned()
                 membership.pause(*assigned)  # membership only: the collectors read, from the stored positions
-                routers._assigned({tp_key(tp) for tp in assigned})
+                routers._assigned(routers.assignment | {tp_key(tp) for tp in assigned})
 
         topics = sorted({t.name for t in kafka.topics})
         membership = self.membership = join(kafka, group_name(self.cfg.group.name, ROUTERS),
                                             f"{kafka.client_id}-routers-{self.member}", [self.lease, *topics],
-                                            Listener(), auto_offset_reset="latest",
-                                            partition_assignment_strategy=(RoundRobinPartitionAssignor,),
+                                            Listener(), self.rebalance, auto_offset_reset="latest",
                                             metadata_max_age_ms=METADATA_MS)
         next_mark = time.monotonic()
         try:
             while not stop.is_set():
                 membership.poll(timeout_ms=self.rebalance.poll_ms(0 if self.events is not None else 100))
-                if self.change is not None and self.change.error is not None:
-                    raise self.change.error  # the change source's reader failed: the instance stops, loudly
+                if self.change_error is not None:
+                    raise self.change_error  # the change source's reader failed: the instance stops, loudly
                 if self.store_lost is not None:
                     raise self.store_lost
                 if self.changed:

@@ -14,15 +14,17 @@ import threading
 import time
 from collections.abc import Callable
 
-import msgspec
 
 from oncewatch.checks.settings import Settings
 from oncewatch.collectors.kafka_client import connection
 from oncewatch.core.config import Config, ConfigError
-from oncewatch.core.protocol import GroupMemberHealth
+from oncewatch.core.protocol import (GroupMemberHealth, GroupMemberStatus, OffsetsPollerStatus, RoutersHealth,
+                                     ShardHealth)
 from oncewatch.monitor.group.judging import Judges
+from oncewatch.monitor.group.part import Failed, GroupPart
 from oncewatch.monitor.group.routing import Routers
-from oncewatch.monitor.group.wire import LEASE, RECORDS, group_name
+from oncewatch.monitor.group.membership import leave
+from oncewatch.monitor.group.wire import JUDGES, LEASE, RECORDS, ROUTERS, group_name
 from oncewatch.monitor.health import Outages
 from oncewatch.monitor.supervise import RETRY_SECONDS, through_outages
 from oncewatch.store import Store, StoreUnavailableError
@@ -59,19 +61,27 @@ def member_name(cfg: Config) -> str:
 
 
 def ensure_topics(cfg: Config) -> None:
-    """The group's topics, made if missing; an internal topic of another shard count is refused."""
+    """The group's topics, made if missing with `group.replication_factor` replicas (and, past one, at least two of
+    them in sync for a write to count: the routers write with acks=all); an internal topic of another shard count is
+    refused."""
     from kafka.admin import KafkaAdminClient, NewTopic
-    from kafka.errors import TopicAlreadyExistsError
+    from kafka.errors import InvalidReplicationFactorError, TopicAlreadyExistsError
 
     assert cfg.group is not None and cfg.kafka is not None
     records, lease = group_name(cfg.group.name, RECORDS), group_name(cfg.group.name, LEASE)
+    replicas = cfg.group.replication_factor
+    settings = {"min.insync.replicas": str(min(2, replicas))}
     admin = KafkaAdminClient(**connection(cfg.kafka), client_id=f"{cfg.kafka.client_id}-group")
     try:
         for topic, partitions in ((records, cfg.group.shards), (lease, 1)):
             try:
-                admin.create_topics([NewTopic(topic, partitions, 1)])
+                admin.create_topics([NewTopic(topic, partitions, replicas, topic_configs=settings)])
             except TopicAlreadyExistsError:
                 pass
+            except InvalidReplicationFactorError as exc:
+                raise ConfigError(f"group.replication_factor: the broker cannot make {topic} with {replicas} "
+                                  f"replicas ({exc}); give at most its number of brokers (1 on a single dev broker, "
+                                  f"3 in production)") from exc
         # a topic just made has no leader for a moment: a group that joins then is assigned none of it
         deadline = time.monotonic() + TOPICS_READY_SECONDS
         while not all(t["partitions"] and all(p["leader_id"] >= 0 for p in t["partitions"])
@@ -86,8 +96,59 @@ def ensure_topics(cfg: Config) -> None:
         admin.close()
 
 
+class OffsetsPoller(GroupPart):
+    """The consumer groups' offsets (F11 on their lag, F12), read by the owner of the leader shard alone and handed
+    to its judge."""
+
+    name = "offsets"
+
+    def __init__(self, cfg: Config, judges: Judges, failed: Failed):
+        assert cfg.kafka is not None
+        super().__init__(failed)
+        self.kafka, self.judges = cfg.kafka, judges
+        self.collector: Any = None
+        self.snapshots = 0
+
+    def _open(self) -> None:
+        from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector
+
+        if self.kafka.consumer_groups:
+            self.collector = KafkaOffsetsCollector(self.kafka)
+
+    def _run(self, stop: threading.Event) -> None:
+        if self.collector is None:
+            return  # no consumer group configured: nothing to read
+        while not stop.wait(self.kafka.offsets_poll_seconds):
+            if self.judges.leads():
+                self.judges.add_offsets(self.collector.snapshot())
+                self.snapshots += 1
+
+    def _close(self) -> None:
+        if self.collector is not None:
+            self.collector.close()
+
+    def status(self) -> OffsetsPollerStatus:
+        return OffsetsPollerStatus(self.running, self.snapshots)
+
+
+def health_row(status: GroupMemberStatus) -> GroupMemberHealth:
+    """A member's status as its health row in the store (what the dashboards read)."""
+    r, j = status.routers, status.judges
+    return GroupMemberHealth(
+        at=status.at, member=status.member,
+        shards={str(s.shard): ShardHealth(s.records, s.repeated, s.offset, s.binlog_time, s.kafka_time)
+                for s in j.shards},
+        routers=RoutersHealth(r.partitions, r.change_source, r.written, r.change_transactions, r.records),
+        fenced=j.fenced, applied=j.applied, rejoins=j.rejoins + r.rejoins, store_outages=status.store_outages,
+        store_outage_seconds=status.store_outage_seconds, kafka_outages=status.kafka_outages,
+        kafka_outage_seconds=status.kafka_outage_seconds, purged=j.purged, purge_failures=j.purge_failures)
+
+
 class GroupMember:
-    """This instance's routers, judges and offsets poller, one thread each, and its health row every second."""
+    """This instance's routers, judges and offsets poller (each a GroupPart: a thread and connections of its own),
+    and its health row every second. The constructor connects nothing; `start` makes the group's topics if missing,
+    opens the health row's store and starts the parts; `run` keeps the health row until `stop()` or a part fails,
+    then stops every part."""
 
     def __init__(self, cfg: Config, member: str, outages: Outages, kafka_outages: Outages):
         assert cfg.group is not None
@@ -95,19 +156,32 @@ class GroupMember:
         self.stop_event = threading.Event()
         self.failure: BaseException | None = None
         settings = Settings.from_config(cfg)
-        ensure_topics(cfg)
-        self.stores = [Store(cfg.store.target) for _ in range(3)]
+        self.store: Store | None = None  # the health row's
+        self.judges = Judges(cfg, settings, member, self._failed)
+        self.routers = Routers(cfg, settings, member, self._failed)
+        self.offsets = OffsetsPoller(cfg, self.judges, self._failed)
+        self.parts: list[GroupPart] = [self.judges, self.routers, self.offsets]
+
+    def start(self) -> None:
+        """The topics, the health row's store and every part; what was started is stopped again if one fails."""
+        log.info("group instance starting", extra={"event": "group_started", "member": self.member,
+                                                   "group": self.cfg.group.name, "shards": self.cfg.group.shards})
         try:
-            self.store = self.stores[0]
-            self.judges = Judges(cfg, settings, self.stores[1], self.member)
-            self.routers = Routers(cfg, settings, self.stores[2], self.member)
+            ensure_topics(self.cfg)
+            self.store = Store(self.cfg.store.target)
+            for part in self.parts:
+                part.start()
         except BaseException:
-            for store in self.stores:
-                store.close()
+            self._stop_parts()
             raise
 
     def stop(self) -> None:
         self.stop_event.set()
+
+    def status(self) -> GroupMemberStatus:
+        return GroupMemberStatus(time.time(), self.member, self.judges.status(), self.routers.status(),
+                                 self.offsets.status(), self.outages.count, self.outages.seconds,
+                                 self.kafka_outages.count, self.kafka_outages.seconds)
 
     def _failed(self, part: str, exc: BaseException) -> None:
         if isinstance(exc, StoreUnavailableError):  # the outage itself is logged once, by through_outages
@@ -121,58 +195,27 @@ class GroupMember:
             self.failure = exc
         self.stop_event.set()
 
-    def _part(self, name: str, run: Callable[[threading.Event], None]) -> threading.Thread:
-        def guarded() -> None:
-            try:
-                run(self.stop_event)
-            except BaseException as exc:  # noqa: BLE001 - any failure stops the instance, said in _failed
-                self._failed(name, exc)
-        thread = threading.Thread(target=guarded, name=f"group-{name}", daemon=True)
-        thread.start()
-        return thread
-
-    def _offsets(self, stop: threading.Event) -> None:
-        """The consumer groups' offsets (F11 on their lag, F12), read by the owner of the leader shard alone."""
-        from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector
-
-        assert self.cfg.kafka is not None
-        if not self.cfg.kafka.consumer_groups:
-            return
-        collector = KafkaOffsetsCollector(self.cfg.kafka)
-        try:
-            while not stop.wait(self.cfg.kafka.offsets_poll_seconds):
-                if self.judges.leads():
-                    self.judges.add_offsets(collector.snapshot())
-        finally:
-            collector.close()
-
-    def _health(self) -> GroupMemberHealth:
-        return msgspec.convert({
-            "at": time.time(), "member": self.member, "shards": self.judges.status(),
-            "routers": self.routers.status(), "fenced": self.judges.fenced, "applied": self.judges.applied,
-            "rejoins": self.judges.rebalance.rejoins + self.routers.rebalance.rejoins,
-            "store_outages": self.outages.count, "store_outage_seconds": self.outages.seconds,
-            "kafka_outages": self.kafka_outages.count, "kafka_outage_seconds": self.kafka_outages.seconds},
-            GroupMemberHealth)
+    def _stop_parts(self) -> None:
+        """Every part asked at once, then waited for; the health row's store closed."""
+        for part in self.parts:
+            part.ask_stop()
+        for part in self.parts:
+            part.stop()
+        if self.store is not None:
+            self.store.close()
 
     def run(self) -> None:
         """Until `stop()` or a part fails: StoreUnavailableError when the store went away, else GroupMemberFailed."""
-        log.info("group instance starting", extra={"event": "group_started", "member": self.member,
-                                                   "group": self.cfg.group.name, "shards": self.cfg.group.shards})
-        parts = [self._part("judges", self.judges.run), self._part("routers", self.routers.run),
-                 self._part("offsets", self._offsets)]
+        assert self.store is not None, "start() first"
         try:
             while not self.stop_event.wait(HEALTH_SECONDS):
                 try:
-                    self.store.set_health(f"group/{self.member}", self._health())
+                    self.store.set_health(f"group/{self.member}", health_row(self.status()))
                 except StoreUnavailableError as exc:
                     self._failed("health", exc)
         finally:
             self.stop_event.set()
-            for thread in parts:
-                thread.join()
-            for store in self.stores:
-                store.close()
+            self._stop_parts()
         if isinstance(self.failure, StoreUnavailableError):
             raise self.failure
         if self.failure is not None and broker_away(self.failure):
@@ -228,6 +271,8 @@ class GroupSupervisor:
         except GroupStopped:
             pass
         finally:
+            if self._stop.is_set():  # for good: hand the work on now (static members send no LeaveGroup)
+                leave(self.cfg.kafka, self.name, [group_name(self.cfg.group.name, g) for g in (JUDGES, ROUTERS)])
             close_metrics()
 
     def _new_member(self) -> GroupMember:
@@ -239,8 +284,9 @@ class GroupSupervisor:
         tries = 0
         while True:
             asked = time.time()  # the broker was away from then on, at the latest: the outage counts from there
+            member = GroupMember(self.cfg, self.name, self.outages, self.kafka_outages)
             try:
-                member = GroupMember(self.cfg, self.name, self.outages, self.kafka_outages)
+                member.start()
             except KafkaError as exc:  # any: a new instance's first calls are all to the broker
                 if self.kafka_outages.begin(asked):
                     log.error("the Kafka broker cannot be reached; this group instance starts once it answers",

@@ -1,0 +1,84 @@
+"""A group's parts share one lifecycle (issue 44): a constructor connects nothing, `start` opens, `stop` closes,
+`status` is a typed value. Without servers: a member and its parts are made for a broker and a store nobody
+listens at, and not one connection is tried; a part whose thread fails hands the error to its owner and still
+closes what it opened.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+from oncewatch.core.config import parse
+from oncewatch.core.protocol import GroupMemberStatus, JudgesStatus, RoutersStatus
+from oncewatch.monitor.group.part import GroupPart
+from oncewatch.monitor.group.run import GroupMember, health_row
+from oncewatch.monitor.health import Outages
+from tests.unit.test_config_core import GROUP_BASE
+
+
+@pytest.fixture
+def no_connections(monkeypatch):
+    """Every connection this process tries, refused and listed."""
+    tried: list[object] = []
+
+    def refuse(self, address):
+        tried.append(address)
+        raise ConnectionRefusedError(f"the test allows no connection ({address})")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    return tried
+
+
+def test_a_member_and_its_parts_are_made_without_a_connection_and_say_how_they_stand(no_connections):
+    cfg = parse({**GROUP_BASE, "group": {"name": "g", "shards": 4, "member": "m1"}})
+    member = GroupMember(cfg, "m1", Outages(), Outages())
+    assert member.routers.output.producer is None
+    status = member.status()
+    assert isinstance(status, GroupMemberStatus) and status.member == "m1"
+    assert status.judges == JudgesStatus(running=False, shards=(), fenced=0, applied=0, rejoins=0)
+    assert status.routers == RoutersStatus(running=False, partitions=(), change_source=False, written=0, records=0,
+                                           change_transactions=0, rejoins=0)
+    assert not status.offsets.running
+    row = health_row(status)
+    assert (row.member, row.shards, row.routers.change_source, row.applied) == ("m1", {}, False, 0)
+    member.stop()  # a member never started stops at once
+    assert no_connections == []
+
+
+class Failing(GroupPart):
+    name = "failing"
+
+    def __init__(self, failed):
+        super().__init__(failed)
+        self.closed = threading.Event()
+
+    def _run(self, stop: threading.Event) -> None:
+        raise RuntimeError("the part broke")
+
+    def _close(self) -> None:
+        self.closed.set()
+
+
+def test_a_part_that_fails_hands_its_error_to_its_owner_and_closes_what_it_opened():
+    seen: list[tuple[str, BaseException]] = []
+    part = Failing(lambda name, exc: seen.append((name, exc)))
+    part.start()
+    part.stop()
+    assert [(name, str(exc)) for name, exc in seen] == [("failing", "the part broke")]
+    assert part.closed.is_set() and not part.running
+
+
+class OpensHalfway(Failing):
+    def _open(self) -> None:
+        raise ConnectionRefusedError("the store is away")
+
+
+def test_a_part_that_cannot_open_raises_to_its_starter_and_closes_what_it_had_opened():
+    part = OpensHalfway(lambda name, exc: None)
+    with pytest.raises(ConnectionRefusedError, match="the store is away"):
+        part.start()
+    assert part.closed.is_set() and not part.running
