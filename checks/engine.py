@@ -166,8 +166,9 @@ class Engine:
                     "announce": lambda a: partial(self.announcements.on_change, (a,))}
         for route in routes(settings):
             handler = handlers[route.handler](route.config)
+            # a callback log's rows are sent by the router to their payment's shard (or every shard): run on all
             self._handlers.setdefault(route.table, []).append(
-                handler if shard.count == 1 else owned(handler, route.key, shard))
+                handler if shard.count == 1 or route.handler == "callback" else owned(handler, route.key, shard))
         self.offsets = OffsetChecks(rules, self.findings)
         self.pipeline = PipelineChecks(rules, self.memory, self.findings, settings.cdc_check)
         self.watched = settings.watched

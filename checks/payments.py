@@ -236,7 +236,8 @@ class PaymentChecks:
                 trade_no = key_text(r.row.get(c.trade_no_column))
                 order = self.trade_orders.get(trade_no)
                 if order is None:
-                    warn_null_key("callback whose payment was not read", r.coordinates)
+                    if owns is None or owns(None):  # sent to every shard (checks.shards): the leader alone warns
+                        warn_null_key("callback whose payment was not read", r.coordinates)
                     continue
                 fact(order)["bad"].append([trade_no, callback, row_evidence(r, self.log_columns), r.commit_time])
         if kept is not None:

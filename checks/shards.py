@@ -19,10 +19,15 @@ shard's input, state and findings are the same with one instance or several.
 - `Router.shard_of_event(event)`: the shard of the key an event announces (None: no entry announces it).
 - `merge_stats`: the shards' `Engine.stats()` as one engine's, for /metrics.
 
+A callback log (`[domain.callbacks]`) finds its order through the payment of its trade_no: the router learns
+each trade_no's shard from the payment rows it splits (the newest TRADES_KEPT), and sends a callback row to the
+shard of its payment's order, with the transaction's other rows of that shard (F6 judges a callback with the order
+it moved); a callback whose payment the router has not seen (read before it, or before this router started) goes
+to every shard, where the one that has or gets the payment judges it and the others let it age out.
+
 The leader also owns the other group-level rules, F11 (the backlog summed over every shard) and F12 (the
-offsets), which the other shards never judge. Not shardable, refused by `check_shardable`: a callback log
-(`[domain.callbacks]`: its rows find their order through the payment of their trade_no, a key of another
-space) and CDC check mode (the binlog and the CDC copy of each transaction are lined up as a whole).
+offsets), which the other shards never judge. Not shardable, refused by `check_shardable`: CDC check mode (the
+binlog and the CDC copy of each transaction are lined up as a whole).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from oncewatch.core.names import key_of, key_text
 from oncewatch.core.records import EmittedEvent, RowChange, Transaction
 
 LEADER = 0
+TRADES_KEPT = 200_000  # trade_no -> its order's shard, the newest kept by a router for the callback log's rows
 IGNORED = object()  # the key of a row its handler does nothing with: sent to no shard for that handler
 
 
@@ -94,7 +100,7 @@ def routes(settings: Settings) -> list[Route]:
         found.append(Route(d.orders.table, "order", None, _columns(d.orders.key_columns)))
     if d.payments:
         found.append(Route(d.payments.table, "payment", None, _columns(d.payments.order_columns)))
-        if d.callbacks:  # its rows find their order through the payment of their trade_no: not shardable
+        if d.callbacks:  # its rows find their order through the payment of their trade_no: Router sends them
             found.append(Route(d.callbacks.table, "callback", None, lambda change: IGNORED))
         if d.orders:
             found.append(Route(d.orders.table, "order_amount", None, _columns(d.orders.key_columns)))
@@ -103,9 +109,6 @@ def routes(settings: Settings) -> list[Route]:
 
 
 def check_shardable(settings: Settings) -> None:
-    if settings.domain.callbacks is not None:
-        raise ShardingError("domain.callbacks: a callback log is judged through the payment of its trade_no, which "
-                            "may sit on another shard; run one instance (shards = 1) for a shop with a callback log")
     if settings.cdc_check:
         raise ShardingError("cdc.mode: \"check\" lines up the binlog and the CDC topics transaction by transaction "
                             "on one instance; several instances need cdc.mode = \"source\"")
@@ -139,6 +142,12 @@ class Router:
         self.announced_tables = {a.table for a in settings.announce}
         self._real: dict[tuple[str, str], tuple[list[Callable[[RowChange], Any]], bool]] = {}
         self.by_event = {(a.topic, a.event_type): a for a in settings.announce}
+        d = settings.domain
+        # the callback log's and the payments' entries and columns, when there is a callback log
+        self.callbacks = (d.callbacks.table, d.callbacks.trade_no_column, d.payments.table,
+                          d.payments.trade_no_column, d.payments.order_columns) \
+            if d.callbacks is not None and d.payments is not None else None
+        self.trades: dict[str, int] = {}  # trade_no -> its order's shard, oldest first (TRADES_KEPT of them)
         self.watch_start: float | None = None
         self.delivered_until = 0.0
         self._fragmented: set[int] = set()  # shards sent a fragment of the transaction not complete yet
@@ -150,9 +159,36 @@ class Router:
             found = self._real[(schema, table)] = (self.keys.get(entry, []), entry in self.announced_tables)
         return found
 
+    def _learn_trades(self, tx: Transaction) -> None:
+        """The shards of the trade_nos the transaction's payment rows name, before its callback rows are sent."""
+        assert self.callbacks is not None
+        _, _, payments, trade_column, order_columns = self.callbacks
+        entry, trades = self.watched.entry, self.trades
+        for row in tx.rows:
+            if entry(row.schema, row.table) == payments:
+                trade_no, order = row.row.get(trade_column), key_of(row.row, order_columns)
+                if trade_no is not None and order is not None:
+                    trades.pop(key_text(trade_no), None)  # the newest last: the oldest goes first
+                    trades[key_text(trade_no)] = shard_of(order, self.count)
+        while len(trades) > TRADES_KEPT:
+            del trades[next(iter(trades))]
+
+    def _callback_shards(self, row: RowChange) -> Iterable[int]:
+        assert self.callbacks is not None
+        trade_no = row.row.get(self.callbacks[1])
+        shard = None if trade_no is None else self.trades.get(key_text(trade_no))
+        return range(self.count) if shard is None else (shard,)
+
     def split(self, tx: Transaction) -> Split:
         count, rows, start = self.count, {}, None
+        callbacks = self.callbacks[0] if self.callbacks is not None else None
+        if callbacks is not None:
+            self._learn_trades(tx)
         for row in tx.rows:
+            if callbacks is not None and self.watched.entry(row.schema, row.table) == callbacks:
+                for s in self._callback_shards(row):
+                    rows.setdefault(s, []).append(row)
+                continue
             keys, announced = self._of(row.schema, row.table)
             if announced and self.watch_start is None and not row.snapshot:  # a stream that began with no snapshot
                 self.watch_start = start = row.commit_time

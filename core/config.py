@@ -463,7 +463,7 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     domain = parse_domain(root.section("domain"), mysql)
     announce = parse_announce(root.sections("announce"), mysql, kafka, domain)
     rules = parse_rules(root.section("rules"))
-    group = _group(root.section("group"), cdc, postgres, domain) if "group" in data else None
+    group = _group(root.section("group"), cdc, postgres) if "group" in data else None
     slo = _slo(root.section("slo"))
     attest = _attest(root.section("attest"), base) if "attest" in data else None
     root.done()
@@ -474,7 +474,7 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
                   content_sha256=content_sha256(data))
 
 
-def _group(s: Section, cdc: CdcConfig | None, postgres: PostgresTarget | None, domain: Domain) -> GroupConfig:
+def _group(s: Section, cdc: CdcConfig | None, postgres: PostgresTarget | None) -> GroupConfig:
     name = s.str("name", None, required=True)
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", name):
         raise ConfigError(f"{s.key('name')}: {name!r} names Kafka topics: letters, digits, '.', '_', '-'")
@@ -491,9 +491,6 @@ def _group(s: Section, cdc: CdcConfig | None, postgres: PostgresTarget | None, d
     if postgres is None:
         raise ConfigError(f"{s.key('name')}: the instances of a group share one store; give [store] url = "
                           f"\"postgresql://...\"")
-    if domain.callbacks is not None:
-        raise ConfigError(f"{s.key('name')}: domain.callbacks (a callback log) is judged through the payment of "
-                          f"its trade_no, which may sit on another shard; a shop with one runs one instance")
     return cfg
 
 

@@ -19,10 +19,12 @@ from devservices.samples import Shop, order, payment, shipment
 from oncewatch.checks.engine import Engine, StateMismatchError
 from oncewatch.checks.findings import to_dict
 from oncewatch.checks.shards import Router, Shard, ShardingError, merge_stats, shard_of
-from oncewatch.core.domain import Callbacks
+from oncewatch.checks.settings import Settings
+from oncewatch.core.config import parse
 from oncewatch.core.exact_json import from_json, to_json
 from oncewatch.core.records import CdcDelivery, Replay, SchemaChange, Transaction
 from tests.unit.test_engine_properties import FAULTS, SETTINGS, Plan, build, clocks, runs, straight
+from tests.unit import test_other_shapes as shapes
 
 
 def run(binlog, partitions, end, order_of_streams, count: int | None, ticks=frozenset(), restarts=frozenset()):
@@ -183,16 +185,62 @@ def test_ddl_goes_to_every_shard_and_the_cdc_delivery_to_the_leader_alone():
     assert sorted(parts) == [0, 1, 2] and all(p.schema_changes == (ddl,) for p in parts.values())
 
 
-def test_a_callback_log_or_cdc_check_mode_is_refused_naming_its_key():
-    with_log = dataclasses.replace(SETTINGS, domain=dataclasses.replace(
-        SETTINGS.domain, callbacks=Callbacks(table="shop.callback_log", trade_no_column="trade_no",
-                                             status_column="status", status_whitelist=("ok",), amount_column=None,
-                                             success_statuses=("ok",))))
-    with pytest.raises(ShardingError, match="domain.callbacks"):
-        Router(with_log, 2)
+def test_cdc_check_mode_is_refused_naming_its_key():
     with pytest.raises(ShardingError, match="cdc.mode"):
         Engine(dataclasses.replace(SETTINGS, cdc_check=True), Shard(1, 2))
-    Engine(with_log)  # one engine judges it
+
+
+def mall_orders(shop: shapes.Mall, orders: int) -> list[Transaction]:
+    """Orders of every kind of callback: a bad status that moves the order (F6), a success of another amount
+    (F5), a clean one, one whose callback comes before its payment (F5 when the payment comes), one with two
+    callbacks, and one whose callback, order and payment share a transaction; their shards and schemas spread."""
+    txs = []
+    for i in range(orders):
+        schema, no, trade = f"mall_{i % 2}", f"O{i}", f"T{i}"
+        orders_table, payments_table = f"{schema}.pay_order_{i % 4}", f"{schema}.pay_payment_{i % 4}"
+        kind, at = i % 6, float(i * 10)
+        status, amount = {0: ("SUCCESS", "19.99"), 1: ("TRADE_SUCCESS", "18.99")}.get(kind, ("TRADE_SUCCESS", "19.99"))
+        created = shop.tx(at + 1, shapes.order(orders_table, no, "WAIT_PAY"))
+        if kind == 3:  # the callback first, its payment later
+            txs += [created, shop.tx(at + 2, shapes.callback(schema, i, trade, "TRADE_SUCCESS", "5.00")),
+                    shop.tx(at + 3, shapes.payment(payments_table, trade, no, "WAIT"))]
+            continue
+        waiting = shop.tx(at + 2, shapes.payment(payments_table, trade, no, "WAIT"))
+        paid = (shapes.payment(payments_table, trade, no, "SUCCESS", 1999, was="WAIT"),
+                shapes.order(orders_table, no, "PAID", was="WAIT_PAY"))
+        if kind == 4:
+            txs += [created, waiting, shop.tx(at + 3, shapes.callback(schema, 1000 + i, trade, "WAIT_BUYER_PAY"),
+                                              shapes.callback(schema, i, trade, "SUCCESS", "1.00"), *paid)]
+        elif kind == 5:
+            txs += [shop.tx(at + 3, shapes.order(orders_table, no, "WAIT_PAY"),
+                            shapes.payment(payments_table, trade, no, "WAIT"),
+                            shapes.callback(schema, i, trade, "SUCCESS", "19.99"))]
+        else:
+            txs += [created, waiting, shop.tx(at + 3, shapes.callback(schema, i, trade, status, amount), *paid)]
+    return txs
+
+
+@pytest.mark.parametrize("count", [2, 3, 5])
+def test_shards_judge_a_callback_log_as_one_engine_does(count):
+    """Issue 44: a group refused [domain.callbacks] ('a callback log is judged through the payment of its
+    trade_no, which may sit on another shard'). Each callback row now goes to the shard of its payment's order
+    with its transaction, or to every shard when its payment was not read yet, and the shards' F5 and F6 are one
+    engine's, field by field, each from one shard."""
+    settings = Settings.from_config(parse(shapes.mall()))
+    one, shards = Engine(settings), [Engine(settings, Shard(i, count)) for i in range(count)]
+    router, shop = Router(settings, count), shapes.Mall(parse(shapes.mall()))
+    expected, found = {}, {}
+    for tx in mall_orders(shop, 36):
+        one.on_transaction(tx)
+        for s, part in router.split(tx).parts.items():
+            shards[s].on_transaction(part)
+            for f in shards[s].drain():
+                assert f.id not in found, f"{f.id} ({f.rule}) came from two shards"
+                found[f.id] = to_dict(f)
+    expected = {f.id: to_dict(f) for f in one.drain()}
+    assert found == expected
+    assert sorted({f["rule"] for f in found.values()}) == ["F5", "F6"]
+    assert len([f for f in found.values() if f["rule"] == "F5"]) == 12  # kinds 1 and 3, 6 orders each
 
 
 def test_f6_is_judged_by_the_orders_shard_alone_whatever_rows_another_shard_was_sent():
