@@ -208,6 +208,7 @@ class RoutersHealth:
     written: int = 0
     change_transactions: int = 0
     records: int = 0  # the internal-topic records that carried the messages written (batches)
+    stale_positions: int = 0  # change source positions refused: another router had stored it further
 
 
 @dataclass(frozen=True)
@@ -351,7 +352,8 @@ class JudgesStatus:
 @dataclass(frozen=True)
 class RoutersStatus:
     """A member's routers: the sources it reads (event partitions, the lease), what it wrote to the internal
-    topic (messages, and the records that carried them)."""
+    topic (messages, and the records that carried them), and the change source's positions it was refused
+    storing (another router had stored it further: this one had lost the lease)."""
 
     running: bool
     partitions: tuple[str, ...]
@@ -360,6 +362,7 @@ class RoutersStatus:
     records: int
     change_transactions: int
     rejoins: int
+    stale_positions: int = 0
 
 
 @dataclass(frozen=True)

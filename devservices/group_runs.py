@@ -177,3 +177,12 @@ def difference(one: dict[str, tuple], other: dict[str, tuple]) -> dict[str, list
     return {"only in the second": [other[i] for i in sorted(other.keys() - one.keys())][:5],
             "only in the first": [one[i] for i in sorted(one.keys() - other.keys())][:5],
             "differ": [(one[i], other[i]) for i in sorted(one.keys() & other.keys()) if one[i] != other[i]][:5]}
+
+
+def source_position_of(config: Path, source: str) -> Any:
+    """Where the group's router of `source` stored it handed on up to (None: never)."""
+    store = store_of(config)
+    try:
+        return source_position(store, source)
+    finally:
+        store.close()

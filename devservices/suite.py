@@ -29,7 +29,7 @@ INTEGRATION = "tests/integration"
 # about as long (some 12 to 13 minutes each on two cores, with the unit tests beside them).
 RESTARTING = ("test_under_fire.py", "test_broker_kill.py", "test_monitor_kill.py", "test_kafka_restart.py",
               "test_binlog_collector.py", "test_cdc_clock.py", "test_cdc_replay.py", "test_cdc_snapshot_kill.py",
-              "test_cdc_rebalance.py")
+              "test_cdc_rebalance.py", "test_group_fencing.py")
 CHAOS = ("test_chaos.py", "test_group.py", "test_group_start.py", "test_kafka_security.py", "test_mysql_tls.py",
          "test_postgres_tls.py", "test_report_money.py", "test_scoring.py", "test_cdc_pipeline.py",
          "test_live_clock.py")

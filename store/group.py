@@ -80,3 +80,16 @@ def source_position(store: Store, source: str) -> Any:
 
 def save_source_position(tx: Batch, source: str, position: Any) -> None:
     tx.set_checkpoint(SOURCE.format(source), position)
+
+
+def advance_source_position(tx: Batch, source: str, position: dict[str, Any]) -> bool:
+    """A change source's `position` ({"positions": {partition: offset}, ...}) stored unless one of the stored
+    offsets is past it: a router paused past its session, whose successor read further meanwhile, never moves the
+    source back (it would make the next reader read again what was handed on). True when stored."""
+    row = tx.conn.execute("SELECT value FROM checkpoints WHERE name = ?", (SOURCE.format(source),)).fetchone()
+    held = {} if row is None else (from_json(row[0]).get("positions") or {})
+    ours = position["positions"]
+    if any(offset > ours.get(partition, -1) for partition, offset in held.items()):
+        return False
+    tx.set_checkpoint(SOURCE.format(source), position)
+    return True

@@ -16,6 +16,8 @@ from oncewatch.core.protocol import GroupMemberStatus, JudgesStatus, RoutersStat
 from oncewatch.monitor.group.part import GroupPart
 from oncewatch.monitor.group.run import GroupMember, health_row
 from oncewatch.monitor.health import Outages
+from oncewatch.store import Store
+from oncewatch.store.group import advance_source_position
 from tests.unit.test_config_core import GROUP_BASE
 
 
@@ -82,3 +84,22 @@ def test_a_part_that_cannot_open_raises_to_its_starter_and_closes_what_it_had_op
     with pytest.raises(ConnectionRefusedError, match="the store is away"):
         part.start()
     assert part.closed.is_set() and not part.running
+
+
+def test_a_change_source_position_behind_the_stored_one_is_refused(tmp_path):
+    """A router paused past its session resumes behind the one that took the change source over (seen in
+    tests/integration/test_group_fencing.py on main: it stored '__debezium-heartbeat.cdc/0' at 1976 after its
+    successor's 1977): its position is not stored."""
+    store = Store(str(tmp_path / "store.db"))
+    try:
+        def stores(offsets: dict[str, int]) -> bool:
+            with store.batch() as tx:
+                return advance_source_position(tx, "cdc", {"positions": offsets, "gtid": "0-1-9"})
+
+        assert stores({"t/0": 10, "hb/0": 5})
+        assert stores({"t/0": 12, "hb/0": 5})  # forward, or level
+        assert not stores({"t/0": 11, "hb/0": 9})  # one partition behind: a zombie's
+        assert not stores({"hb/0": 9})  # a partition it never read
+        assert store.checkpoint("group/source/cdc")["positions"] == {"t/0": 12, "hb/0": 5}
+    finally:
+        store.close()

@@ -19,7 +19,8 @@ joins or leaves does not make every judge let go of its shards and load them aga
 consumer is a static member (KIP-345, `group_instance_id` from the member's name): an instance started again
 under the same name within the session timeout gets its own partitions back with no rebalance at all. Since
 kafka-python calls the listener only for partitions added or revoked, a join that ends with nothing added is
-heard from the assignor (`Rebalance.assigned` on every assignment synced). A static member sends no LeaveGroup
+heard from the assignor: a join beginning (`Rebalance.revoked`, when the join request's metadata is made) and
+every assignment synced (`Rebalance.assigned`). A static member sends no LeaveGroup
 when it closes: an instance stopped for good (SIGTERM) removes its members itself (`leave`), so that its shards
 and sources are handed on at once, not a session timeout later.
 """
@@ -55,6 +56,12 @@ def _cooperative(rebalance: Rebalance) -> Any:
     from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
 
     class Synced(CooperativeStickyAssignor):  # type: ignore[misc]
+        def metadata(self, topics: Any) -> Any:
+            # a join begins (its request carries this): polls are long until it is assigned, since a member that
+            # loses nothing hears no revocation, and a join cut off by a short poll's end may never complete
+            rebalance.revoked()
+            return super().metadata(topics)
+
         def on_assignment(self, assignment: Any, generation: int) -> None:
             super().on_assignment(assignment, generation)
             rebalance.assigned()

@@ -37,7 +37,7 @@ from oncewatch.monitor.group.part import Failed, GroupPart
 from oncewatch.monitor.group.wire import (CDC_SOURCE, LEASE, RECORDS, ROUTERS, Batch, Event, Mark, Message, Part,
                                           encode, group_name)
 from oncewatch.store import Store, StoreUnavailableError
-from oncewatch.store.group import save_source_position, source_position
+from oncewatch.store.group import advance_source_position, save_source_position, source_position
 
 log = logging.getLogger("oncewatch.monitor.group.routing")
 
@@ -160,6 +160,7 @@ class ChangeRouter(GroupPart):
         self.unended_seconds = cfg.cdc.unended_transaction_seconds
         self.handed = 0
         self.stored: Transaction | None = None  # the last transaction whose position is in the store
+        self.stale = 0  # positions refused: another router had stored the source further
 
     def _open(self) -> None:
         assert self.cfg.kafka is not None and self.cfg.cdc is not None
@@ -205,8 +206,14 @@ class ChangeRouter(GroupPart):
         if last is not None and last.cdc is not None and last is not self.stored:
             assert self.store is not None
             with self.store.batch() as tx:
-                save_source_position(tx, CDC_SOURCE, {"positions": last.cdc.offsets, "gtid": last.position.gtid})
+                moved = advance_source_position(tx, CDC_SOURCE, {"positions": last.cdc.offsets,
+                                                                 "gtid": last.position.gtid})
             self.stored = last
+            if not moved:
+                self.stale += 1
+                log.warning("another router stored the change source further than this one read it; its position "
+                            "is not stored (this router lost the lease and is let go)", extra={
+                                "event": "change_source_position_refused", "refused": self.stale})
 
 
 class EventRouter:
@@ -290,6 +297,7 @@ class Routers(GroupPart):
         self.events: EventRouter | None = None
         self.change: ChangeRouter | None = None
         self.change_error: BaseException | None = None  # what ended the change source's reader, raised by _route
+        self.stale_positions = 0  # of the change routers let go: positions refused
         self.membership: Any = None  # the routers' group member (run)
         self.store_lost: StoreUnavailableError | None = None  # met inside a rebalance (_rebuild)
         self.rebalance = Rebalance(ROUTERS, member)
@@ -331,6 +339,7 @@ class Routers(GroupPart):
     def _stop_change(self) -> None:
         assert self.change is not None
         self.change.stop()
+        self.stale_positions += self.change.stale
         self.change = None
         log.info("the change source is let go", extra={"event": "change_source_released", "member": self.member})
 
@@ -338,7 +347,8 @@ class Routers(GroupPart):
         change = self.change
         written, records = self.output.status()
         return RoutersStatus(self.running, tuple(sorted(self.assignment)), change is not None, written, records,
-                             change.handed if change is not None else 0, self.rebalance.rejoins)
+                             change.handed if change is not None else 0, self.rebalance.rejoins,
+                             self.stale_positions + (change.stale if change is not None else 0))
 
     def _open(self) -> None:
         self.store = Store(self.cfg.store.target)

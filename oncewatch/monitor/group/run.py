@@ -138,7 +138,8 @@ def health_row(status: GroupMemberStatus) -> GroupMemberHealth:
         at=status.at, member=status.member,
         shards={str(s.shard): ShardHealth(s.records, s.repeated, s.offset, s.binlog_time, s.kafka_time)
                 for s in j.shards},
-        routers=RoutersHealth(r.partitions, r.change_source, r.written, r.change_transactions, r.records),
+        routers=RoutersHealth(r.partitions, r.change_source, r.written, r.change_transactions, r.records,
+                              r.stale_positions),
         fenced=j.fenced, applied=j.applied, rejoins=j.rejoins + r.rejoins, store_outages=status.store_outages,
         store_outage_seconds=status.store_outage_seconds, kafka_outages=status.kafka_outages,
         kafka_outage_seconds=status.kafka_outage_seconds, purged=j.purged, purge_failures=j.purge_failures)
