@@ -434,6 +434,13 @@ def _members(members: dict[str, GroupMemberHealth]) -> Iterator[Metric]:
                      "started, and waited for it.", ("member",))
     kafka_away = _counter("group_member_kafka_outage_seconds", "Seconds this member's process waited for the Kafka "
                           "broker as it started, in all.", ("member",))
+    purged = _counter("group_member_purged_records", "Records of the group's internal topic this member deleted as the "
+                      "owner of shard 0, once every shard had committed past them.", ("member",))
+    purge_failures = _counter("group_member_purge_failures", "Purges of the internal topic the broker refused (tried "
+                              "again at the next).", ("member",))
+    stale = _counter("group_member_stale_positions", "Change source positions this member's router was refused "
+                     "storing: another router had stored the source further (this one had lost the lease).",
+                     ("member",))
     for name, v in sorted(members.items()):
         seen.add_metric([name], v.at)
         owned.add_metric([name], len(v.shards))
@@ -447,7 +454,11 @@ def _members(members: dict[str, GroupMemberHealth]) -> Iterator[Metric]:
         away.add_metric([name], v.store_outage_seconds)
         kafka.add_metric([name], v.kafka_outages)
         kafka_away.add_metric([name], v.kafka_outage_seconds)
-    yield from (seen, owned, change, partitions, applied, written, fenced, rejoins, outages, away, kafka, kafka_away)
+        purged.add_metric([name], v.purged)
+        purge_failures.add_metric([name], v.purge_failures)
+        stale.add_metric([name], v.routers.stale_positions)
+    yield from (seen, owned, change, partitions, applied, written, fenced, rejoins, outages, away, kafka, kafka_away,
+                purged, purge_failures, stale)
 
 
 def _shards(shards: dict[int, dict[str, Any]]) -> Iterator[Metric]:
