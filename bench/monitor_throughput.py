@@ -8,8 +8,10 @@ after their rows. The monitor has taken its first checkpoint on the empty tables
 tails all of it from the binlog and the topic, as after a night's downtime. Timed from the
 process's start to the moment its store's checkpoints reach the end of both streams; its RSS is
 sampled every half second (peak, and the peak of each third of the run: flat means flat), and its
-CPU time (all threads) is read when it has caught up: records per CPU-second next to records/s tells
-a monitor held up by one core (the GIL) from one left waiting. The
+CPU time (all threads, and each named thread: the main thread, `judge`, runs the engine and the store's
+writes) is read when it has caught up: records per CPU-second next to records/s tells a monitor held up
+by one core (the GIL) from one left waiting, and the judge's share is the issue 44 target (>= 25,000
+records per CPU-second of the judge). The load average is printed: the machine may be shared. The
 workload is clean, so the run must end with no finding. Target (issue 16): >= 30,000 records/s on
 this 2-core machine, RSS flat. Usage:
 
@@ -44,6 +46,7 @@ from devservices.shop_monitor import (ROOT, SCHEMA, new_topic, run_until_idle, s
                                       shop_settings)
 from oncewatch.core.config import PostgresTarget  # noqa: E402
 from oncewatch.core.names import BINLOG_CHECKPOINT, KAFKA_CHECKPOINT  # noqa: E402
+from oncewatch.monitor.threadnames import JUDGE  # noqa: E402
 from oncewatch.shop.schema import binlog_position, connect, prepare_tables, prepare_topic  # noqa: E402
 from oncewatch.store import Store  # noqa: E402
 
@@ -117,10 +120,23 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process `pid` so far (its threads included)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+def cpu_seconds(stat: Path) -> float:
+    """User + system CPU time so far from a /proc stat file (a process's: its threads included)."""
+    fields = stat.read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds per thread name of the live threads of `pid` (the monitor names them:
+    oncewatch.monitor.threadnames; threads of one name are summed)."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            out[name] = out.get(name, 0.0) + cpu_seconds(task / "stat")
+        except OSError:  # the thread ended meanwhile
+            continue
+    return out
 
 
 def one_run(orders: int, batch: int, on_postgres: bool, scattered: bool) -> dict[str, float]:
@@ -153,10 +169,13 @@ def measured(orders: int, batch: int, postgres_store: PostgresTarget | None, sca
                                 stderr=subprocess.PIPE, text=True)
         samples: list[float] = []
         done_at = cpu = None
+        threads: dict[str, float] = {}
+        load = os.getloadavg()[0]
         while proc.poll() is None:
             samples.append(rss_mib(proc.pid))
             if done_at is None and caught_up(store_path, gtid, events):
-                done_at, cpu = time.perf_counter(), cpu_seconds(proc.pid)
+                done_at, cpu = time.perf_counter(), cpu_seconds(Path(f"/proc/{proc.pid}/stat"))
+                threads, load = thread_cpu(proc.pid), max(load, os.getloadavg()[0])
             time.sleep(0.5)
         if proc.returncode != 0:
             raise SystemExit(f"oncewatch run exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
@@ -171,6 +190,7 @@ def measured(orders: int, batch: int, postgres_store: PostgresTarget | None, sca
     thirds = [max(samples[k * len(samples) // 3:(k + 1) * len(samples) // 3] or [0.0]) for k in range(3)]
     records = orders * ROWS_PER_ORDER + events
     return {"records": records, "seconds": seconds, "rate": records / seconds, "cpu": cpu, "peak": max(samples),
+            "judge": threads.get(JUDGE, 0.0), "threads": threads, "load": load,
             **{f"third{k + 1}": v for k, v in enumerate(thirds)}}
 
 
@@ -194,11 +214,17 @@ def main() -> None:
               f"the monitor's CPU {r['cpu']:.1f} s ({r['records'] / r['cpu']:,.0f} records per CPU-second); "
               f"RSS peak {r['peak']:.0f} MiB (peak per third: {r['third1']:.0f} / {r['third2']:.0f} / "
               f"{r['third3']:.0f} MiB)", flush=True)
+        ended = r["cpu"] - sum(r["threads"].values())  # threads that ended before the monitor caught up
+        print(f"  CPU per thread: {', '.join(f'{n} {c:.1f} s' for n, c in sorted(r['threads'].items()))}, "
+              f"ended threads {ended:.1f} s; the judge {r['records'] / r['judge']:,.0f} records per CPU-second "
+              f"(target >= 25,000); load average {r['load']:.1f} on {os.cpu_count()} CPUs", flush=True)
     rate = statistics.median(r["rate"] for r in results)
     per_cpu = statistics.median(r["records"] / r["cpu"] for r in results)
+    judge = statistics.median(r["records"] / r["judge"] for r in results)
     peak = statistics.median(r["peak"] for r in results)
     print(f"median over {args.runs} runs: {rate:,.0f} records/s end to end (target >= 30,000), "
-          f"{per_cpu:,.0f} per CPU-second of the monitor, RSS peak {peak:.0f} MiB")
+          f"{per_cpu:,.0f} per CPU-second of the monitor, {judge:,.0f} per CPU-second of the judge "
+          f"(target >= 25,000), RSS peak {peak:.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from oncewatch.monitor.health import Health, Outages
 from oncewatch.monitor.inbox import Inbox
 from oncewatch.monitor.preflight import preflight_kafka, preflight_mysql
 from oncewatch.monitor.readers import Reader, running_part
+from oncewatch.monitor.threadnames import name_os_threads
 from oncewatch.monitor.writer import Writer
 from oncewatch.store import Store, open_monitor
 
@@ -248,6 +249,7 @@ class Monitor:
                         self.progress.last_change_at = now
                 if now - last_health >= HEALTH_SECONDS or failures:
                     self.health.write(with_series=now - last_series >= SERIES_SECONDS)
+                    name_os_threads()
                     last_series = now if now - last_series >= SERIES_SECONDS else last_series
                     last_health = now
                 # Looked at on every tick of the clock, not once a HEALTH_SECONDS: an audit ends as soon as it is
