@@ -139,6 +139,9 @@ class PostgresTarget:
         return self.url
 
 
+MAX_CHECKPOINT_SECONDS = 60.0
+
+
 @dataclass(frozen=True)
 class StoreConfig:
     path: str
@@ -147,6 +150,9 @@ class StoreConfig:
     # Raw row changes, events and chart points older than this are pruned (store.retention); 0 keeps them all.
     retention_hours: float = 168.0
     postgres: PostgresTarget | None = None  # `url = "postgresql://..."`: the shared store instead of `path`
+    # Seconds between two saves of the engine's state with the read positions and the raw records read since
+    # (oncewatch.monitor.writer); a kill -9 replays at most this much. A new or changed finding saves at once.
+    checkpoint_seconds: float = 1.0
 
     @property
     def target(self) -> str | PostgresTarget:
@@ -455,6 +461,10 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     store_path = store_s.str("path", "oncewatch.db")
     memory_entries = store_s.int("memory_entries", StoreConfig.memory_entries, minimum=1000)
     retention_hours = store_s.float("retention_hours", StoreConfig.retention_hours)
+    checkpoint_seconds = store_s.float("checkpoint_seconds", StoreConfig.checkpoint_seconds)
+    if checkpoint_seconds > MAX_CHECKPOINT_SECONDS:
+        raise ConfigError(f"store.checkpoint_seconds: at most {MAX_CHECKPOINT_SECONDS:g} (what a kill -9 replays, and "
+                          f"the records held in memory until then), got {checkpoint_seconds:g}")
     store_s.done()
     if store_path != ":memory:" and not Path(store_path).is_absolute():
         store_path = str((base / store_path).resolve())
@@ -468,7 +478,8 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     attest = _attest(root.section("attest"), base) if "attest" in data else None
     root.done()
     return Config(source=source, mysql=mysql, kafka=kafka,
-                  store=StoreConfig(store_path, memory_entries, retention_hours, postgres), metrics=metrics,
+                  store=StoreConfig(store_path, memory_entries, retention_hours, postgres, checkpoint_seconds),
+                  metrics=metrics,
                   domain=domain,
                   announce=announce, rules=rules, export=export, cdc=cdc, group=group, slo=slo, attest=attest,
                   content_sha256=content_sha256(data))

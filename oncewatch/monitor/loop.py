@@ -258,6 +258,7 @@ class Monitor:
                     self.health.refresh()
                     if self._idle_for(until_idle, time.time()):
                         break
+            self.writer.checkpoint()  # a clean stop leaves nothing to replay; after a crash, the last one is replayed
         finally:
             self.stop()
             for reader in self.readers.values():

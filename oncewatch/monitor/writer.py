@@ -1,15 +1,24 @@
-"""The store's only writer: feeds what the readers read to the engine and commits it all together.
+"""The store's only writer: feeds what the readers read to the engine and saves it with its checkpoints.
 
-Each `apply(items)` is one store transaction holding the records, the entity index, the engine's
-state delta, the findings and trade verdicts it drained and *both* checkpoints (DESIGN §7), so a kill -9 at any
-instant resumes with nothing lost and nothing doubled. `Progress` is what has been committed:
-the positions a restarted reader resumes from, and the clocks of the absence rules.
+The engine judges every batch as it comes (`apply`); the store keeps up on a cadence. A checkpoint is
+one store transaction holding the raw records read since the last one, their entity index, the
+engine's state delta, the findings and trade verdicts it drained and the read positions (DESIGN §7),
+so a kill -9 at any instant resumes from the last checkpoint with nothing lost and nothing doubled:
+what was read since is read and judged again, the findings are the same by id and verdicts only move
+forward. A checkpoint is taken every `[store] checkpoint_seconds` (0: every batch), at once when a batch
+drains a new or changed finding (a finding is never shown before the records and the state behind it
+are saved, nor held back by the cadence), when CHECKPOINT_RECORDS records wait for it, and at a clean
+stop (`checkpoint`). Between checkpoints a batch writes only what the engine's spilled state reads and
+drops (engine_state.ColdEntries), inside a store transaction of its own. Saving the state once a second
+rather than every batch writes an entry changed several times in that second once, and one put and gone
+within it never (issue 44). `Progress` is what has been applied: the positions a restarted reader
+resumes from, and the clocks of the absence rules.
 
-A first start's bootstrap comes through `apply` too, chunk by chunk, while Kafka is read and
-health written: a bootstrap of millions of rows is not one store transaction held for minutes
-with nothing else moving. Until its last chunk the store says a bootstrap is under way
-(`BOOTSTRAP`); a start that finds it so empties the store, which held nothing else, and
-bootstraps again (a consistent snapshot cannot be resumed).
+A first start's bootstrap comes through `apply` too, chunk by chunk, each with a checkpoint, while Kafka
+is read and health written: a bootstrap of millions of rows is not one store transaction held for
+minutes with nothing else moving. Until its last chunk the store says a bootstrap is under way
+(`BOOTSTRAP`); a start that finds it so empties the store, which held nothing else, and bootstraps
+again (a consistent snapshot cannot be resumed).
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from oncewatch.checks.clocks import BinlogEnd, binlog_watermark, heartbeat_watermark, kafka_watermark
 from oncewatch.checks.engine import Engine
@@ -27,12 +37,16 @@ from oncewatch.core.config import Config
 from oncewatch.core.gtids import gtid_set
 from oncewatch.core.names import (BINLOG_CHECKPOINT, BOOTSTRAP, CDC_CHECKPOINT, CDC_GTID_CHECKPOINT, ENGINE_STATS,
                                   KAFKA_CHECKPOINT, partition_key)
-from oncewatch.core.records import (BinlogPosition, CdcCopy, Heartbeat, Heartbeats, OffsetsSnapshot, PartitionStatus,
-                                    RowChange, Transaction)
+from oncewatch.core.records import (BinlogPosition, CdcCopy, EmittedEvent, Finding, Heartbeat, Heartbeats,
+                                    OffsetsSnapshot, PartitionStatus, QuarantinedRecord, QuarantinedRows, RowChange,
+                                    TradeVerdict, Transaction)
 from oncewatch.monitor.entities import EntityIndex
 from oncewatch.store import Batch, Store, engine_state, retention, reviews, verdicts
 
 log = logging.getLogger("oncewatch.monitor.writer")
+
+# Raw records held for the next checkpoint at most: a checkpoint comes sooner when this many wait (memory).
+CHECKPOINT_RECORDS = 50_000
 
 Applied = Transaction | CdcCopy | Heartbeats | EventBatch | OffsetsSnapshot
 
@@ -57,6 +71,19 @@ class Progress:
     heartbeat: Heartbeat | None = None  # CDC source mode: the connector's last heartbeat applied
 
 
+@dataclass
+class Unsaved:
+    """What the engine has applied since the last checkpoint and the store is still to save with it."""
+
+    rows: list[RowChange] = field(default_factory=list)
+    events: list[EmittedEvent] = field(default_factory=list)
+    binlog_quarantined: list[QuarantinedRows] = field(default_factory=list)
+    quarantined: list[QuarantinedRecord] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    verdicts: list[TradeVerdict] = field(default_factory=list)
+    checkpoints: dict[str, Any] = field(default_factory=dict)  # checkpoint name -> the position read to
+
+
 class Writer:
     def __init__(self, cfg: Config, store: Store, engine: Engine, index: EntityIndex):
         self.cfg = cfg
@@ -65,6 +92,8 @@ class Writer:
         self.engine = engine
         self.index = index
         self.progress = Progress()
+        self.unsaved = Unsaved()
+        self.saved_at = time.monotonic()
         engine.memory.spill_to(engine_state.ColdEntries(store), cfg.store.memory_entries)
 
     # -------------------------------------------------------------- start-up
@@ -101,7 +130,7 @@ class Writer:
                 self._write_rows(tx, snapshot.rows)
                 self.engine.on_transaction(snapshot)
                 count += len(snapshot.rows)
-                self._write_engine(tx)
+                self._write_engine(tx, self.engine.drain(), self.engine.drain_verdicts())
             position = snapshot.position
             tx.set_checkpoint(BINLOG_CHECKPOINT, position.to_dict())
         log.info("bootstrap done", extra={"event": "bootstrap_done", "gtid": position.gtid, "rows": count})
@@ -110,25 +139,25 @@ class Writer:
     # -------------------------------------------------------------- batches
 
     def apply(self, items: Iterable[Applied], kafka_partitions: Callable[[], Sequence[PartitionStatus]] | None) -> None:
-        """One store transaction: `items` in order, a tick of the engine's timer, the checkpoints.
+        """`items` in order through the engine and a tick of its timer, in one store transaction (the engine's
+        spilled state is read and dropped inside it), ending with a checkpoint when one is due (see above).
         `kafka_partitions` gives the events collector's partitions (None without Kafka)."""
-        p = self.progress
-        binlog_at: BinlogPosition | None = None
-        kafka_at: dict[str, int] | None = None
-        cdc_at: dict[str, int] | None = None
-        cdc_gtid: str | None = None
+        p, u = self.progress, self.unsaved
+        due = False
         with self.store.batch() as tx:
             for item in items:
                 if isinstance(item, Transaction):
                     self.engine.on_transaction(item)
                     if item.rows:
-                        self._write_rows(tx, item.rows)
+                        u.rows.extend(item.rows)
                         p.last_change_at = time.time()
-                    tx.add_binlog_quarantined(item.quarantined)
+                    u.binlog_quarantined.extend(item.quarantined)
                     p.binlog_time = max(p.binlog_time, item.commit_time)
                     if item.cdc is not None:
-                        cdc_at = p.cdc = item.cdc.offsets
-                    if item.snapshot:
+                        p.cdc = item.cdc.offsets
+                        u.checkpoints[CDC_CHECKPOINT] = p.cdc
+                    if item.snapshot:  # a bootstrap's chunk is saved with the state it made, as it comes
+                        due = True
                         p.bootstrapped_rows += len(item.rows)
                         tx.set_state(BOOTSTRAP, {"gtid": item.position.gtid, "rows": p.bootstrapped_rows})
                         if not item.complete:
@@ -136,41 +165,45 @@ class Writer:
                         tx.clear_state(BOOTSTRAP)
                         log.info("bootstrap done", extra={"event": "bootstrap_done", "gtid": item.position.gtid,
                                                           "rows": p.bootstrapped_rows})
-                    binlog_at = p.binlog = item.position
+                    p.binlog = item.position
+                    u.checkpoints[BINLOG_CHECKPOINT] = p.binlog.to_dict()
                 elif isinstance(item, Heartbeats):
                     vouched, p.heartbeat = heartbeat_watermark(item.beats, p.heartbeat, self.unended_seconds)
                     p.binlog_time = max(p.binlog_time, vouched or 0.0)
                 elif isinstance(item, CdcCopy):
                     self.engine.on_cdc_copy(item.tx)
-                    tx.add_binlog_quarantined(item.tx.quarantined)
+                    u.binlog_quarantined.extend(item.tx.quarantined)
                     if item.tx.cdc is not None:
-                        cdc_at = p.cdc = item.tx.cdc.offsets
-                    cdc_gtid = p.cdc_gtid = item.tx.position.gtid
+                        p.cdc = item.tx.cdc.offsets
+                        u.checkpoints[CDC_CHECKPOINT] = p.cdc
+                    p.cdc_gtid = item.tx.position.gtid
+                    u.checkpoints[CDC_GTID_CHECKPOINT] = {"gtid": p.cdc_gtid}
                 elif isinstance(item, EventBatch):
                     self.engine.on_events(item.events)
-                    tx.add_events(item.events, [(i, k) for i, e in enumerate(item.events)
-                                                for k in self.index.of_event(e)])
-                    tx.add_quarantined(item.quarantined)
+                    u.events.extend(item.events)
+                    u.quarantined.extend(item.quarantined)
                     for e in item.events:
                         key = partition_key(e.topic, e.partition)
                         p.newest_event_ms[key] = max(p.newest_event_ms.get(key, 0), e.timestamp_ms)
                     if item.events or item.quarantined:
                         p.last_change_at = time.time()
-                    kafka_at = p.kafka = item.positions
+                    p.kafka = item.positions
+                    u.checkpoints[KAFKA_CHECKPOINT] = p.kafka
                 else:
                     self.engine.on_offsets(item)
                     p.offsets = item
             self._tick(kafka_partitions)
-            reviews.expire(tx, time.time())
-            if binlog_at is not None:
-                tx.set_checkpoint(BINLOG_CHECKPOINT, binlog_at.to_dict())
-            if kafka_at is not None:
-                tx.set_checkpoint(KAFKA_CHECKPOINT, kafka_at)
-            if cdc_at is not None:
-                tx.set_checkpoint(CDC_CHECKPOINT, cdc_at)
-            if cdc_gtid is not None:
-                tx.set_checkpoint(CDC_GTID_CHECKPOINT, {"gtid": cdc_gtid})
-            self._write_engine(tx)
+            u.findings.extend(self.engine.drain())
+            # drained every batch all the same: undrained, they would ride in every state delta
+            u.verdicts.extend(self.engine.drain_verdicts())
+            if (due or u.findings or len(u.rows) + len(u.events) >= CHECKPOINT_RECORDS
+                    or time.monotonic() - self.saved_at >= self.cfg.store.checkpoint_seconds):
+                self._checkpoint(tx)
+
+    def checkpoint(self) -> None:
+        """What was applied since the last checkpoint saved now (a monitor that stops cleanly)."""
+        with self.store.batch() as tx:
+            self._checkpoint(tx)
 
     def prune(self, now: float) -> bool:
         """One slice of retention (store.retention); True while older records remain to be pruned."""
@@ -207,13 +240,29 @@ class Writer:
     def _write_rows(self, tx: Batch, rows: Sequence[RowChange]) -> None:
         tx.add_row_changes(rows, [(i, k) for i, r in enumerate(rows) for k in self.index.of_row(r)])
 
-    def _write_engine(self, tx: Batch) -> None:
-        changed = self.engine.drain()
+    def _checkpoint(self, tx: Batch) -> None:
+        """Everything applied since the last checkpoint, in `tx`: the raw records, the findings and verdicts,
+        the engine's state and the positions it has read to."""
+        u, self.unsaved = self.unsaved, Unsaved()
+        if u.rows:
+            self._write_rows(tx, u.rows)
+        tx.add_binlog_quarantined(u.binlog_quarantined)
+        if u.events:
+            tx.add_events(u.events, [(i, k) for i, e in enumerate(u.events) for k in self.index.of_event(e)])
+        tx.add_quarantined(u.quarantined)
+        reviews.expire(tx, time.time())
+        for name, value in u.checkpoints.items():
+            tx.set_checkpoint(name, value)
+        self._write_engine(tx, u.findings, u.verdicts)
+        self.saved_at = time.monotonic()
+
+    def _write_engine(self, tx: Batch, changed: list[Finding], reached: list[TradeVerdict]) -> None:
+        """The findings and verdicts the engine drained, and its state, in `tx`."""
         # --until-idle waits for findings to settle too: a new finding or a changed status counts,
         # a standing one refreshed by the next offsets reading (F11, F12) does not.
         if changed and tx.status_changes(changed):
             self.progress.last_change_at = time.time()
         tx.upsert_findings(changed)
-        verdicts.save(tx, self.engine.drain_verdicts(), self.cfg.slo.within_seconds)
+        verdicts.save(tx, reached, self.cfg.slo.within_seconds)
         engine_state.save(tx, self.engine.state_delta())
         tx.set_state(ENGINE_STATS, self.engine.stats())

@@ -36,6 +36,8 @@ def with_mysql(**changes):
     ({**BASE, "store": {"path": 3}}, r"^store\.path: expected a non-empty string"),
     ({**BASE, "store": {"memory_entries": 10}}, r"^store\.memory_entries: must be at least 1000, got 10$"),
     ({**BASE, "store": {"memory_entries": "all"}}, r"^store\.memory_entries: expected an integer"),
+    ({**BASE, "store": {"checkpoint_seconds": 61}}, r"^store\.checkpoint_seconds: at most 60 \(what a kill -9"),
+    ({**BASE, "store": {"checkpoint_seconds": -1}}, r"^store\.checkpoint_seconds: must be at least 0"),
     ({**BASE, "store": {"url": "mysql://h/db"}}, r"^store\.url: expected postgresql://USER@HOST:PORT/DATABASE"),
     ({**BASE, "store": {"url": "postgresql://ow@h:5432/"}}, r"^store\.url: expected postgresql://"),
     ({**BASE, "store": {"url": "postgresql://ow:hunter2@h/db"}}, r"^store\.url: secrets are not read from the config"),

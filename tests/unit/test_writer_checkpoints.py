@@ -1,0 +1,95 @@
+"""The writer's checkpoints (issue 44): the engine judges every batch, the store saves on a cadence.
+
+Between checkpoints nothing applied is in the store, so a kill -9 replays it from the last one; a new
+finding is saved at once, with the records and the engine's state behind it; a clean stop saves all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from devservices.samples import EXAMPLE_CONFIG, Shop, order, payment
+from oncewatch.checks.engine import Engine
+from oncewatch.checks.settings import Settings
+from oncewatch.core.config import load
+from oncewatch.core.exact_json import from_json, to_json
+from oncewatch.core.names import BINLOG_CHECKPOINT
+from oncewatch.monitor.entities import EntityIndex
+from oncewatch.monitor.writer import Writer
+from oncewatch.store import Store, engine_state
+
+
+def writer_over(path: Path, checkpoint_seconds: float) -> tuple[Writer, Store]:
+    cfg = load(EXAMPLE_CONFIG)
+    cfg = dataclasses.replace(cfg, store=dataclasses.replace(cfg.store, path=str(path),
+                                                             checkpoint_seconds=checkpoint_seconds))
+    settings = Settings.from_config(cfg)
+    store = Store(str(path))
+    writer = Writer(cfg, store, Engine(settings), EntityIndex(settings))
+    writer.restore()
+    return writer, store
+
+
+def saved(store: Store) -> tuple[str | None, int, int]:
+    """(the binlog checkpoint's GTID, raw rows stored, findings stored)."""
+    gtid = (store.checkpoint(BINLOG_CHECKPOINT) or {}).get("gtid")
+    (rows,), = store.conn.execute("SELECT COUNT(*) FROM row_changes")
+    return gtid, rows, len(store.findings())
+
+
+def test_batches_wait_for_the_cadence_a_finding_saves_at_once_and_a_clean_stop_saves_the_rest(tmp_path):
+    writer, store = writer_over(tmp_path / "store.db", checkpoint_seconds=3600)
+    shop = Shop()
+    pending = shop.tx(100.0, order("O1", "pending"))
+    writer.apply([pending], None)
+    assert saved(store) == (None, 0, 0) and store.state(engine_state.HEAD) is None
+
+    double = shop.tx(101.0, payment("T1", "O1", "success"), payment("T2", "O1", "success"))
+    writer.apply([double], None)
+    assert saved(store) == (double.position.gtid, 3, 1)
+    assert store.findings()[0].rule == "F2"
+
+    later = shop.tx(102.0, order("O2", "pending"))
+    writer.apply([later], None)
+    assert saved(store) == (double.position.gtid, 3, 1)
+    writer.checkpoint()
+    assert saved(store) == (later.position.gtid, 4, 1)
+    store.close()
+
+
+def test_a_restart_after_a_kill_resumes_from_the_last_checkpoint_with_the_state_saved_there(tmp_path):
+    writer, store = writer_over(tmp_path / "store.db", checkpoint_seconds=3600)
+    shop = Shop()
+    first, second = shop.tx(100.0, order("O1", "pending")), shop.tx(101.0, order("O2", "pending"))
+    writer.apply([first], None)
+    writer.checkpoint()
+    writer.apply([second], None)  # then killed: never saved
+    store.close()
+
+    restarted, store = writer_over(tmp_path / "store.db", checkpoint_seconds=3600)
+    assert restarted.progress.binlog == first.position
+    assert restarted.engine.orders is not None
+    assert as_saved(restarted.engine.state()) == as_saved(writer_at(first, tmp_path / "replayed.db").engine.state())
+    store.close()
+
+
+def as_saved(state: dict[str, Any]) -> Any:
+    return from_json(to_json(state))
+
+
+def writer_at(tx: object, path: Path) -> Writer:
+    """A writer that applied `tx` alone and saved it: the state the checkpoint holds."""
+    writer, store = writer_over(path, checkpoint_seconds=0)
+    writer.apply([tx], None)
+    store.close()
+    return writer
+
+
+def test_a_cadence_of_zero_saves_every_batch(tmp_path):
+    writer, store = writer_over(tmp_path / "store.db", checkpoint_seconds=0)
+    tx = Shop().tx(100.0, order("O1", "pending"))
+    writer.apply([tx], None)
+    assert saved(store) == (tx.position.gtid, 1, 0)
+    store.close()
