@@ -16,8 +16,8 @@ Spilling: an `Aging` that is only ever looked up by key (effects per trade_no, p
 amounts per order, announced keys) may hold just its newest `hot` entries in memory once it is
 attached to a `Cold` tier (the store's saved entries, `Memory.spill_to`). Right after a save,
 every entry is saved, so the oldest beyond `hot` are simply forgotten in memory (`evict`); a
-key missed in memory is looked up in the cold tier and moves back into memory when it is put
-again. The horizon and `max_entries` count both tiers and drop from both. This is what keeps a
+key missed in memory is looked up in the cold tier (unless the tier's `KeySieve` says it never
+went there: most keys a stream brings are new) and moves back into memory when it is put again. The horizon and `max_entries` count both tiers and drop from both. This is what keeps a
 bootstrap of millions of rows, or a transaction of millions, within a bounded memory: the
 state still holds every entry the rules need, only not all of it in memory. The engine stays
 free of I/O of its own: the caller hands it the cold tier.
@@ -46,6 +46,43 @@ class Cold(Protocol):
 
     def drop_all(self, space: str) -> None: ...
 
+    def keys(self, space: str) -> list[str]:
+        """Every key saved in `space`."""
+
+
+class KeySieve:
+    """A Bloom filter of the keys a cold tier may hold: a key it has never been given is said absent at once,
+    so that a key new to the engine (nearly every key a stream brings) costs no read of the store; a key it
+    was given, and about one in seventy others, is looked up there. Keys the cold tier deletes stay in it
+    (a wasted read, never a wrong answer) until it is built anew (`full`) from the tier's keys."""
+
+    BITS_PER_KEY = 16  # with two bits a key: about 1.4% of absent keys are looked up all the same
+
+    def __init__(self, keys: Iterable[str], capacity: int):
+        self.capacity = max(capacity, 1024)
+        self.size = self.capacity * self.BITS_PER_KEY
+        self.bits = bytearray(self.size // 8 + 1)
+        self.added = 0
+        for key in keys:
+            self.add(key)
+
+    def _places(self, key: str) -> tuple[int, int]:
+        h = hash(key) & 0xFFFF_FFFF_FFFF_FFFF  # a str caches its hash: the dict lookups beside this paid for it
+        return h % self.size, (h >> 32) % self.size
+
+    def add(self, key: str) -> None:
+        for place in self._places(key):
+            self.bits[place >> 3] |= 1 << (place & 7)
+        self.added += 1
+
+    def __contains__(self, key: str) -> bool:
+        a, b = self._places(key)
+        return bool(self.bits[a >> 3] & (1 << (a & 7)) and self.bits[b >> 3] & (1 << (b & 7)))
+
+    @property
+    def full(self) -> bool:
+        return self.added > self.capacity
+
 
 class Aging(Generic[V]):
     """key -> value with the stream time it was last touched; bounded by age and by count.
@@ -69,6 +106,7 @@ class Aging(Generic[V]):
         self.cold_count = 0
         self.decode: Callable[[Any], V] = _same
         self._probed: dict[str, tuple[float, Any] | None] = {}  # cold lookups since the last save or drop
+        self._sieve: KeySieve | None = None  # the keys the cold tier may hold (None: none yet)
         self._gone: set[str] = set()  # cold keys put back in memory or popped since the last save
 
     def __len__(self) -> int:
@@ -79,6 +117,8 @@ class Aging(Generic[V]):
 
     def _in_cold(self, key: str) -> tuple[float, Any] | None:
         if not self.cold_count or key in self.items or key in self._gone:
+            return None
+        if self._sieve is not None and key not in self._sieve:
             return None
         if key not in self._probed:
             self._probed[key] = self.cold.get(self.name, key)
@@ -127,7 +167,7 @@ class Aging(Generic[V]):
             self.pop(key)
         if self.cold_count:
             self.cold.drop_all(self.name)
-            self.cold_count, self._probed = 0, {}
+            self.cold_count, self._probed, self._sieve = 0, {}, None
 
     def _drop_oldest(self, n: int) -> None:
         """The `n` oldest entries fall off, the cold ones first (they are the oldest); counted as crowded out."""
@@ -183,8 +223,12 @@ class Aging(Generic[V]):
         once in a while, not at every save) leave memory; they stay in the cold tier."""
         if self.cold is None or self.dirty is None or self.dirty or len(self.items) <= self.hot:
             return
-        for key in list(islice(self.items, len(self.items) - self.hot + self.hot // 10)):
+        leaving = list(islice(self.items, len(self.items) - self.hot + self.hot // 10))
+        if self._sieve is None or self._sieve.full:  # built anew over what the tier holds, with room to grow
+            self._sieve = KeySieve(self.cold.keys(self.name), 2 * (self.cold_count + len(leaving) + self.hot))
+        for key in leaving:
             del self.items[key]
+            self._sieve.add(key)
             self.cold_count += 1
         self._probed = {}
 
@@ -210,6 +254,7 @@ class Aging(Generic[V]):
         nothing is dirty; else the next `changes()` is `full`, as on a first save)."""
         self.items = {k: (t, decode(v)) for k, t, v in sorted(rows, key=lambda r: r[1])}
         self.cold_count, self._probed = cold, {}
+        self._sieve = KeySieve(self.cold.keys(self.name), 2 * (cold + self.hot)) if cold else None
         self.dirty = {} if cold else None
 
 

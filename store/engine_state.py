@@ -38,7 +38,7 @@ def save(tx: Batch, delta: dict[str, Any], shard: int | None = None) -> None:
             tx.conn.execute("DELETE FROM engine_entries WHERE space = ?", (space,))
         # many rows to a statement: PostgreSQL runs an executemany one statement a row
         tx.insert_rows("INSERT INTO engine_entries (space, key, at, value) VALUES ", "(?, ?, ?, ?)",
-                       ENTRIES_PER_STATEMENT, [(space, to_json(k), t, to_json(v)) for k, t, v in change["put"]],
+                       ENTRIES_PER_STATEMENT, [(space, to_json(k), t, to_json(v, sort_keys=False)) for k, t, v in change["put"]],
                        " ON CONFLICT(space, key) DO UPDATE SET at = excluded.at, value = excluded.value")
         gone = [to_json(k) for k in change["gone"]]
         for i in range(0, len(gone), ENTRIES_PER_STATEMENT):
@@ -93,6 +93,9 @@ class ColdEntries:
 
     def drop_all(self, space: str) -> None:
         self.conn.execute("DELETE FROM engine_entries WHERE space = ?", (space,))
+
+    def keys(self, space: str) -> list[str]:
+        return self._keys(self.conn.execute("SELECT key FROM engine_entries WHERE space = ?", (space,)))
 
     @staticmethod
     def _keys(cursor: Any) -> list[str]:
