@@ -10,32 +10,43 @@ The timer ticks and findings are drained every 1,000 records, as the monitor loo
 Records are built in chunks ahead of timing; only the engine's work is timed, as CPU time
 of this process (records/s on one core, less disturbed by other load on the machine; wall
 time is printed too). Printed at 250k, 500k and 1M records: records/s so far, peak RSS of
-the process, open state entries held, findings so far. Every tick also takes a
+the process, open state entries held, findings so far. `--writer` times the judge's whole path instead: the
+same records through the monitor's `Writer.apply` (the engine and its checkpoints into a SQLite store), the CPU
+of the process a record (issue 44's target: >= 25,000 records per CPU-second of the judge). Every tick also takes a
 `state_delta()` through `to_json`, as a checkpoint would (timed apart: its mean is printed),
 and the run ends with the cost of one whole `state()`. `--bare` adds the floor: the same
 records through a loop that only reads one attribute of each. Target: >= 50,000 records/s
 on one core, memory flat. Usage:
 
-    .venv/bin/python bench/engine.py [--records 1000000] [--gap 0.05] [--horizon 1800] [--bare]
+    .venv/bin/python bench/engine.py [--records 1000000] [--gap 0.05] [--horizon 1800] [--bare] [--writer]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import resource
 import sys
+import tempfile
 import time
 from operator import itemgetter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from devservices.samples import Shop, order, payment, shipment, shop_settings  # noqa: E402
+from devservices.samples import EXAMPLE_CONFIG, Shop, order, payment, shipment, shop_settings  # noqa: E402
 from oncewatch.checks.engine import Engine  # noqa: E402
+from oncewatch.collectors.kafka_events import EventBatch  # noqa: E402
 from oncewatch.core import logs  # noqa: E402
+from oncewatch.core.config import load  # noqa: E402
 from oncewatch.core.exact_json import to_json  # noqa: E402
+from oncewatch.core.names import partition_key  # noqa: E402
 from oncewatch.core.records import EmittedEvent, Transaction  # noqa: E402
+from oncewatch.monitor.entities import EntityIndex  # noqa: E402
+from oncewatch.monitor.loop import BATCH_RECORDS  # noqa: E402
+from oncewatch.monitor.writer import Writer  # noqa: E402
+from oncewatch.store import Store  # noqa: E402
 
 T0 = 1_700_000_000.0
 CHUNK_ORDERS = 100  # about 600 records: a batch as the collectors hand them on
@@ -130,6 +141,58 @@ def run_engine(records_wanted: int, gap: float, horizon: float) -> None:
     print(f"found: {stats['found_total']}; horizon dropped: {stats['horizon_dropped_total']:,}")
 
 
+def writer_batches(records_wanted: int, gap: float) -> list[list[Transaction | EventBatch]]:
+    """The same records as the monitor's loop hands them to its writer: batches of BATCH_RECORDS, each event
+    run one poll's `EventBatch`."""
+    batches: list[list[Transaction | EventBatch]] = [[]]
+    size_now = 0
+    for chunk in chunks(records_wanted, gap):
+        for r in chunk:
+            batch = batches[-1]
+            if isinstance(r, Transaction):
+                batch.append(r)
+            elif batch and isinstance(batch[-1], EventBatch):
+                last = batch[-1]
+                batch[-1] = EventBatch((*last.events, r), (), {**last.positions, partition_key(r.topic, r.partition):
+                                                               r.offset + 1}, True)
+            else:
+                batch.append(EventBatch((r,), (), {partition_key(r.topic, r.partition): r.offset + 1}, True))
+            size_now += size(r)
+            if size_now >= BATCH_RECORDS:
+                batches.append([])
+                size_now = 0
+    return batches
+
+
+def run_writer(records_wanted: int, gap: float, horizon: float) -> None:
+    """The judge's whole path, servers aside: the records through `Writer.apply` (the engine, its checkpoints
+    into a SQLite store) as `oncewatch run` commits them; the clocks are the streams' (not the host's)."""
+    batches = writer_batches(records_wanted, gap)
+    records = sum(size(i) if isinstance(i, Transaction) else len(i.events) for batch in batches for i in batch)
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = load(EXAMPLE_CONFIG)
+        cfg = dataclasses.replace(cfg, store=dataclasses.replace(cfg.store, path=f"{tmp}/store.db"))
+        settings = shop_settings(horizon_seconds=horizon)
+        store = Store(cfg.store.path)
+        writer = Writer(cfg, store, Engine(settings), EntityIndex(settings))
+        writer.restore()
+        p = writer.progress
+
+        def tick(_partitions: object) -> None:
+            kafka_time = max(p.newest_event_ms.values(), default=0) / 1000 - 1.0  # a little behind, as in run_engine
+            writer.engine.tick(p.binlog_time, p.binlog_time, kafka_time)
+
+        writer._tick = tick  # type: ignore[method-assign]
+        t0, w0 = time.process_time(), time.perf_counter()
+        for batch in batches:
+            writer.apply(batch, None)
+        writer.checkpoint()
+        busy, wall = time.process_time() - t0, time.perf_counter() - w0
+        store.close()
+    print(f"writer (engine and store, SQLite): {records:,} records, {busy:.2f} s CPU ({busy / records * 1e6:.1f} us "
+          f"a record, {records / busy:,.0f} per CPU-second; target >= 25,000), {records / wall:,.0f} records/s wall")
+
+
 def run_bare(records_wanted: int, gap: float) -> None:
     done, busy = 0, 0.0
     for chunk in chunks(records_wanted, gap):
@@ -150,10 +213,14 @@ def main() -> None:
     p.add_argument("--gap", type=float, default=0.05, help="seconds of stream time between orders")
     p.add_argument("--horizon", type=float, default=1800.0, help="rules.horizon_seconds for the run")
     p.add_argument("--bare", action="store_true", help="also time the bare loop over the same records")
+    p.add_argument("--writer", action="store_true", help="time the judge's whole path instead: engine and store")
     args = p.parse_args()
     logs.setup("ERROR")  # the horizon's per-minute log lines; the run ends with their total
     print(f"engine: {args.records:,} records, an order every {args.gap}s of stream time, horizon {args.horizon:g}s")
-    run_engine(args.records, args.gap, args.horizon)
+    if args.writer:
+        run_writer(args.records, args.gap, args.horizon)
+    else:
+        run_engine(args.records, args.gap, args.horizon)
     if args.bare:
         run_bare(args.records, args.gap)
 
