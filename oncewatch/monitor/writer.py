@@ -7,8 +7,8 @@ so a kill -9 at any instant resumes from the last checkpoint with nothing lost a
 what was read since is read and judged again, the findings are the same by id and verdicts only move
 forward. A checkpoint is taken every `[store] checkpoint_seconds` (0: every batch), at once when a batch
 drains a new or changed finding (a finding is never shown before the records and the state behind it
-are saved, nor held back by the cadence), when CHECKPOINT_RECORDS records wait for it, and at a clean
-stop (`checkpoint`). Between checkpoints a batch writes only what the engine's spilled state reads and
+are saved, nor held back by the cadence), after each fragment of a transaction too large to hold and
+each chunk of a bootstrap, when CHECKPOINT_RECORDS records wait for it, and at a clean stop (`checkpoint`). Between checkpoints a batch writes only what the engine's spilled state reads and
 drops (engine_state.ColdEntries), inside a store transaction of its own. Saving the state once a second
 rather than every batch writes an entry changed several times in that second once, and one put and gone
 within it never (issue 44). `Progress` is what has been applied: the positions a restarted reader
@@ -156,8 +156,10 @@ class Writer:
                     if item.cdc is not None:
                         p.cdc = item.cdc.offsets
                         u.checkpoints[CDC_CHECKPOINT] = p.cdc
-                    if item.snapshot:  # a bootstrap's chunk is saved with the state it made, as it comes
-                        due = True
+                    # A bootstrap's chunk, and a fragment of a transaction too large to hold, is saved with the state
+                    # it made as it comes: a kill resumes after the last one, inside the snapshot or transaction.
+                    due = due or item.snapshot or not item.complete
+                    if item.snapshot:
                         p.bootstrapped_rows += len(item.rows)
                         tx.set_state(BOOTSTRAP, {"gtid": item.position.gtid, "rows": p.bootstrapped_rows})
                         if not item.complete:

@@ -93,3 +93,15 @@ def test_a_cadence_of_zero_saves_every_batch(tmp_path):
     writer.apply([tx], None)
     assert saved(store) == (tx.position.gtid, 1, 0)
     store.close()
+
+
+def test_a_fragment_of_a_transaction_too_large_to_hold_is_saved_as_it_comes(tmp_path):
+    """A kill then resumes inside the transaction, after the rows saved (tests/integration/test_monitor_kill.py)."""
+    writer, store = writer_over(tmp_path / "store.db", checkpoint_seconds=3600)
+    whole = Shop().tx(100.0, order("O1", "pending"), order("O2", "pending"))
+    fragment = dataclasses.replace(whole, rows=whole.rows[:1], complete=False, position=dataclasses.replace(
+        whole.position, within_gtid=whole.position.gtid, within_rows=1))
+    writer.apply([fragment], None)
+    assert saved(store) == (whole.position.gtid, 1, 0)
+    assert store.checkpoint(BINLOG_CHECKPOINT)["within_rows"] == 1
+    store.close()
