@@ -2,8 +2,8 @@
 
 The engine judges every batch as it comes (`apply`); the store keeps up on a cadence. A checkpoint is one
 store transaction holding the raw records read since the last one, their entity index, the engine's state
-delta, the findings and trade verdicts it drained and the read positions (docs/architecture.md §7), so a kill
--9 at any instant resumes from the last checkpoint with nothing lost and nothing doubled: what was read since
+delta, the findings and trade verdicts it drained and the read positions (docs/architecture.md §7), so a
+kill -9 at any instant resumes from the last checkpoint with nothing lost and nothing doubled: what was read since
 is read and judged again, the findings are the same by id and verdicts only move forward. A checkpoint is
 taken every `[store] checkpoint_seconds` (0: every batch), at once when a batch drains a new or changed
 finding (a finding is never shown before the records and the state behind it are saved, nor held back by the
