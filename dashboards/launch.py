@@ -66,14 +66,15 @@ def url(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> str:
 
 
 def wait_ready(proc: subprocess.Popen, base_url: str, timeout: float = 60.0) -> None:
-    """Return once /_stcore/health answers ok; LaunchError if the process dies or time runs out."""
+    """Return once /_stcore/health answers ok; LaunchError if the process dies or time runs out. Its body must say
+    "ok": another server holding the port (a monitor's /metrics answers any path) is not the dashboard."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise LaunchError(f"streamlit exited with {proc.returncode} before answering on {base_url}")
         try:
             with urllib.request.urlopen(f"{base_url}/_stcore/health", timeout=2) as resp:
-                if resp.status == 200:
+                if resp.status == 200 and resp.read().strip() == b"ok":
                     return
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
