@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,6 +165,14 @@ def secret_file(path: Path) -> str:
         path.write_text(secrets.token_urlsafe(18) + "\n")
         path.chmod(0o600)
     return path.read_text().strip()
+
+def stop_if_config_changed(svc: Service, config: Path, wanted: str, down: Callable[[], bool]) -> None:
+    """`down()` a service this script started whose config file is not `wanted` (a new version of this script),
+    so that starting it again writes the new config."""
+    if read_pid(svc) is not None and config.exists() and config.read_text() != wanted:
+        log(f"{svc.name}'s config changed (a new version of this script): restarting it")
+        down()
+
 
 def already_up(svc: Service, port: int) -> bool:
     """True when this script's own process of the service runs; a port held by anything else is an error."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from devservices import tls
 from devservices.base import (HOST, KAFKA_CONTROLLER_PORT, KAFKA_PORT, ROOT, STATE, Service, already_up, java_argv,
-                              log, port_open, read_pid, spawn, stop, wait_until)
+                              log, port_open, spawn, stop, stop_if_config_changed, wait_until)
 
 KAFKA_POM_DIR = ROOT / "devservices" / "kafka"
 KAFKA = Service("kafka", STATE / "kafka" / "kafka.pid", STATE / "kafka" / "kafka.log",
@@ -82,10 +82,7 @@ def kafka_ready() -> bool:
 
 def kafka_up() -> None:
     svc = KAFKA
-    props = kafka_dir() / "server.properties"
-    if read_pid(svc) is not None and props.exists() and props.read_text() != kafka_config():
-        log("kafka's config changed (a new version of this script): restarting it")
-        kafka_down()
+    stop_if_config_changed(svc, kafka_dir() / "server.properties", kafka_config(), kafka_down)
     if already_up(svc, KAFKA_PORT):
         return
     lib = ensure_kafka_jars()

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from devservices import tls
-from devservices.base import (HOST, MARIADB_PORT, STATE, Service, StackError, already_up, log, port_open, read_pid,
-                              secret_file, shown, spawn, stop, wait_until)
+from devservices.base import (HOST, MARIADB_PORT, STATE, Service, StackError, already_up, log, port_open,
+                              secret_file, shown, spawn, stop, stop_if_config_changed, wait_until)
 
 ADMIN_USER = "dev_admin"
 ADMIN_PASSWORD = "dev_admin"
@@ -80,10 +80,7 @@ def monitor_password() -> str:
 
 def mariadb_up() -> None:
     svc = MARIADB
-    cnf = mariadb_dir() / "my.cnf"
-    if read_pid(svc) is not None and cnf.exists() and cnf.read_text() != mariadb_config():
-        log("mariadb's config changed (a new version of this script): restarting it")
-        mariadb_down()
+    stop_if_config_changed(svc, mariadb_dir() / "my.cnf", mariadb_config(), mariadb_down)
     if already_up(svc, MARIADB_PORT):
         ensure_mariadb_users()  # a schema or grant added since it started
         return
