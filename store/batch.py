@@ -12,6 +12,7 @@ from oncewatch.core.names import ACKNOWLEDGED, CLOSED, OPEN, RESOLVED
 from oncewatch.core.records import EmittedEvent, Finding, QuarantinedRecord, QuarantinedRows, RowChange
 from oncewatch.store.codec import EVENT_COLUMNS, FINDING_COLUMNS, event_body, headers_json
 from oncewatch.store.dialect import Connection, Dialect
+from oncewatch.store.packing import EVENT, ROW, Packer
 
 # Who changed a status, when it was the monitor that saw the fact change.
 MONITOR = "oncewatch"
@@ -27,9 +28,10 @@ ROW_CHANGE_INSERT = ("seq, txid, row_index, schema_name, table_name, op, pk, bef
 class Batch:
     """Writes inside one store transaction; obtained from `Store.batch()`."""
 
-    def __init__(self, conn: Connection, dialect: Dialect):
+    def __init__(self, conn: Connection, dialect: Dialect, packer: Packer):
         self.conn = conn
         self.dialect = dialect
+        self.packer = packer
 
     def set_checkpoint(self, name: str, value: Any) -> None:
         self.conn.execute("INSERT INTO checkpoints (name, value, updated_at) VALUES (?, ?, ?) "
@@ -43,10 +45,11 @@ class Batch:
         # past the largest, are known before the rows are written, and the rows go many to a statement.
         (last,), = self.conn.execute("SELECT COALESCE(MAX(seq), 0) FROM row_changes")
         seqs = list(range(last + 1, last + 1 + len(rows)))
+        pack = self.packer.pack
         self.insert_rows(f"INSERT INTO row_changes ({ROW_CHANGE_INSERT}) VALUES ", "(?,?,?,?,?,?,?,?,?,?,?,?,?,?)", 16,
                      [(seq, r.txid, r.row_index, r.schema, r.table, r.op, flat_json(r.pk),
-                       None if r.before is None else flat_json(r.before),
-                       None if r.after is None else flat_json(r.after),
+                       None if r.before is None else pack(ROW, flat_json(r.before)),
+                       None if r.after is None else pack(ROW, flat_json(r.after)),
                        r.binlog_file, r.end_pos, r.commit_time, r.commit_clock, int(r.snapshot))
                       for seq, r in zip(seqs, rows)])
         self.insert_rows("INSERT INTO entity_index (entity, kind, ref) VALUES ", "(?,'row_change',?)", 50,
@@ -58,7 +61,7 @@ class Batch:
         events = list(events)
         self.insert_rows(f"INSERT INTO events ({EVENT_COLUMNS}) VALUES ", "(?,?,?,?,?,?,?,?)", 16,
                      [(e.topic, e.partition, e.offset, e.timestamp_ms, e.timestamp_type, e.key, e.format,
-                       event_body(e)) for e in events])
+                       self.packer.pack(EVENT, event_body(e))) for e in events])
         entities = list(entities)
         if entities:
             refs = [e.coordinates for e in events]  # once per event: most have several entities

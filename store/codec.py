@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any, NamedTuple
 
@@ -42,7 +42,7 @@ def event_body(e: EmittedEvent) -> str:
 
 def event_from_row(topic: str, partition: int, offset: int, timestamp_ms: int, timestamp_type: str,
                    key: str | None, fmt: str, body: str) -> EmittedEvent:
-    """The inverse of `event_body` with the other columns. Bodies written before the array form
+    """The inverse of `event_body` (the body unpacked) with the other columns. Bodies written before the array form
     hold the whole event (`to_json(event.to_dict())`), whose extra fields equal the columns."""
     if body.startswith("["):
         (headers, keys, cdc), end = JSON_DECODER.raw_decode(body, 1)
@@ -78,11 +78,12 @@ ROW_CHANGE_COLUMNS = ("schema_name, table_name, op, pk, before_row, after_row, t
                       "commit_time, commit_clock, snapshot")
 
 
-def row_change_from_row(row: tuple) -> RowChange:
+def row_change_from_row(row: tuple, unpack: Callable[[Any], str | None]) -> RowChange:
+    """A row_changes row (ROW_CHANGE_COLUMNS), its images unpacked by `unpack` (store.packing)."""
     s, t, op, pk, b, a, tx, ri, f, p, ct, cc, sn = row
-    return RowChange(schema=s, table=t, op=op, pk=tuple(from_json(pk)), before=None if b is None else from_json(b),
-                     after=None if a is None else from_json(a), txid=tx, row_index=ri, binlog_file=f, end_pos=p,
-                     commit_time=ct, commit_clock=cc, snapshot=bool(sn))
+    return RowChange(schema=s, table=t, op=op, pk=tuple(from_json(pk)), before=None if b is None else from_json(unpack(b)),
+                     after=None if a is None else from_json(unpack(a)), txid=tx, row_index=ri, binlog_file=f,
+                     end_pos=p, commit_time=ct, commit_clock=cc, snapshot=bool(sn))
 
 
 def headers_json(headers: Sequence[tuple[str, bytes | None]]) -> str:

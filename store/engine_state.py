@@ -18,6 +18,7 @@ from typing import Any
 
 from oncewatch.core.exact_json import from_json, to_json
 from oncewatch.store.batch import Batch
+from oncewatch.store.packing import ENGINE
 from oncewatch.store.store import Store
 
 HEAD = "engine_head"
@@ -38,7 +39,9 @@ def save(tx: Batch, delta: dict[str, Any], shard: int | None = None) -> None:
             tx.conn.execute("DELETE FROM engine_entries WHERE space = ?", (space,))
         # many rows to a statement: PostgreSQL runs an executemany one statement a row
         tx.insert_rows("INSERT INTO engine_entries (space, key, at, value) VALUES ", "(?, ?, ?, ?)",
-                       ENTRIES_PER_STATEMENT, [(space, to_json(k), t, to_json(v, sort_keys=False)) for k, t, v in change["put"]],
+                       ENTRIES_PER_STATEMENT,
+                       [(space, to_json(k), t, tx.packer.pack(ENGINE, to_json(v, sort_keys=False)))
+                        for k, t, v in change["put"]],
                        " ON CONFLICT(space, key) DO UPDATE SET at = excluded.at, value = excluded.value")
         gone = [to_json(k) for k in change["gone"]]
         for i in range(0, len(gone), ENTRIES_PER_STATEMENT):
@@ -67,7 +70,7 @@ def load(store: Store, hot: dict[str, int] | None = None, shard: int | None = No
             cold[kind] = total - len(rows)
         else:
             rows = store.conn.execute("SELECT key, at, value FROM engine_entries WHERE space = ?", (space,))
-        entries[kind] = [[from_json(key), at, from_json(value)] for key, at, value in rows]
+        entries[kind] = [[from_json(key), at, from_json(store.packer.unpack(value))] for key, at, value in rows]
     return {**head, "entries": entries, **({"cold": cold} if cold else {})}
 
 
@@ -76,11 +79,12 @@ class ColdEntries:
 
     def __init__(self, store: Store):
         self.conn = store.conn
+        self.unpack = store.packer.unpack
 
     def get(self, space: str, key: str) -> tuple[float, Any] | None:
         row = self.conn.execute("SELECT at, value FROM engine_entries WHERE space = ? AND key = ?",
                                 (space, to_json(key))).fetchone()
-        return None if row is None else (row[0], from_json(row[1]))
+        return None if row is None else (row[0], from_json(self.unpack(row[1])))
 
     def drop_before(self, space: str, cutoff: float) -> list[str]:
         return self._keys(self.conn.execute("DELETE FROM engine_entries WHERE space = ? AND at < ? RETURNING key",

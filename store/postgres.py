@@ -29,7 +29,7 @@ from psycopg import pq
 
 from oncewatch.core.config import PostgresTarget
 from oncewatch.store.errors import NotAStoreError, StoreError, StoreLockedError, StoreUnavailableError
-from oncewatch.store.schema import add_columns
+from oncewatch.store.schema import PACKED_COLUMNS, add_columns
 
 APPLICATION_ID = 0x6F6E6377  # "oncw", as SQLite's application_id; also the advisory lock's key
 MARK_TABLE = "oncewatch_store"
@@ -140,6 +140,7 @@ def create(conn: PgConnection, schema: str) -> None:
         if schema_mark(conn) != digest(schema):
             conn.executescript(schema)
             add_columns(conn)
+            _bytea_packed(conn)
             conn.execute(f"CREATE TABLE IF NOT EXISTS {MARK_TABLE} (application_id BIGINT NOT NULL, "
                          f"schema_sha256 TEXT NOT NULL)")
             conn.execute(f"DELETE FROM {MARK_TABLE}")
@@ -150,6 +151,16 @@ def create(conn: PgConnection, schema: str) -> None:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _bytea_packed(conn: PgConnection) -> None:
+    """An older store's packed columns, text there, become bytea holding the same text's bytes, which
+    store.packing reads as the text it was."""
+    for table, column in PACKED_COLUMNS:
+        (kind,), = conn.execute("SELECT data_type FROM information_schema.columns WHERE table_schema = current_schema() "
+                                "AND table_name = ? AND column_name = ?", (table, column))
+        if kind == "text":
+            conn.execute(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE bytea USING convert_to({column}, 'UTF8')")
 
 
 def lock(conn: PgConnection) -> None:

@@ -144,7 +144,7 @@ def rows_by_entity(store: Store, entities: Iterable[str], per_entity: int = 50) 
     by_seq: dict[int, RowChange] = {}
     for i in range(0, len(wanted), 500):
         part = wanted[i:i + 500]
-        by_seq.update((r[0], row_change_from_row(r[1:])) for r in store.conn.execute(
+        by_seq.update((r[0], row_change_from_row(r[1:], store.packer.unpack)) for r in store.conn.execute(
             f"SELECT seq, {ROW_CHANGE_COLUMNS} FROM row_changes WHERE seq IN ({','.join('?' * len(part))})", part))
     return {entity: [by_seq[s] for s in sorted(seqs)[-per_entity:] if s in by_seq] for entity, seqs in seqs_of.items()}
 

@@ -44,8 +44,8 @@ CREATE TABLE IF NOT EXISTS row_changes (
     table_name TEXT NOT NULL,
     op TEXT NOT NULL,
     pk TEXT NOT NULL,
-    before_row TEXT,
-    after_row TEXT,
+    before_row BLOB,           -- packed JSON (store.packing), as after_row, events.body and engine_entries.value
+    after_row BLOB,
     binlog_file TEXT NOT NULL,
     end_pos INTEGER NOT NULL,
     commit_time REAL NOT NULL,
@@ -70,7 +70,7 @@ CREATE TABLE IF NOT EXISTS events (
     timestamp_type TEXT NOT NULL,
     record_key TEXT,
     format TEXT NOT NULL,
-    body TEXT NOT NULL,        -- the rest of the event as JSON: see event_body
+    body BLOB NOT NULL,        -- the rest of the event as packed JSON: see event_body
     PRIMARY KEY (topic, partition, "offset")
 );
 CREATE TABLE IF NOT EXISTS quarantine (
@@ -168,10 +168,16 @@ CREATE TABLE IF NOT EXISTS engine_entries (
     space TEXT NOT NULL,
     key TEXT NOT NULL,
     at REAL NOT NULL,
-    value TEXT NOT NULL,
+    value BLOB NOT NULL,
     PRIMARY KEY (space, key)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS engine_entries_at ON engine_entries (space, at);
+-- The zstd dictionaries packed values need (store.packing): never changed, never deleted.
+CREATE TABLE IF NOT EXISTS dictionaries (
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    data BLOB NOT NULL
+);
 -- The verdict of each successful payment (issue 45, checks.verdicts): pending, then verified or violated; a
 -- verified trade a later finding touches is violated, its verified_at kept. amount: exact decimal text in the
 -- shop's unit (NULL when the payments table has no amount column).
@@ -192,6 +198,9 @@ CREATE INDEX IF NOT EXISTS trade_verdicts_verdict ON trade_verdicts (verdict);
 # Columns added to a table after stores were made with it: CREATE TABLE IF NOT EXISTS leaves an older
 # store's table as it was, so its writer adds them (`add_columns`). (table, column, type in both dialects)
 ADDED_COLUMNS = (("quarantine_raw", "timestamp_type", "TEXT"),)
+# Columns that hold store.packing's values; an older store's are text (SQLite keeps bytes in them as they are).
+PACKED_COLUMNS = (("row_changes", "before_row"), ("row_changes", "after_row"), ("events", "body"),
+                  ("engine_entries", "value"))
 
 
 def columns(conn: Connection, table: str) -> set[str]:

@@ -32,6 +32,7 @@ from oncewatch.store.codec import (EVENT_COLUMNS, FINDING_COLUMNS, ROW_CHANGE_CO
 from oncewatch.store.errors import StoreError
 from oncewatch.store.files import MEMORY, create_private, make_dir, make_private, require_space, said_full
 from oncewatch.store.lock import MonitorLock
+from oncewatch.store.packing import Packer
 from oncewatch.store.dialect import POSTGRES, SQLITE, postgres_schema
 from oncewatch.store.schema import SCHEMA, add_columns, columns, connect, create
 
@@ -47,6 +48,7 @@ class Store:
                  monitor: bool = False):
         self.path = str(target)
         self._lock = threading.Lock()
+        self.packer: Packer
         self._held = held
         if isinstance(target, PostgresTarget):
             from oncewatch.store import postgres  # psycopg for a PostgreSQL store only: it doubles a command's start-up
@@ -59,11 +61,13 @@ class Store:
             except BaseException:
                 self.conn.close()
                 raise
+            self.packer = Packer(self.conn)
             return
         self.dialect = SQLITE
         if not readonly and target != MEMORY and not os.path.lexists(target):
             create(target)
         self.conn = connect(target, readonly=readonly)
+        self.packer = Packer(self.conn)
         if not readonly:
             with said_full(target):
                 self.conn.executescript(SCHEMA)  # a store made by an older version gains the newer tables
@@ -92,14 +96,16 @@ class Store:
         with self._lock, said_full(self.path):
             self.conn.execute(self.dialect.begin_write)
             try:
-                yield Batch(self.conn, self.dialect)
+                yield Batch(self.conn, self.dialect, self.packer)
                 self.conn.execute("COMMIT")
             except BaseException:
+                self.packer.rolled_back()
                 # SQLite may have rolled back itself (SQLITE_FULL can): a ROLLBACK then would raise and
                 # hide the error that matters.
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
                 raise
+            self.packer.committed()
 
     # -------------------------------------------------------------- reads
 
@@ -131,12 +137,12 @@ class Store:
     def row_changes(self, where: str = "", params: tuple = (), limit: int | None = None) -> list[RowChange]:
         sql = (f"SELECT {ROW_CHANGE_COLUMNS} FROM row_changes " + (f"WHERE {where} " if where else "")
                + "ORDER BY seq" + (f" LIMIT {int(limit)}" if limit else ""))
-        return [row_change_from_row(r) for r in self.conn.execute(sql, params)]
+        return [row_change_from_row(r, self.packer.unpack) for r in self.conn.execute(sql, params)]
 
     def events(self, where: str = "", params: tuple = (), limit: int | None = None) -> list[EmittedEvent]:
         sql = (f"SELECT {EVENT_COLUMNS} FROM events " + (f"WHERE {where} " if where else "")
                + 'ORDER BY topic, partition, "offset"' + (f" LIMIT {int(limit)}" if limit else ""))
-        return [event_from_row(*r) for r in self.conn.execute(sql, params)]
+        return [event_from_row(*r[:-1], self.packer.unpack(r[-1])) for r in self.conn.execute(sql, params)]
 
     def quarantined(self, limit: int | None = None) -> list[QuarantinedRecord]:
         """Quarantined Kafka records with their bytes, by topic, partition and offset (the first `limit`)."""

@@ -7,6 +7,9 @@ from oncewatch.checks.engine import Engine
 from oncewatch.core.exact_json import from_json, to_json
 from oncewatch.store import Store, engine_state
 
+# entries are packed with a dictionary after this many (store.packing), so that most of them are
+PACK_AFTER = 50
+
 
 def canonical(state):
     state = from_json(to_json(state))
@@ -28,6 +31,7 @@ def test_deltas_saved_batch_by_batch_load_as_the_full_state(store_target):
     settings = shop_settings()
     engine = Engine(settings)
     store = Store(store_target)
+    store.packer.train_samples = PACK_AFTER
     assert engine_state.load(store) is None
     for i, record in enumerate(traffic(Shop(), 200)):
         push(engine, record)
@@ -47,6 +51,7 @@ def test_deltas_saved_batch_by_batch_load_as_the_full_state(store_target):
 def test_spilled_spaces_keep_their_newest_entries_in_memory_and_the_rest_in_the_store(store_target):
     settings = shop_settings()
     store = Store(store_target)
+    store.packer.train_samples = PACK_AFTER
     engine = Engine(settings)
     engine.memory.spill_to(engine_state.ColdEntries(store), 10)
     for i, record in enumerate(traffic(Shop(), 300)):
