@@ -140,6 +140,9 @@ class PostgresTarget:
 
 
 MAX_CHECKPOINT_SECONDS = 60.0
+# The smallest store.max_bytes: below it the engine's open state, the findings and the schema of a small shop
+# would fill the budget with no raw record kept.
+MIN_MAX_BYTES = 16 * 2**20
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,9 @@ class StoreConfig:
     # Seconds between two saves of the engine's state with the read positions and the raw records read since
     # (oncewatch.monitor.writer); a kill -9 replays at most this much. A new or changed finding saves at once.
     checkpoint_seconds: float = 1.0
+    # The store's disk budget in bytes (store.retention): past it the oldest raw records go, whatever their age;
+    # findings and their evidence never. 0: no budget (retention_hours alone bounds the store).
+    max_bytes: int = 0
 
     @property
     def target(self) -> str | PostgresTarget:
@@ -465,6 +471,11 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     if checkpoint_seconds > MAX_CHECKPOINT_SECONDS:
         raise ConfigError(f"store.checkpoint_seconds: at most {MAX_CHECKPOINT_SECONDS:g} (what a kill -9 replays, and "
                           f"the records held in memory until then), got {checkpoint_seconds:g}")
+    max_bytes = store_s.size("max_bytes", 0, minimum=MIN_MAX_BYTES, why="the engine's open state and the findings "
+                             "must fit with room for raw records")
+    if max_bytes and postgres is not None:
+        raise ConfigError("store.max_bytes: a budget for a SQLite store only; a PostgreSQL store's disk is its "
+                          "database's to budget (store.retention_hours bounds what the monitor keeps there)")
     store_s.done()
     if store_path != ":memory:" and not Path(store_path).is_absolute():
         store_path = str((base / store_path).resolve())
@@ -478,7 +489,8 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     attest = _attest(root.section("attest"), base) if "attest" in data else None
     root.done()
     return Config(source=source, mysql=mysql, kafka=kafka,
-                  store=StoreConfig(store_path, memory_entries, retention_hours, postgres, checkpoint_seconds),
+                  store=StoreConfig(store_path, memory_entries, retention_hours, postgres, checkpoint_seconds,
+                                    max_bytes),
                   metrics=metrics,
                   domain=domain,
                   announce=announce, rules=rules, export=export, cdc=cdc, group=group, slo=slo, attest=attest,

@@ -170,6 +170,18 @@ class Slo:
 
 
 @dataclass(frozen=True)
+class StoreSpace:
+    """The store against its disk budget (`[store] max_bytes`), as the monitor last measured it: bytes in use, the
+    budget, when raw records were last pruned for it, and whether the budget is spent on what is never pruned (the
+    engine's open state, the findings) with no raw record left to prune."""
+
+    used_bytes: int
+    max_bytes: int
+    pruned_at: float | None = None
+    exhausted: bool = False
+
+
+@dataclass(frozen=True)
 class MonitorHealth:
     """The monitor's own row: its verdict on itself (oncewatch.monitor.verdict), how far each stream is read,
     what cannot judge now, and the thresholds it runs with. `shape_problems` are checks.shape's, as it gives them."""
@@ -191,6 +203,7 @@ class MonitorHealth:
     store_outage_seconds: float = 0.0
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
     slo: Slo | None = None
+    store_space: StoreSpace | None = None  # None without a budget
 
     def cannot_judge(self) -> tuple[str, ...]:
         """The rules blind everywhere, then per rule the tables a shape problem blinds it for ("F7 on t")."""

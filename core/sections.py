@@ -8,6 +8,7 @@ secret comes from (an environment variable or a file); its value is read only wh
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,10 @@ class ConfigError(ValueError):
 
 
 # ---------------------------------------------------------------- reading helpers
+
+BYTE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20,
+              "gib": 2**30, "tib": 2**40}
+
 
 class Section:
     """A view of one TOML table that tracks the keys it was asked for, to reject unknown ones."""
@@ -82,6 +87,23 @@ class Section:
         if value < minimum:
             raise ConfigError(f"{self.key(name)}: must be at least {minimum}, got {value}")
         return float(value)
+
+    def size(self, name: str, default: int, *, minimum: int, why: str) -> int:
+        """A size in bytes: an integer, or a number and a unit ("50 MiB", "2 GB"); 0 is none, else at least
+        `minimum` (`why` says why, in the error)."""
+        value = self._get(name, default, False)
+        size: float | None = None
+        if isinstance(value, int) and not isinstance(value, bool):
+            size = value
+        elif isinstance(value, str) and (m := re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", value)):
+            unit = BYTE_UNITS.get(m[2].lower() or "b")
+            size = None if unit is None else float(m[1]) * unit
+        if size is None:
+            raise ConfigError(f"{self.key(name)}: expected a size in bytes, an integer or a number and a unit "
+                              f"(B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got {value!r}")
+        if size and size < minimum:
+            raise ConfigError(f"{self.key(name)}: at least {minimum / 2**20:g} MiB ({why}), or 0 for none; got {value!r}")
+        return int(size)
 
     def str_list(self, name: str, default: list[str] | None = None, *, required: bool = False,
                  nonempty: bool = False) -> tuple[str, ...]:

@@ -369,6 +369,32 @@ def _pruned(pruned: dict[str, int]) -> Metric:
     return counter
 
 
+def _budget(pruned: dict[str, int], pruned_at: float | None, used: int | None,
+            monitor: MonitorHealth | None) -> Iterator[Metric]:
+    """The store against its disk budget (store.max_bytes, oncewatch.monitor.budget)."""
+    counter = _counter("store_budget_pruned_rows", "Raw records pruned from the store to keep it within "
+                       "store.max_bytes, by table, whatever their age (findings keep their own evidence).", ("table",))
+    for table, n in pruned.items():
+        counter.add_metric([table], n)
+    yield counter
+    last = _gauge("store_budget_pruned_last_timestamp_seconds", "When raw records were last pruned for "
+                  "store.max_bytes (0: never).")
+    last.add_metric([], pruned_at or 0.0)
+    yield last
+    if used is not None:
+        in_use = _gauge("store_used_bytes", "Bytes of the store's file in use (free pages and the WAL left out): what "
+                        "store.max_bytes budgets.")
+        in_use.add_metric([], used)
+        yield in_use
+    space = monitor.store_space if monitor is not None else None
+    budget = _gauge("store_max_bytes", "store.max_bytes as the monitor runs with it (0: no budget).")
+    budget.add_metric([], space.max_bytes if space else 0)
+    exhausted = _gauge("store_budget_exhausted", "1 while the engine's open state and the findings, which are never "
+                       "pruned, alone fill store.max_bytes: raise it.")
+    exhausted.add_metric([], int(bool(space and space.exhausted)))
+    yield from (budget, exhausted)
+
+
 def _health(health: dict[str, views.Component]) -> Iterator[Metric]:
     updated = _gauge("health_updated_timestamp_seconds", "When the monitor last wrote this component's health "
                      "(unix time); an old value means a stale monitor.", ("component",))
@@ -509,6 +535,9 @@ class StoreCollector(Collector):
                 quarantine = store.quarantine_counts()
                 binlog_quarantine = store.binlog_quarantine_counts()
                 pruned = retention.pruned_total(store)
+                budget_pruned = retention.pruned_total(store, for_budget=True)
+                budget_at = retention.budget_pruned_at(store)
+                used = store.used_bytes()
                 shards = shard_checkpoints(store)
                 paging = store.paging_findings(PAGED_BY_FINDING, self.paging_max)
                 totals, pending = verdicts.totals(store), verdicts.pending(store)
@@ -530,7 +559,7 @@ class StoreCollector(Collector):
             _quarantine(quarantine, views.status_of(health, names.KAFKA_EVENTS)),
             _binlog_quarantine(binlog_quarantine)], _engine(stats, counts), _pipeline(stats), [_lifecycle(counts),
                                                                                              _pruned(pruned)],
-            _paging(*paging),
+            _paging(*paging), _budget(budget_pruned, budget_at, used, views.monitor_of(health)),
             _verdicts(totals, pending, views.monitor_of(health)))
         yield from wide if self.group is None else _as_instance(wide, f"group/{self.group}")
 

@@ -15,6 +15,7 @@ from oncewatch.core.names import ENTITY_KINDS, key_text, split_partition_key
 from oncewatch.core.records import EmittedEvent, Finding, RowChange
 from oncewatch.store.codec import (FINDING_COLUMNS, ROW_CHANGE_COLUMNS, HistoryEntry,
                                    finding_from_row, row_change_from_row)
+from oncewatch.store import retention
 from oncewatch.store.dialect import Dialect
 from oncewatch.store.store import Store
 
@@ -315,6 +316,23 @@ def event_offsets(store: Store, since: float, until: float) -> list[tuple[str, i
         'SELECT topic, partition, MIN("offset"), MAX("offset"), COUNT(*) FROM events '
         "WHERE timestamp_ms >= ? AND timestamp_ms < ? GROUP BY topic, partition ORDER BY topic, partition",
         (math.ceil(since * 1000), math.ceil(until * 1000)))]  # whole milliseconds: ceil keeps both bounds exact
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What the store no longer keeps of the raw records: how many went for the retention and for the budget, and
+    the commit time of the oldest row change kept (None when none is)."""
+
+    for_retention: int
+    for_budget: int
+    oldest_kept: float | None
+
+
+def pruned(store: Store) -> Pruned:
+    """The drill-down's note on pruned records: one read of the first row change by its number, no scan."""
+    gone = [retention.pruned_total(store, for_budget=b) for b in (False, True)]
+    first = store.conn.execute("SELECT commit_time FROM row_changes ORDER BY seq LIMIT 1").fetchone()
+    return Pruned(*(g["row_changes"] + g["events"] for g in gone), first[0] if first else None)
 
 
 def oldest_kept(store: Store) -> float | None:

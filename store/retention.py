@@ -1,11 +1,13 @@
-"""Retention: the store's raw records older than `store.retention_hours`, pruned a slice at a time.
+"""Retention and the disk budget: the store's raw records older than `store.retention_hours`, or the oldest of
+them while the store is past `store.max_bytes`, pruned a slice at a time.
 
 Row changes, Kafka events, their entity-index entries (the drill-down's way in) and the chart
 series are kept for the retention; a finding keeps its own evidence for as long as it is kept,
 so pruning loses no finding and no evidence. The monitor calls `prune` from its loop: each call
 is one short store transaction that deletes at most `limit` of the oldest rows of each table, so
 the writer is never held for long, and the file's freed pages are reused: its size levels off.
-The rows pruned so far are counted in the state row PRUNED (by table), which /metrics shows.
+The rows pruned so far are counted in the state rows PRUNED (for the retention) and BUDGET_PRUNED
+(for the budget, with when it last pruned), which /metrics shows.
 
 Oldest first is by insertion order (row_changes.seq, the events' rowid), which follows commit and
 record time; within the oldest slice only rows older than the cut-off go.
@@ -16,13 +18,16 @@ from __future__ import annotations
 from oncewatch.store.store import Store
 
 PRUNED = "pruned"  # state row: {"row_changes": n, "events": n, "entity_index": n, "series": n}
+BUDGET_PRUNED = "budget_pruned"  # state row: the same for the budget, and "at": when it last pruned
 TABLES = ("row_changes", "events", "entity_index", "series")
 
 
-def prune(store: Store, before: float, limit: int = 5000) -> dict[str, int]:
+def prune(store: Store, before: float, limit: int = 5000, *, for_budget: bool = False, now: float = 0.0
+          ) -> dict[str, int]:
     """Delete up to `limit` of the oldest row changes, events and series points stamped before `before`
-    (unix time), with the index entries that point at them; returns what went, by table (all zero:
-    nothing is older, the next call can wait)."""
+    (unix time; `math.inf` for the budget's), with the index entries that point at them; returns what went,
+    by table (all zero: nothing is older, the next call can wait). `for_budget`: counted as the budget's, at
+    `now`."""
     with store.batch() as tx:
         conn = tx.conn
         seqs = [str(seq) for (seq,) in conn.execute(
@@ -41,15 +46,22 @@ def prune(store: Store, before: float, limit: int = 5000) -> dict[str, int]:
                               "AND at < ?", (limit, before)).rowcount
         pruned = {"row_changes": len(seqs), "events": len(refs), "entity_index": entries, "series": points}
         if any(pruned.values()):
-            total = store.state(PRUNED, {}) or {}
-            tx.set_state(PRUNED, {t: total.get(t, 0) + pruned[t] for t in TABLES})
+            name = BUDGET_PRUNED if for_budget else PRUNED
+            total = store.state(name, {}) or {}
+            tx.set_state(name, {**{t: total.get(t, 0) + pruned[t] for t in TABLES},
+                                **({"at": now} if for_budget else {})})
     return pruned
 
 
-def pruned_total(store: Store) -> dict[str, int]:
-    """The rows pruned since the store was made, by table."""
-    total = store.state(PRUNED, {}) or {}
+def pruned_total(store: Store, *, for_budget: bool = False) -> dict[str, int]:
+    """The rows pruned since the store was made, by table: for the retention, or for the budget."""
+    total = store.state(BUDGET_PRUNED if for_budget else PRUNED, {}) or {}
     return {t: int(total.get(t, 0)) for t in TABLES}
 
 
-__all__ = ["PRUNED", "TABLES", "prune", "pruned_total"]
+def budget_pruned_at(store: Store) -> float | None:
+    """When raw records were last pruned for the budget (None: never)."""
+    return (store.state(BUDGET_PRUNED, {}) or {}).get("at")
+
+
+__all__ = ["BUDGET_PRUNED", "PRUNED", "TABLES", "budget_pruned_at", "prune", "pruned_total"]

@@ -172,6 +172,15 @@ class Store:
         return {(t, r): n for t, r, n in self.conn.execute(
             "SELECT topic, reason, count(*) FROM quarantine GROUP BY topic, reason")}
 
+    def used_bytes(self) -> int | None:
+        """Bytes of the store's file in use (its free pages, which new rows fill first, and its WAL left out): what
+        `store.max_bytes` budgets. None for a PostgreSQL store, whose disk is its database's."""
+        if self.dialect is POSTGRES:
+            return None
+        (size,), = self.conn.execute("SELECT page_size * (page_count - freelist_count) FROM pragma_page_size, "
+                                     "pragma_page_count, pragma_freelist_count")
+        return int(size)
+
     def count(self, table: str) -> int:
         """Rows in one of the store's record tables (benchmarks, tests)."""
         if table not in COUNTED:

@@ -59,13 +59,18 @@ def readings(query: str, window_seconds: float, found: queries.Timeline, comps: 
             "lag_seconds": st.column_config.NumberColumn("lag (s)", format="%.1f")})
 
 
-def records(found: queries.Timeline) -> None:
-    """A trade_no's, order's or announced key's row changes and events."""
+def records(found: queries.Timeline, pruned: queries.Pruned) -> None:
+    """A trade_no's, order's or announced key's row changes and events, and what the store no longer keeps."""
     cols = st.columns(3)
     cols[0].metric("Row changes", len(found.rows), border=True)
     cols[1].metric("Kafka events", len(found.events), border=True)
     cols[2].metric("Findings", len(found.findings), border=True)
     st.caption(f"Looked up {', '.join(found.entities)}.")
+    if pruned.for_retention or pruned.for_budget:
+        kept = f"back to {ui.when(pruned.oldest_kept)}" if pruned.oldest_kept is not None else "none of them now"
+        st.caption(f"The store keeps raw records {kept}: {pruned.for_retention:,} older ones went past "
+                   f"store.retention_hours and {pruned.for_budget:,} to keep it within store.max_bytes. Findings keep "
+                   f"their own evidence.")
     if found.truncated:
         st.warning(f"More than {queries.TIMELINE_LIMIT:,} records: only the newest are shown.")
     entries = sorted([row_entry(r) for r in found.rows] + [event_entry(e) for e in found.events],
@@ -109,12 +114,13 @@ def live(query: str, window_seconds: float) -> None:
     now = time.time()
     with ui.store() as store:  # one read of the store per refresh
         found = queries.timeline(store, query)
+        gone = queries.pruned(store)
         series = queries.readings(store, query, now - window_seconds)  # none for a record entity
         comps = views.components(store, now) if series else {}
     if series:
         readings(query, window_seconds, found, comps, series)
     else:
-        records(found)
+        records(found, gone)
     findings_of(found)
 
 

@@ -26,7 +26,7 @@ from oncewatch.core.gtids import gtid_set
 from oncewatch.core.histogram import delay_p99
 from oncewatch.core.names import BINLOG, KAFKA_EVENTS, MONITOR
 from oncewatch.core.protocol import (BinlogStatus, BinlogTail, CdcStatus, ComponentHealth, EventSource,
-                                     KafkaEventsStatus, MonitorHealth, Slo)
+                                     KafkaEventsStatus, MonitorHealth, Slo, StoreSpace)
 from oncewatch.monitor.readers import Reader, running_part
 from oncewatch.monitor.verdict import judge
 from oncewatch.monitor.writer import Progress
@@ -83,8 +83,10 @@ class Outages:
 class Health:
     def __init__(self, store: Store, readers: dict[str, Reader], progress: Progress, stats: Any, rules: Rules,
                  shape: Callable[[], list[dict[str, Any]]], outages: Outages,
-                 reads: dict[str, list[str]] | None = None, slo: SloConfig = SloConfig()):
+                 reads: dict[str, list[str]] | None = None, slo: SloConfig = SloConfig(),
+                 space: Callable[[], StoreSpace | None] = lambda: None):
         self.store = store
+        self.space = space  # the store against its budget (oncewatch.monitor.budget), None without one
         self.slo = slo  # published on /metrics beside the verdicts, for the burn-rate alerts
         self.outages = outages
         self.shape = shape  # the engine's standing shape problems (checks.shape)
@@ -175,15 +177,16 @@ class Health:
         for name, row in rows.items():
             self.store.set_health(name, row)
         shape = self.shape()
+        space = self.space()
         v = judge(now, rows, self.lag_seconds(now), caught_up_seconds=self.rules.caught_up_seconds, shape=shape,
-                  reads=self.reads, stopped=stopped)
+                  reads=self.reads, stopped=stopped, space=space)
         self.store.set_health(MONITOR, MonitorHealth(
             started_at=self.started_at, pid=os.getpid(), binlog_time=p.binlog_time, kafka_time=p.kafka_time,
             caught_up=v.caught_up, verdict=v.verdict, reasons=v.reasons, lag_seconds=v.lag_seconds, blind_rules=v.blind,
             blind_tables=v.blind_tables, rule_tables={r: tuple(t) for r, t in self.reads.items()},
             shape_problems=tuple(shape), probe_error=self.probe_error, store_outages=self.outages.count,
             store_outage_seconds=self.outages.seconds, thresholds=thresholds(self.rules),
-            slo=Slo(self.slo.objective, self.slo.within_seconds)))
+            slo=Slo(self.slo.objective, self.slo.within_seconds), store_space=space))
         if with_series:
             with self.store.batch() as tx:
                 tx.add_series(self._series_points(time.time()))

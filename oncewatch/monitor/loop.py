@@ -26,6 +26,8 @@ from oncewatch.core.config import Config, ConfigError
 from oncewatch.core.names import BINLOG, CDC, KAFKA_EVENTS, KAFKA_OFFSETS
 from oncewatch.core.protocol import BootstrapStatus, Item, KafkaEventsStatus, Part, ReaderFailed
 from oncewatch.core.records import BinlogPosition, PartitionStatus
+from oncewatch.monitor import budget
+from oncewatch.monitor.budget import Budget
 from oncewatch.monitor.entities import EntityIndex
 from oncewatch.monitor.health import Health, Outages
 from oncewatch.monitor.inbox import Inbox
@@ -129,8 +131,10 @@ class Monitor:
         # waits on that clock once the shop is quiet is given with its next commit, and --until-idle cannot wait it out
         self._change_clock_moves = cfg.cdc is None or cfg.cdc.mode != "source" or bool(cfg.cdc.heartbeat_topic)
         self.readers: dict[str, Reader] = {}
+        self.budget = Budget(self.store, cfg.store.max_bytes) if cfg.store.max_bytes else None
         self.health = Health(self.store, self.readers, self.progress, self.engine.stats, cfg.rules, self.engine.shape,
-                             outages or Outages(), self.engine.reads(), cfg.slo)
+                             outages or Outages(), self.engine.reads(), cfg.slo,
+                             space=lambda: None if self.budget is None else self.budget.space)
 
     def close(self) -> None:
         """The store closed and its lock given up."""
@@ -225,7 +229,7 @@ class Monitor:
         kafka_partitions = self._kafka_partitions if KAFKA_EVENTS in self.readers else None
         for reader in self.readers.values():
             reader.start()
-        last_health = last_series = last_clock = next_prune = 0.0
+        last_health = last_series = last_clock = next_prune = next_budget = 0.0
         try:
             while not self._stop.is_set():
                 items = self.queue.take(BATCH_SECONDS, BATCH_RECORDS)
@@ -244,6 +248,8 @@ class Monitor:
                 self._tail_after_bootstrap()
                 if now >= next_prune:
                     next_prune = now if self.writer.prune(now) else now + PRUNE_SECONDS
+                if self.budget is not None and now >= next_budget:
+                    next_budget = now if self.budget.keep(now) else now + budget.LOOK_SECONDS
                 for reader in self.readers.values():
                     if reader.restart_if_due(now):  # what it reads now is new: --until-idle waits for it
                         self.progress.last_change_at = now

@@ -30,7 +30,7 @@ from typing import Any
 
 from oncewatch.checks.shape import blinds
 from oncewatch.core.names import BINLOG, CDC, DEGRADED, FAILING, HEALTHY, KAFKA_EVENTS, KAFKA_OFFSETS, STOPPED
-from oncewatch.core.protocol import BootstrapStatus, CdcStatus, ComponentHealth
+from oncewatch.core.protocol import BootstrapStatus, CdcStatus, ComponentHealth, StoreSpace
 from oncewatch.core.records import OffsetsSnapshot
 
 STOPPED_REASON = "stopped: nothing is read until `oncewatch run` starts again"
@@ -62,6 +62,9 @@ class Verdict:
     blind_tables: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
+# How long after raw records were last pruned for the budget the verdict still says so.
+BUDGET_RECENT_SECONDS = 600.0
+
 # What each rule reads: a rule whose collector is failing cannot judge (it is unknown, never green).
 RULE_INPUTS: dict[str, tuple[str, ...]] = {
     **{rule: (BINLOG,) for rule in ("F1", "F2", "F3", "F4", "F5", "F6")},
@@ -72,15 +75,33 @@ RULE_INPUTS: dict[str, tuple[str, ...]] = {
 }
 
 
+def budget_reasons(now: float, space: StoreSpace | None) -> list[str]:
+    """What the store's budget says, for people: the budget spent on what is never pruned, or raw records pruned
+    for it lately (the drill-down then keeps less than store.retention_hours of them)."""
+    if space is None:
+        return []
+    used, budget = space.used_bytes / 2**20, space.max_bytes / 2**20
+    if space.exhausted:
+        return [f"store.max_bytes: {used:,.1f} MiB in use over a budget of {budget:,.1f} MiB, all of it the engine's "
+                f"open state and the findings, which are never pruned: raise store.max_bytes"]
+    if space.pruned_at is not None and now - space.pruned_at <= BUDGET_RECENT_SECONDS:
+        return [f"store.max_bytes: the store is at {used:,.1f} of its {budget:,.1f} MiB; the oldest raw records are "
+                f"pruned to keep it there (last {now - space.pruned_at:,.0f} s ago), so fewer than "
+                f"store.retention_hours of them are kept"]
+    return []
+
+
 def judge(now: float, components: Mapping[str, ComponentHealth], lag_seconds: Mapping[str, float], *,
           caught_up_seconds: float, shape: Sequence[Mapping[str, Any]] = (),
-          reads: Mapping[str, Sequence[str]] | None = None, stopped: bool = False) -> Verdict:
+          reads: Mapping[str, Sequence[str]] | None = None, stopped: bool = False,
+          space: StoreSpace | None = None) -> Verdict:
     """`components`: each collector's health row (its status and its `reader` part); `lag_seconds`:
     per stream, how far behind it is read; `shape`: the engine's standing shape problems
     (checks.shape), each blinding the rules that read the column for its table; `reads`: per rule the tables it
     reads (Engine.reads: a rule that judges across tables is blind for all of them). `stopped`: the last verdict of a
     monitor that stops: STOPPED, every rule blind, its readers' being down no reason (they were stopped),
-    what else was wrong still said."""
+    what else was wrong still said. `space`: the store against its budget (store.max_bytes), which degrades the
+    monitor while it prunes raw records for it, or cannot."""
     failing: list[str] = []
     degraded: list[str] = []
     down: set[str] = set()
@@ -109,6 +130,7 @@ def judge(now: float, components: Mapping[str, ComponentHealth], lag_seconds: Ma
         if lag > caught_up_seconds:
             degraded.append(f"{stream} read {lag:.1f} s behind (caught up means within {caught_up_seconds:g} s)"
                             + why_behind.get(stream, ""))
+    degraded += budget_reasons(now, space)
     for problem in shape:
         degraded.append(f"{problem['config_key']}: {problem['what']} ({', '.join(problem['rules'])} cannot judge)")
     blind_tables = {rule: tuple(sorted(tables)) for rule, tables in sorted(blinds(shape, reads or {}).items())}

@@ -38,6 +38,12 @@ def with_mysql(**changes):
     ({**BASE, "store": {"memory_entries": "all"}}, r"^store\.memory_entries: expected an integer"),
     ({**BASE, "store": {"checkpoint_seconds": 61}}, r"^store\.checkpoint_seconds: at most 60 \(what a kill -9"),
     ({**BASE, "store": {"checkpoint_seconds": -1}}, r"^store\.checkpoint_seconds: must be at least 0"),
+    ({**BASE, "store": {"max_bytes": "lots"}}, r"^store\.max_bytes: expected a size in bytes, an integer or a number"),
+    ({**BASE, "store": {"max_bytes": "1 MiB"}}, r"^store\.max_bytes: at least 16 MiB \(the engine's open state"),
+    ({**BASE, "store": {"max_bytes": 1000}}, r"^store\.max_bytes: at least 16 MiB"),
+    ({**BASE, "store": {"max_bytes": True}}, r"^store\.max_bytes: expected a size in bytes"),
+    ({**BASE, "store": {"url": "postgresql://ow@h/db", "max_bytes": "1 GB"}},
+     r"^store\.max_bytes: a budget for a SQLite store only"),
     ({**BASE, "store": {"url": "mysql://h/db"}}, r"^store\.url: expected postgresql://USER@HOST:PORT/DATABASE"),
     ({**BASE, "store": {"url": "postgresql://ow@h:5432/"}}, r"^store\.url: expected postgresql://"),
     ({**BASE, "store": {"url": "postgresql://ow:hunter2@h/db"}}, r"^store\.url: secrets are not read from the config"),
@@ -66,6 +72,12 @@ def with_mysql(**changes):
 def test_errors_name_the_key(data, message):
     with pytest.raises(ConfigError, match=message):
         parse(data)
+
+
+@pytest.mark.parametrize("value, size", [(0, 0), (52428800, 52428800), ("50 MiB", 50 * 2**20), ("2GB", 2 * 10**9),
+                                         ("1.5 GiB", int(1.5 * 2**30))])
+def test_a_budget_is_bytes_or_a_size_with_its_unit(value, size):
+    assert parse({**BASE, "store": {"max_bytes": value}}).store.max_bytes == size
 
 
 def test_secret_is_read_late_and_masked(monkeypatch, tmp_path):

@@ -19,8 +19,8 @@ from oncewatch import cli
 from oncewatch.core import names
 from oncewatch.core.protocol import BinlogStatus, ComponentHealth
 from oncewatch.core.records import Evidence, Finding, QuarantinedRows
-from oncewatch.dashboards import auth, login_limits, report_check, reports, views
-from oncewatch.store import Store, reviews
+from oncewatch.dashboards import auth, login_limits, report_check, reports, ui, views
+from oncewatch.store import Store, retention, reviews
 from tests.conftest import SQLITE_ONLY, StoreTarget, name_store, store_keys, store_section
 from tests.unit.test_metrics import scenario_store  # noqa: F401 - the scenario store fixture
 
@@ -268,6 +268,25 @@ def test_drilldown_of_a_trade_no(env: Path) -> None:
     assert evidence["coordinates"].tolist() == ["mysql-bin.000003:104703#0-1-4703/0",
                                                 "mysql-bin.000003:104704#0-1-4704/0"]
     assert plotly_count(at) == 1
+
+
+def test_drilldown_says_what_the_store_no_longer_keeps(env: Path, scenario_store: StoreTarget) -> None:
+    """Raw records pruned for the retention and for the budget: the drill-down says how many, and from when it
+    keeps them; the finding keeps its evidence."""
+    at = run("drilldown", q="T1001")
+    assert not [c for c in at.caption if "The store keeps raw records" in c.value]
+    store = Store(scenario_store)
+    first, *_ = store.row_changes()
+    retention.prune(store, first.commit_time + 0.001, limit=1)
+    gone = retention.prune(store, float("inf"), limit=1, for_budget=True, now=first.commit_time)
+    second = store.row_changes(limit=1)[0]
+    store.close()
+    at = run("drilldown", q="T1001")
+    [note] = [c.value for c in at.caption if "The store keeps raw records" in c.value]
+    assert note.startswith(f"The store keeps raw records back to {ui.when(second.commit_time)}: ")
+    assert f"1 older ones went past store.retention_hours and {gone['row_changes'] + gone['events']:,} to keep it " \
+        f"within store.max_bytes" in note
+    assert at.expander[0].label.startswith("F1 duplicate_effect")
 
 
 @SQLITE_ONLY
