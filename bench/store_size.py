@@ -41,7 +41,7 @@ def size_mib(store: Path) -> float:
 
 
 # What each part of the store holds, by the tables (and their indexes) that make it.
-PARTS = {"raw": ("row_changes", "events"), "entities": ("entity_index",), "state": ("engine_entries",),
+PARTS = {"raw": ("row_changes", "events"), "entities": ("entity_refs", "entity_names"), "state": ("engine_entries",),
          "findings": ("findings", "finding_history", "reviews")}
 
 

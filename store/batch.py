@@ -11,6 +11,7 @@ from oncewatch.core.exact_json import flat_json, to_json
 from oncewatch.core.names import ACKNOWLEDGED, CLOSED, OPEN, RESOLVED
 from oncewatch.core.records import EmittedEvent, Finding, QuarantinedRecord, QuarantinedRows, RowChange
 from oncewatch.store.codec import EVENT_COLUMNS, FINDING_COLUMNS, event_body, headers_json
+from oncewatch.store import entities as entities_index
 from oncewatch.store.dialect import Connection, Dialect
 from oncewatch.store.packing import EVENT, ROW, Packer
 
@@ -19,7 +20,7 @@ MONITOR = "oncewatch"
 # The fact behind a person's status: what the engine would say.
 FACT = {ACKNOWLEDGED: OPEN, CLOSED: OPEN}
 
-# A row already stored (an entity's index entry, a rows event quarantined before a restart) is kept as it is.
+# A row already stored (a rows event quarantined before a restart) is kept as it is.
 IGNORE_REPEATS = " ON CONFLICT DO NOTHING"
 ROW_CHANGE_INSERT = ("seq, txid, row_index, schema_name, table_name, op, pk, before_row, after_row, binlog_file, "
                      "end_pos, commit_time, commit_clock, snapshot")
@@ -52,21 +53,25 @@ class Batch:
                        None if r.after is None else pack(ROW, flat_json(r.after)),
                        r.binlog_file, r.end_pos, r.commit_time, r.commit_clock, int(r.snapshot))
                       for seq, r in zip(seqs, rows)])
-        self.insert_rows("INSERT INTO entity_index (entity, kind, ref) VALUES ", "(?,'row_change',?)", 50,
-                     [(entity, str(seqs[i])) for i, entity in entities], IGNORE_REPEATS)
+        entities_index.file(self.conn, [(entity, seqs[i]) for i, entity in entities], self.insert_rows)
         return seqs
 
     def add_events(self, events: Iterable[EmittedEvent], entities: Iterable[tuple[int, str]] = ()) -> None:
         """Store events; `entities` pairs an event's index in `events` with an entity key."""
         events = list(events)
+        entities = list(entities)
+        if entities:
+            (last,), = self.conn.execute("SELECT COALESCE(MAX(rowid), 0) FROM events")
         self.insert_rows(f"INSERT INTO events ({EVENT_COLUMNS}) VALUES ", "(?,?,?,?,?,?,?,?)", 16,
                      [(e.topic, e.partition, e.offset, e.timestamp_ms, e.timestamp_type, e.key, e.format,
                        self.packer.pack(EVENT, event_body(e))) for e in events])
-        entities = list(entities)
         if entities:
-            refs = [e.coordinates for e in events]  # once per event: most have several entities
-            self.insert_rows("INSERT INTO entity_index (entity, kind, ref) VALUES ", "(?,'event',?)", 50,
-                         [(entity, refs[i]) for i, entity in entities], IGNORE_REPEATS)
+            # the rowids these events were given: above the largest before them (another writer of a shared store
+            # may have added its own meanwhile, so each is found by its coordinates)
+            rowids = {(t, p, o): rowid for rowid, t, p, o in self.conn.execute(
+                'SELECT rowid, topic, partition, "offset" FROM events WHERE rowid > ?', (last,))}
+            refs = [entities_index.event_ref(rowids[e.topic, e.partition, e.offset]) for e in events]
+            entities_index.file(self.conn, [(entity, refs[i]) for i, entity in entities], self.insert_rows)
 
     def insert_rows(self, head: str, row: str, per_statement: int, rows: list[tuple[Any, ...]], tail: str = "") -> None:
         """`executemany(head + row + tail, rows)`, but `per_statement` rows to a statement: SQLite's cost

@@ -29,6 +29,8 @@ from psycopg import pq
 
 from oncewatch.core.config import PostgresTarget
 from oncewatch.store.errors import NotAStoreError, StoreError, StoreLockedError, StoreUnavailableError
+from oncewatch.store import entities
+from oncewatch.store.dialect import POSTGRES
 from oncewatch.store.schema import PACKED_COLUMNS, add_columns
 
 APPLICATION_ID = 0x6F6E6377  # "oncw", as SQLite's application_id; also the advisory lock's key
@@ -141,6 +143,8 @@ def create(conn: PgConnection, schema: str) -> None:
             conn.executescript(schema)
             add_columns(conn)
             _bytea_packed(conn)
+            entities.move_old_index(conn, POSTGRES.tables, lambda head, row, _, rows, tail="": conn.executemany(
+                head + row + tail, rows))
             conn.execute(f"CREATE TABLE IF NOT EXISTS {MARK_TABLE} (application_id BIGINT NOT NULL, "
                          f"schema_sha256 TEXT NOT NULL)")
             conn.execute(f"DELETE FROM {MARK_TABLE}")

@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oncewatch.core.exact_json import from_json
-from oncewatch.core.names import ENTITY_KINDS, key_text, split_partition_key
+from oncewatch.core.names import ENTITY_KINDS, key_text
 from oncewatch.core.records import EmittedEvent, Finding, RowChange
 from oncewatch.store.codec import (FINDING_COLUMNS, ROW_CHANGE_COLUMNS, HistoryEntry,
                                    finding_from_row, row_change_from_row)
+from oncewatch.store import entities as entity_index
 from oncewatch.store import retention
 from oncewatch.store.dialect import Dialect
 from oncewatch.store.store import Store
@@ -133,21 +134,16 @@ def findings_with_history(store: Store, flt: FindingFilter) -> Iterator[tuple[tu
 def rows_by_entity(store: Store, entities: Iterable[str], per_entity: int = 50) -> dict[str, list[RowChange]]:
     """The stored row changes of each entity key ('trade_no:T1', 'pk:shop.shipments:7'), at most
     `per_entity` (the newest) each; an entity with none is not in the answer."""
-    entities = sorted(set(entities))
-    seqs_of: dict[str, list[int]] = {}
-    for i in range(0, len(entities), 500):
-        chunk = entities[i:i + 500]
-        for entity, ref in store.conn.execute(
-                f"SELECT entity, ref FROM entity_index WHERE kind = 'row_change' AND entity IN "
-                f"({','.join('?' * len(chunk))})", chunk):
-            seqs_of.setdefault(entity, []).append(int(ref))
-    wanted = sorted({seq for seqs in seqs_of.values() for seq in sorted(seqs)[-per_entity:]})
+    seqs_of = {entity: sorted(r for r in refs if r > 0)[-per_entity:]
+               for entity, refs in entity_index.refs_of(store.conn, entities).items()}
+    wanted = sorted({seq for seqs in seqs_of.values() for seq in seqs})
     by_seq: dict[int, RowChange] = {}
     for i in range(0, len(wanted), 500):
         part = wanted[i:i + 500]
         by_seq.update((r[0], row_change_from_row(r[1:], store.packer.unpack)) for r in store.conn.execute(
             f"SELECT seq, {ROW_CHANGE_COLUMNS} FROM row_changes WHERE seq IN ({','.join('?' * len(part))})", part))
-    return {entity: [by_seq[s] for s in sorted(seqs)[-per_entity:] if s in by_seq] for entity, seqs in seqs_of.items()}
+    found = {entity: [by_seq[s] for s in seqs if s in by_seq] for entity, seqs in seqs_of.items()}
+    return {entity: rows for entity, rows in found.items() if rows}
 
 
 @dataclass(frozen=True)
@@ -202,32 +198,6 @@ def findings_mentioning(store: Store, value: str) -> list[Finding]:
         f"SELECT {FINDING_COLUMNS} FROM findings{where} ORDER BY first_seen LIMIT ?", [*params, TIMELINE_LIMIT])]
 
 
-def _entities_of(store: Store, refs: Iterable[tuple[str, str]]) -> set[str]:
-    """Every entity the records `refs` ((kind, ref) of the entity index) are filed under."""
-    by_kind: dict[str, list[str]] = {}
-    for kind, ref in refs:
-        by_kind.setdefault(kind, []).append(ref)
-    out: set[str] = set()
-    for kind, listed in by_kind.items():
-        for i in range(0, len(listed), 500):
-            part = listed[i:i + 500]
-            out.update(e for (e,) in store.conn.execute(
-                f"SELECT entity FROM entity_index WHERE kind = ? AND ref IN ({','.join('?' * len(part))})",
-                [kind, *part]))
-    return out
-
-
-def _refs(store: Store, entities: Iterable[str]) -> list[tuple[str, str]]:
-    """(kind, ref) of the records filed under any of `entities`."""
-    entities = sorted(set(entities))
-    out: list[tuple[str, str]] = []
-    for i in range(0, len(entities), 500):
-        part = entities[i:i + 500]
-        out += store.conn.execute(f"SELECT kind, ref FROM entity_index WHERE entity IN ({','.join('?' * len(part))})",
-                                  part).fetchall()
-    return out
-
-
 def _atoms(value: Any) -> Iterator[Any]:
     if isinstance(value, dict):
         for v in value.values():
@@ -275,25 +245,22 @@ def timeline(store: Store, value: str) -> Timeline:
     keys = entity_keys(value)
     if not keys:
         return Timeline(value, ())
-    refs = _refs(store, keys)
-    seqs = sorted({int(ref) for kind, ref in refs if kind == "row_change"})
-    coords = sorted({ref for kind, ref in refs if kind == "event"})
-    truncated = len(seqs) > TIMELINE_LIMIT or len(coords) > TIMELINE_LIMIT
-    seqs, coords = seqs[-TIMELINE_LIMIT:], coords[-TIMELINE_LIMIT:]
+    refs = {ref for found in entity_index.refs_of(store.conn, keys).values() for ref in found}
+    seqs = sorted(r for r in refs if r > 0)
+    rowids = sorted(-r for r in refs if r < 0)
+    truncated = len(seqs) > TIMELINE_LIMIT or len(rowids) > TIMELINE_LIMIT
+    seqs, rowids = seqs[-TIMELINE_LIMIT:], rowids[-TIMELINE_LIMIT:]
     rows = store.row_changes(f"seq IN ({','.join('?' * len(seqs))})", tuple(seqs)) if seqs else []
-    events = []
-    for ref in coords:
-        topic_partition, offset = ref.rsplit("@", 1)
-        topic, partition = split_partition_key(topic_partition)
-        events += store.events('topic = ? AND partition = ? AND "offset" = ?', (topic, partition, int(offset)))
+    events = store.events(f"rowid IN ({','.join('?' * len(rowids))})", tuple(rowids)) if rowids else []
     # the value alone, which the findings' keys hold ('pk:' and 'key:' name a table before it)
     kind = keys[0].split(":", 1)[0]
     bare = keys[0].split(":", 2 if kind in TABLE_KINDS else 1)[-1] if len(keys) == 1 or kind == "key" \
         else value.strip()
-    near = _entities_of(store, [("row_change", str(s)) for s in seqs] + [("event", c) for c in coords])
+    near = entity_index.names_of(store.conn, [*seqs, *(-r for r in rowids)])
     trades = {e for e in near if e.startswith("trade_no:")}
     # the records of its trade_nos too: an order's shipments and grants, announced by their own ids
-    filed = near | _entities_of(store, _refs(store, trades - set(keys)))
+    filed = near | entity_index.names_of(store.conn, {ref for found in entity_index.refs_of(
+        store.conn, trades - set(keys)).values() for ref in found})
     announced = {(table, key) for table, key in (e.split(":", 2)[1:] for e in filed if e.startswith("key:"))}
     found = findings_naming(store, {bare} | {t.split(":", 1)[1] for t in trades}, announced)
     return Timeline(value, keys, rows, events, found, truncated)

@@ -15,6 +15,7 @@ record time; within the oldest slice only rows older than the cut-off go.
 
 from __future__ import annotations
 
+from oncewatch.store import entities
 from oncewatch.store.store import Store
 
 PRUNED = "pruned"  # state row: {"row_changes": n, "events": n, "entity_index": n, "series": n}
@@ -30,21 +31,16 @@ def prune(store: Store, before: float, limit: int = 5000, *, for_budget: bool = 
     `now`."""
     with store.batch() as tx:
         conn = tx.conn
-        seqs = [str(seq) for (seq,) in conn.execute(
+        seqs = [seq for (seq,) in conn.execute(
             "DELETE FROM row_changes WHERE seq IN (SELECT seq FROM row_changes ORDER BY seq LIMIT ?) "
             "AND commit_time < ? RETURNING seq", (limit, before))]
-        refs = [f"{t}/{p}@{o}" for t, p, o in conn.execute(
+        rowids = [rowid for (rowid,) in conn.execute(
             "DELETE FROM events WHERE rowid IN (SELECT rowid FROM events ORDER BY rowid LIMIT ?) "
-            "AND timestamp_ms < ? RETURNING topic, partition, \"offset\"", (limit, before * 1000))]
-        entries = 0
-        for kind, gone in (("row_change", seqs), ("event", refs)):
-            for i in range(0, len(gone), 500):
-                chunk = gone[i:i + 500]
-                entries += conn.execute(f"DELETE FROM entity_index WHERE kind = ? AND ref IN "
-                                        f"({','.join('?' * len(chunk))})", (kind, *chunk)).rowcount
+            "AND timestamp_ms < ? RETURNING rowid", (limit, before * 1000))]
+        entries = entities.forget(conn, seqs + [entities.event_ref(r) for r in rowids])
         points = conn.execute("DELETE FROM series WHERE rowid IN (SELECT rowid FROM series ORDER BY rowid LIMIT ?) "
                               "AND at < ?", (limit, before)).rowcount
-        pruned = {"row_changes": len(seqs), "events": len(refs), "entity_index": entries, "series": points}
+        pruned = {"row_changes": len(seqs), "events": len(rowids), "entity_index": entries, "series": points}
         if any(pruned.values()):
             name = BUDGET_PRUNED if for_budget else PRUNED
             total = store.state(name, {}) or {}

@@ -54,14 +54,19 @@ CREATE TABLE IF NOT EXISTS row_changes (
     UNIQUE (txid, row_index, snapshot)
 );
 CREATE INDEX IF NOT EXISTS row_changes_table ON row_changes (schema_name, table_name, commit_time);
-CREATE TABLE IF NOT EXISTS entity_index (
-    entity TEXT NOT NULL,      -- e.g. 'trade_no:T123' or 'order_key:O9'
-    kind TEXT NOT NULL,        -- 'row_change' | 'event'
-    ref TEXT NOT NULL,         -- row_changes.seq or 'topic/partition@offset'
-    PRIMARY KEY (entity, kind, ref)
+-- The drill-down's way in (store.entities): the records filed under each entity. entity: entity_names.id;
+-- ref: a row change's seq, or minus an event's rowid.
+CREATE TABLE IF NOT EXISTS entity_refs (
+    entity INTEGER NOT NULL,
+    ref INTEGER NOT NULL,
+    PRIMARY KEY (entity, ref)
 ) WITHOUT ROWID;
--- what retention (store.retention) finds the entries of pruned records by
-CREATE INDEX IF NOT EXISTS entity_index_ref ON entity_index (kind, ref);
+-- what retention finds the entries of pruned records by, and a timeline the entities of its records
+CREATE INDEX IF NOT EXISTS entity_refs_ref ON entity_refs (ref);
+CREATE TABLE IF NOT EXISTS entity_names (
+    id INTEGER PRIMARY KEY,    -- store.entities.entity_id of the name
+    name TEXT NOT NULL         -- e.g. 'trade_no:T123' or 'order_key:O9'
+);
 CREATE TABLE IF NOT EXISTS events (
     topic TEXT NOT NULL,
     partition INTEGER NOT NULL,

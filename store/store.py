@@ -25,6 +25,7 @@ from oncewatch.core.names import OPEN
 from oncewatch.core.protocol import Health, HealthRow
 from oncewatch.core.records import (EmittedEvent, Finding, QuarantinedRecord, QuarantinedRows, RowChange,
                                     TradeVerdict)
+from oncewatch.store import entities
 from oncewatch.store.batch import Batch
 from oncewatch.store.codec import (EVENT_COLUMNS, FINDING_COLUMNS, ROW_CHANGE_COLUMNS, VERDICT_COLUMNS, HealthRowError,
                                    event_from_row, finding_from_row, headers_from_json, health_from_json, health_json,
@@ -37,7 +38,7 @@ from oncewatch.store.dialect import POSTGRES, SQLITE, postgres_schema
 from oncewatch.store.schema import SCHEMA, add_columns, columns, connect, create
 
 POSTGRES_SCHEMA = postgres_schema(SCHEMA)
-COUNTED = ("row_changes", "events", "quarantine", "findings", "entity_index", "series")
+COUNTED = ("row_changes", "events", "quarantine", "findings", "entity_refs", "series")
 
 class Store:
     """A handle on the store at `target` (a SQLite file's path, or a PostgreSQL database), created there
@@ -71,8 +72,9 @@ class Store:
         if not readonly:
             with said_full(target):
                 self.conn.executescript(SCHEMA)  # a store made by an older version gains the newer tables
-                with self.batch():
+                with self.batch() as tx:
                     add_columns(self.conn)  # and the newer columns of its older tables
+                    entities.move_old_index(self.conn, self.dialect.tables, tx.insert_rows)
 
     def _open_postgres(self, readonly: bool, monitor: bool) -> None:
         from oncewatch.store import postgres
