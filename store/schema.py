@@ -53,7 +53,8 @@ CREATE TABLE IF NOT EXISTS row_changes (
     snapshot INTEGER NOT NULL DEFAULT 0,
     UNIQUE (txid, row_index, snapshot)
 );
-CREATE INDEX IF NOT EXISTS row_changes_table ON row_changes (schema_name, table_name, commit_time);
+-- No page or command reads row changes by table and time; the index an older version made for it goes.
+DROP INDEX IF EXISTS row_changes_table;
 -- The drill-down's way in (store.entities): the records filed under each entity. entity: entity_names.id;
 -- ref: a row change's seq, or minus an event's rowid.
 CREATE TABLE IF NOT EXISTS entity_refs (
