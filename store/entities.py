@@ -39,13 +39,46 @@ def event_ref(rowid: int) -> int:
     return -rowid
 
 
-def file(conn: Connection, entries: Sequence[tuple[str, int]], insert_rows: InsertRows) -> None:
-    """File each record `ref` under the entity `name` of (name, ref); `insert_rows`: Batch.insert_rows."""
+class KnownNames:
+    """The ids of names the writer has stored lately, so that an entity's later records do not store its name again
+    (most entities have several records close together). Bounded; one stored by a transaction that rolls back,
+    or deleted by retention, is forgotten."""
+
+    LIMIT = 200_000
+
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+        self._unsaved: set[int] = set()
+
+    def new(self, ids: dict[str, int]) -> list[tuple[int, str]]:
+        """(id, name) of those of `ids` not known to be stored; they are taken as stored from now on."""
+        fresh = [(i, name) for name, i in ids.items() if i not in self.ids]
+        if len(self.ids) > self.LIMIT:
+            self.ids.clear()
+        self.ids.update(i for i, _ in fresh)
+        self._unsaved.update(i for i, _ in fresh)
+        return fresh
+
+    def gone(self, ids: Iterable[int]) -> None:
+        self.ids.difference_update(ids)
+
+    def committed(self) -> None:
+        self._unsaved.clear()
+
+    def rolled_back(self) -> None:
+        self.ids -= self._unsaved
+        self._unsaved.clear()
+
+
+def file(conn: Connection, entries: Sequence[tuple[str, int]], insert_rows: InsertRows,
+         known: KnownNames | None = None) -> None:
+    """File each record `ref` under the entity `name` of (name, ref); `insert_rows`: Batch.insert_rows; `known`:
+    the names the writer knows are stored (None: none)."""
     if not entries:
         return
     ids = {name: entity_id(name) for name, _ in entries}
-    insert_rows("INSERT INTO entity_names (id, name) VALUES ", "(?,?)", 50,
-                [(i, name) for name, i in ids.items()], " ON CONFLICT DO NOTHING")
+    names = known.new(ids) if known is not None else [(i, name) for name, i in ids.items()]
+    insert_rows("INSERT INTO entity_names (id, name) VALUES ", "(?,?)", 50, names, " ON CONFLICT DO NOTHING")
     insert_rows("INSERT INTO entity_refs (entity, ref) VALUES ", "(?,?)", 50,
                 [(ids[name], ref) for name, ref in entries], " ON CONFLICT DO NOTHING")
 
@@ -75,8 +108,9 @@ def names_of(conn: Connection, refs: Iterable[int]) -> set[str]:
     return out
 
 
-def forget(conn: Connection, refs: Sequence[int]) -> int:
-    """Delete the entries of the records `refs` (pruned), and the names left with none; returns the entries."""
+def forget(conn: Connection, refs: Sequence[int], known: KnownNames | None = None) -> int:
+    """Delete the entries of the records `refs` (pruned), and the names left with none (which `known` forgets);
+    returns the entries."""
     gone = 0
     for i in range(0, len(refs), CHUNK):
         part = list(refs[i:i + CHUNK])
@@ -86,8 +120,11 @@ def forget(conn: Connection, refs: Sequence[int]) -> int:
         ids = sorted({e for (e,) in deleted})
         for j in range(0, len(ids), CHUNK):
             some = ids[j:j + CHUNK]
-            conn.execute(f"DELETE FROM entity_names WHERE id IN ({','.join('?' * len(some))}) AND NOT EXISTS "
-                         "(SELECT 1 FROM entity_refs r WHERE r.entity = entity_names.id)", some)
+            names = conn.execute(f"DELETE FROM entity_names WHERE id IN ({','.join('?' * len(some))}) AND NOT EXISTS "
+                                 "(SELECT 1 FROM entity_refs r WHERE r.entity = entity_names.id) RETURNING id",
+                                 some).fetchall()
+            if known is not None:
+                known.gone(i for (i,) in names)
     return gone
 
 

@@ -50,3 +50,26 @@ def test_a_name_goes_with_its_last_entry(store_target) -> None:
     assert names == ["pk:a:2", "trade_no:T1"]  # T1 still has the newer row
     assert [r.after["shipment_id"] for r in queries.rows_by_entity(store, ["trade_no:T1"])["trade_no:T1"]] == ["S2"]
     store.close()
+
+
+def test_a_name_is_stored_again_after_its_transaction_rolled_back_or_retention_took_it(store_target) -> None:
+    """The writer stores an entity's name once while it knows it is stored: not when the transaction that stored
+    it rolled back, nor once retention deleted it with its last entry."""
+    shop, store = Shop(), Store(store_target)
+    try:
+        with store.batch() as tx:
+            tx.add_row_changes(shop.tx(1000.0, shipment("S1", "T1")).rows, [(0, "trade_no:T1")])
+            raise RuntimeError("the writer failed")
+    except RuntimeError:
+        pass
+    with store.batch() as tx:
+        tx.add_row_changes(shop.tx(1001.0, shipment("S2", "T1")).rows, [(0, "trade_no:T1")])
+    assert queries.timeline(store, "T1").entities and \
+        store.conn.execute("SELECT name FROM entity_names").fetchall() == [("trade_no:T1",)]
+    retention.prune(store, 5000.0)  # its only record goes, and the name with it
+    assert store.conn.execute("SELECT COUNT(*) FROM entity_names").fetchone()[0] == 0
+    with store.batch() as tx:
+        tx.add_row_changes(shop.tx(6000.0, shipment("S3", "T1")).rows, [(0, "trade_no:T1")])
+    assert store.conn.execute("SELECT name FROM entity_names").fetchall() == [("trade_no:T1",)]
+    assert [r.after["shipment_id"] for r in queries.timeline(store, "T1").rows] == ["S3"]
+    store.close()
