@@ -24,6 +24,10 @@ from oncewatch.store.dialect import Connection
 log = logging.getLogger(__name__)
 
 CHUNK = 500  # ids or refs to a statement
+# A row's own entity ('pk:shop.orders:7') is only ever looked up by its name, never walked to from a record
+# (`names_of` serves the timeline's walk to a record's trade_nos and announced keys), so its name is not kept:
+# half the names, one store write less for most records.
+UNNAMED = "pk:"
 OLD_INDEX = "entity_index"
 MOVE_CHUNK = 50_000
 # Batch.insert_rows: (head, one row's placeholders, rows per statement, rows, tail)
@@ -77,7 +81,8 @@ def file(conn: Connection, entries: Sequence[tuple[str, int]], insert_rows: Inse
     if not entries:
         return
     ids = {name: entity_id(name) for name, _ in entries}
-    names = known.new(ids) if known is not None else [(i, name) for name, i in ids.items()]
+    named = {name: i for name, i in ids.items() if not name.startswith(UNNAMED)}
+    names = known.new(named) if known is not None else [(i, name) for name, i in named.items()]
     insert_rows("INSERT INTO entity_names (id, name) VALUES ", "(?,?)", 50, names, " ON CONFLICT DO NOTHING")
     insert_rows("INSERT INTO entity_refs (entity, ref) VALUES ", "(?,?)", 50,
                 [(ids[name], ref) for name, ref in entries], " ON CONFLICT DO NOTHING")
@@ -97,7 +102,7 @@ def refs_of(conn: Connection, names: Iterable[str]) -> dict[str, list[int]]:
 
 
 def names_of(conn: Connection, refs: Iterable[int]) -> set[str]:
-    """Every entity the records `refs` are filed under."""
+    """Every entity the records `refs` are filed under, but their own (UNNAMED)."""
     refs = sorted(set(refs))
     out: set[str] = set()
     for i in range(0, len(refs), CHUNK):

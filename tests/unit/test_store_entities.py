@@ -42,12 +42,13 @@ def test_an_older_stores_text_index_moves_over_and_finds_the_same_records(store_
 def test_a_name_goes_with_its_last_entry(store_target) -> None:
     shop, store = Shop(), Store(store_target)
     with store.batch() as tx:
-        first = tx.add_row_changes(shop.tx(1000.0, shipment("S1", "T1")).rows, [(0, "trade_no:T1"), (0, "pk:a:1")])
+        first = tx.add_row_changes(shop.tx(1000.0, shipment("S1", "T1")).rows, [(0, "trade_no:T1"), (0, "order_key:1")])
         tx.add_row_changes(shop.tx(5000.0, shipment("S2", "T1")).rows, [(0, "trade_no:T1"), (0, "pk:a:2")])
     assert first == [1]
     retention.prune(store, 2000.0)
     names = sorted(n for (n,) in store.conn.execute("SELECT name FROM entity_names"))
-    assert names == ["pk:a:2", "trade_no:T1"]  # T1 still has the newer row
+    assert names == ["trade_no:T1"]  # T1 still has the newer row; a row's own entity keeps no name
+    assert [r.after["shipment_id"] for r in queries.rows_by_entity(store, ["pk:a:2"])["pk:a:2"]] == ["S2"]
     assert [r.after["shipment_id"] for r in queries.rows_by_entity(store, ["trade_no:T1"])["trade_no:T1"]] == ["S2"]
     store.close()
 
