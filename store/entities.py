@@ -1,19 +1,17 @@
 """The entity index: the row changes and events each drill-down entity ('trade_no:T1', 'pk:shop.shipments:7') is
 filed under (oncewatch.monitor.entities says which), so the drill-down finds them without a scan.
 
-An entry is two numbers in `entity_refs`: the entity's id (the first eight bytes of its name's BLAKE2b, signed)
-and the record's: a row change's seq, or minus an event's rowid. The name is kept once, in `entity_names`. An
-entry takes about a sixth of what the name and the record's coordinates took as text (issue 47). Two names with
-one id would share their records in the drill-down; at 2^-64 a pair, a store of a billion entities has a chance
-in 30 billion of one.
-
-Stores made before kept the index as text in `entity_index`; their first writer of this version moves it here
-(`move_old_index`).
+An entry of `entity_refs` is the entity's name and the record's number: a row change's seq, or minus an event's
+rowid. Stores made before kept `entity_index`, whose entries also held the kind and the record's coordinates as
+text (about 127 bytes an entry, with its index; these take about 60). An entity id hashed from its name would
+take a third less, but it lands each entry on a page anywhere in the index: a shop's ids, written in order
+(auto-increment keys, numbered orders), would lose the locality that makes their entries an append, and the
+judge's filing took 2.5 times the CPU (issue 47). Their first writer of this version moves an older store's
+entries here (`move_old_index`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -23,19 +21,11 @@ from oncewatch.store.dialect import Connection
 
 log = logging.getLogger(__name__)
 
-CHUNK = 500  # ids or refs to a statement
-# A row's own entity ('pk:shop.orders:7') is only ever looked up by its name, never walked to from a record
-# (`names_of` serves the timeline's walk to a record's trade_nos and announced keys), so its name is not kept:
-# half the names, one store write less for most records.
-UNNAMED = "pk:"
+CHUNK = 500  # names or refs to a statement
 OLD_INDEX = "entity_index"
 MOVE_CHUNK = 50_000
 # Batch.insert_rows: (head, one row's placeholders, rows per statement, rows, tail)
 InsertRows = Callable[[str, str, int, list[tuple[Any, ...]], str], None]
-
-
-def entity_id(name: str) -> int:
-    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
 
 
 def event_ref(rowid: int) -> int:
@@ -43,93 +33,41 @@ def event_ref(rowid: int) -> int:
     return -rowid
 
 
-class KnownNames:
-    """The ids of names the writer has stored lately, so that an entity's later records do not store its name again
-    (most entities have several records close together). Bounded; one stored by a transaction that rolls back,
-    or deleted by retention, is forgotten."""
-
-    LIMIT = 200_000
-
-    def __init__(self) -> None:
-        self.ids: set[int] = set()
-        self._unsaved: set[int] = set()
-
-    def new(self, ids: dict[str, int]) -> list[tuple[int, str]]:
-        """(id, name) of those of `ids` not known to be stored; they are taken as stored from now on."""
-        fresh = [(i, name) for name, i in ids.items() if i not in self.ids]
-        if len(self.ids) > self.LIMIT:
-            self.ids.clear()
-        self.ids.update(i for i, _ in fresh)
-        self._unsaved.update(i for i, _ in fresh)
-        return fresh
-
-    def gone(self, ids: Iterable[int]) -> None:
-        self.ids.difference_update(ids)
-
-    def committed(self) -> None:
-        self._unsaved.clear()
-
-    def rolled_back(self) -> None:
-        self.ids -= self._unsaved
-        self._unsaved.clear()
-
-
-def file(conn: Connection, entries: Sequence[tuple[str, int]], insert_rows: InsertRows,
-         known: KnownNames | None = None) -> None:
-    """File each record `ref` under the entity `name` of (name, ref); `insert_rows`: Batch.insert_rows; `known`:
-    the names the writer knows are stored (None: none)."""
-    if not entries:
-        return
-    ids = {name: entity_id(name) for name, _ in entries}
-    named = {name: i for name, i in ids.items() if not name.startswith(UNNAMED)}
-    names = known.new(named) if known is not None else [(i, name) for name, i in named.items()]
-    insert_rows("INSERT INTO entity_names (id, name) VALUES ", "(?,?)", 50, names, " ON CONFLICT DO NOTHING")
-    insert_rows("INSERT INTO entity_refs (entity, ref) VALUES ", "(?,?)", 50,
-                [(ids[name], ref) for name, ref in entries], " ON CONFLICT DO NOTHING")
+def file(entries: list[tuple[str, int]], insert_rows: InsertRows) -> None:
+    """File each record `ref` under the entity `name` of (name, ref); `insert_rows`: Batch.insert_rows."""
+    if entries:
+        insert_rows("INSERT INTO entity_refs (entity, ref) VALUES ", "(?,?)", 50, entries, " ON CONFLICT DO NOTHING")
 
 
 def refs_of(conn: Connection, names: Iterable[str]) -> dict[str, list[int]]:
     """The refs filed under each of `names` (a name with none is not in the answer)."""
-    by_id = {entity_id(n): n for n in set(names)}
+    names = sorted(set(names))
     out: dict[str, list[int]] = {}
-    ids = sorted(by_id)
-    for i in range(0, len(ids), CHUNK):
-        part = ids[i:i + CHUNK]
+    for i in range(0, len(names), CHUNK):
+        part = names[i:i + CHUNK]
         for entity, ref in conn.execute(
                 f"SELECT entity, ref FROM entity_refs WHERE entity IN ({','.join('?' * len(part))})", part):
-            out.setdefault(by_id[entity], []).append(ref)
+            out.setdefault(entity, []).append(ref)
     return out
 
 
 def names_of(conn: Connection, refs: Iterable[int]) -> set[str]:
-    """Every entity the records `refs` are filed under, but their own (UNNAMED)."""
+    """Every entity the records `refs` are filed under."""
     refs = sorted(set(refs))
     out: set[str] = set()
     for i in range(0, len(refs), CHUNK):
         part = refs[i:i + CHUNK]
         out.update(name for (name,) in conn.execute(
-            "SELECT n.name FROM entity_refs r JOIN entity_names n ON n.id = r.entity "
-            f"WHERE r.ref IN ({','.join('?' * len(part))})", part))
+            f"SELECT entity FROM entity_refs WHERE ref IN ({','.join('?' * len(part))})", part))
     return out
 
 
-def forget(conn: Connection, refs: Sequence[int], known: KnownNames | None = None) -> int:
-    """Delete the entries of the records `refs` (pruned), and the names left with none (which `known` forgets);
-    returns the entries."""
+def forget(conn: Connection, refs: Sequence[int]) -> int:
+    """Delete the entries of the records `refs` (pruned); returns how many went."""
     gone = 0
     for i in range(0, len(refs), CHUNK):
         part = list(refs[i:i + CHUNK])
-        deleted = conn.execute(f"DELETE FROM entity_refs WHERE ref IN ({','.join('?' * len(part))}) RETURNING entity",
-                               part).fetchall()
-        gone += len(deleted)
-        ids = sorted({e for (e,) in deleted})
-        for j in range(0, len(ids), CHUNK):
-            some = ids[j:j + CHUNK]
-            names = conn.execute(f"DELETE FROM entity_names WHERE id IN ({','.join('?' * len(some))}) AND NOT EXISTS "
-                                 "(SELECT 1 FROM entity_refs r WHERE r.entity = entity_names.id) RETURNING id",
-                                 some).fetchall()
-            if known is not None:
-                known.gone(i for (i,) in names)
+        gone += conn.execute(f"DELETE FROM entity_refs WHERE ref IN ({','.join('?' * len(part))})", part).rowcount
     return gone
 
 
@@ -155,8 +93,8 @@ def move_old_index(conn: Connection, tables_sql: str, insert_rows: InsertRows) -
                                  (topic, partition, int(offset))).fetchone()
             if found is not None:
                 entries.append((name, event_ref(found[0])))
-        file(conn, entries, insert_rows)
+        file(entries, insert_rows)
         moved += len(entries)
     conn.execute(f"DROP TABLE {OLD_INDEX}")
-    log.info("the entity index moved to its compact tables", extra={"event": "entity_index_moved", "entries": moved})
+    log.info("the entity index moved to its compact table", extra={"event": "entity_index_moved", "entries": moved})
     return moved

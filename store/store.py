@@ -50,7 +50,6 @@ class Store:
         self.path = str(target)
         self._lock = threading.Lock()
         self.packer: Packer
-        self.known_names = entities.KnownNames()  # the entity names this writer has stored lately
         self._held = held
         if isinstance(target, PostgresTarget):
             from oncewatch.store import postgres  # psycopg for a PostgreSQL store only: it doubles a command's start-up
@@ -99,18 +98,16 @@ class Store:
         with self._lock, said_full(self.path):
             self.conn.execute(self.dialect.begin_write)
             try:
-                yield Batch(self.conn, self.dialect, self.packer, self.known_names)
+                yield Batch(self.conn, self.dialect, self.packer)
                 self.conn.execute("COMMIT")
             except BaseException:
                 self.packer.rolled_back()
-                self.known_names.rolled_back()
                 # SQLite may have rolled back itself (SQLITE_FULL can): a ROLLBACK then would raise and
                 # hide the error that matters.
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
                 raise
             self.packer.committed()
-            self.known_names.committed()
 
     # -------------------------------------------------------------- reads
 

@@ -1,5 +1,5 @@
-"""The entity index as numbers (issue 47): what a store made before kept as text moves over when its first writer
-of this version opens it, the drill-down finds the same records, and names go with their last entry."""
+"""The entity index with the records' numbers (issue 47): what a store made before kept moves over when its first
+writer of this version opens it, the drill-down finds the same records, and entries go with their records."""
 
 from __future__ import annotations
 
@@ -39,38 +39,13 @@ def test_an_older_stores_text_index_moves_over_and_finds_the_same_records(store_
     writer.close()
 
 
-def test_a_name_goes_with_its_last_entry(store_target) -> None:
+def test_the_entries_of_pruned_records_go_with_them(store_target) -> None:
     shop, store = Shop(), Store(store_target)
     with store.batch() as tx:
-        first = tx.add_row_changes(shop.tx(1000.0, shipment("S1", "T1")).rows, [(0, "trade_no:T1"), (0, "order_key:1")])
+        tx.add_row_changes(shop.tx(1000.0, shipment("S1", "T1")).rows, [(0, "trade_no:T1"), (0, "pk:a:1")])
         tx.add_row_changes(shop.tx(5000.0, shipment("S2", "T1")).rows, [(0, "trade_no:T1"), (0, "pk:a:2")])
-    assert first == [1]
-    retention.prune(store, 2000.0)
-    names = sorted(n for (n,) in store.conn.execute("SELECT name FROM entity_names"))
-    assert names == ["trade_no:T1"]  # T1 still has the newer row; a row's own entity keeps no name
-    assert [r.after["shipment_id"] for r in queries.rows_by_entity(store, ["pk:a:2"])["pk:a:2"]] == ["S2"]
+        tx.add_events([shop.event("shipment.created", 1000.0, order_no="T1")], [(0, "trade_no:T1")])
+    assert retention.prune(store, 2000.0)["entity_index"] == 3
+    assert sorted(store.conn.execute("SELECT entity, ref FROM entity_refs")) == [("pk:a:2", 2), ("trade_no:T1", 2)]
     assert [r.after["shipment_id"] for r in queries.rows_by_entity(store, ["trade_no:T1"])["trade_no:T1"]] == ["S2"]
-    store.close()
-
-
-def test_a_name_is_stored_again_after_its_transaction_rolled_back_or_retention_took_it(store_target) -> None:
-    """The writer stores an entity's name once while it knows it is stored: not when the transaction that stored
-    it rolled back, nor once retention deleted it with its last entry."""
-    shop, store = Shop(), Store(store_target)
-    try:
-        with store.batch() as tx:
-            tx.add_row_changes(shop.tx(1000.0, shipment("S1", "T1")).rows, [(0, "trade_no:T1")])
-            raise RuntimeError("the writer failed")
-    except RuntimeError:
-        pass
-    with store.batch() as tx:
-        tx.add_row_changes(shop.tx(1001.0, shipment("S2", "T1")).rows, [(0, "trade_no:T1")])
-    assert queries.timeline(store, "T1").entities and \
-        store.conn.execute("SELECT name FROM entity_names").fetchall() == [("trade_no:T1",)]
-    retention.prune(store, 5000.0)  # its only record goes, and the name with it
-    assert store.conn.execute("SELECT COUNT(*) FROM entity_names").fetchone()[0] == 0
-    with store.batch() as tx:
-        tx.add_row_changes(shop.tx(6000.0, shipment("S3", "T1")).rows, [(0, "trade_no:T1")])
-    assert store.conn.execute("SELECT name FROM entity_names").fetchall() == [("trade_no:T1",)]
-    assert [r.after["shipment_id"] for r in queries.timeline(store, "T1").rows] == ["S3"]
     store.close()
