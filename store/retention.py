@@ -15,6 +15,8 @@ record time; within the oldest slice only rows older than the cut-off go.
 
 from __future__ import annotations
 
+import math
+
 from oncewatch.store import entities
 from oncewatch.store.store import Store
 
@@ -49,6 +51,24 @@ def prune(store: Store, before: float, limit: int = 5000, *, for_budget: bool = 
     return pruned
 
 
+def oldest_cut(store: Store, n: int) -> float:
+    """A time to prune before that takes about the `n` oldest raw records, rows and events alike: the earlier of the
+    times of the n-th oldest row change and the n-th oldest event (of a quarter of a table that holds fewer than n),
+    just past it. Pruning the same count of each would keep events for less time than rows (a shop writes fewer)."""
+    times = [_nth_oldest(store, "SELECT commit_time FROM row_changes ORDER BY seq", "row_changes", n),
+             _nth_oldest(store, "SELECT timestamp_ms / 1000.0 FROM events ORDER BY rowid", "events", n)]
+    found = [t for t in times if t is not None]
+    return math.nextafter(min(found), math.inf) if found else math.inf
+
+
+def _nth_oldest(store: Store, oldest_first: str, table: str, n: int) -> float | None:
+    row = store.conn.execute(f"{oldest_first} LIMIT 1 OFFSET ?", (n - 1,)).fetchone()
+    if row is None:  # fewer than n: a small table, counted
+        (count,), = store.conn.execute(f"SELECT COUNT(*) FROM {table}")
+        row = store.conn.execute(f"{oldest_first} LIMIT 1 OFFSET ?", (count // 4,)).fetchone() if count else None
+    return None if row is None else row[0]
+
+
 def pruned_total(store: Store, *, for_budget: bool = False) -> dict[str, int]:
     """The rows pruned since the store was made, by table: for the retention, or for the budget."""
     total = store.state(BUDGET_PRUNED if for_budget else PRUNED, {}) or {}
@@ -60,4 +80,4 @@ def budget_pruned_at(store: Store) -> float | None:
     return (store.state(BUDGET_PRUNED, {}) or {}).get("at")
 
 
-__all__ = ["BUDGET_PRUNED", "PRUNED", "TABLES", "budget_pruned_at", "prune", "pruned_total"]
+__all__ = ["BUDGET_PRUNED", "PRUNED", "TABLES", "budget_pruned_at", "oldest_cut", "prune", "pruned_total"]

@@ -1,7 +1,8 @@
 """The store kept within its disk budget (`[store] max_bytes`): the oldest raw records go, a slice at a time.
 
 Past HIGH of the budget the monitor prunes the oldest row changes and events (store.retention, whatever their
-age), with their entity index entries and chart points, until the store is back under LOW: the gap between
+age; both up to one time, so that events are kept as long as rows), with their entity index entries and chart
+points, until the store is back under LOW: the gap between
 the two keeps it from pruning a slice at every look. Findings and their evidence never go, nor the engine's
 open state: when they alone fill the budget, nothing is left to prune, and the monitor says so (its verdict,
 /metrics, an error in the log) rather than lose evidence. SQLite's used pages are what is measured: the file
@@ -46,7 +47,7 @@ class Budget:
             self.pruning = False
             self.space = StoreSpace(used, self.max_bytes, self.space.pruned_at)
             return False
-        pruned = retention.prune(self.store, float("inf"), SLICE, for_budget=True, now=now)
+        pruned = retention.prune(self.store, retention.oldest_cut(self.store, SLICE), SLICE, for_budget=True, now=now)
         if not any(pruned.values()):
             if not self.space.exhausted:
                 log.error("the store's budget is spent on what is never pruned", extra={
