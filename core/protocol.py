@@ -128,13 +128,15 @@ Status = BinlogStatus | KafkaEventsStatus | OffsetsSnapshot
 
 class ReaderHealth(NamedTuple):
     """A reader's side of its part's health row (oncewatch.monitor.readers): whether its thread runs, its
-    failures, and when its part last showed life."""
+    failures, when its part last showed life, and the CPU its part's process used (a part read in a process of
+    its own, oncewatch.monitor.remote; None for one read in a thread of the monitor's process)."""
 
     running: bool = True
     failures: int = 0
     last_failure: str | None = None
     alive_at: float | None = None
     restart_at: float | None = None
+    cpu_seconds: float | None = None
 
 
 # ---------------------------------------------------------------- health rows
@@ -204,6 +206,7 @@ class MonitorHealth:
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
     slo: Slo | None = None
     store_space: StoreSpace | None = None  # None without a budget
+    cpu_seconds: float | None = None  # the monitor's own process: the rules, the store, the readers in threads
 
     def cannot_judge(self) -> tuple[str, ...]:
         """The rules blind everywhere, then per rule the tables a shape problem blinds it for ("F7 on t")."""

@@ -410,6 +410,12 @@ def _health(health: dict[str, views.Component]) -> Iterator[Metric]:
     alive = _gauge("collector_last_alive_timestamp_seconds", "When the collector's reader last showed life: a "
                    "read, a poll that returned, a server heartbeat (unix time); old means stuck or dead.",
                    ("collector",))
+    cpu = _counter("cpu_seconds", "CPU time (user + system) of each part of the monitor: the readers that run in a "
+                   "process of their own (the binlog or CDC topics, Kafka events, CDC check mode's topics) and the "
+                   "monitor's own process (part=\"monitor\": the rules, the store, the readers in threads). A "
+                   "reader's starts again from 0 when its process is started again.", ("part",))
+    if (monitor := views.monitor_of(health)) is not None and monitor.cpu_seconds is not None:
+        cpu.add_metric([names.MONITOR], monitor.cpu_seconds)
     for name in names.COLLECTORS:
         row = health[name].health if name in health else None
         if not isinstance(row, ComponentHealth):
@@ -418,6 +424,8 @@ def _health(health: dict[str, views.Component]) -> Iterator[Metric]:
         failures.add_metric([name], row.reader.failures)
         if row.reader.alive_at is not None:
             alive.add_metric([name], row.reader.alive_at)
+        if row.reader.cpu_seconds is not None:
+            cpu.add_metric([name], row.reader.cpu_seconds)
         status = row.status
         if isinstance(status, BinlogStatus):  # the offsets poller reads no records
             records.add_metric([name], status.rows_read)
@@ -425,13 +433,13 @@ def _health(health: dict[str, views.Component]) -> Iterator[Metric]:
             records.add_metric([name], status.records_read)
         if not isinstance(status, OffsetsSnapshot):
             reconnects.add_metric([name], status.reconnects)
-    yield from (up, records, reconnects, failures, alive)
+    yield from (up, records, reconnects, failures, alive, cpu)
     parts = {names.BINLOG: _binlog, names.KAFKA_EVENTS: _kafka_events, names.KAFKA_OFFSETS: _kafka_offsets,
              names.CDC: _cdc}
     for name, metrics in parts.items():
         if (status := views.status_of(health, name)) is not None:
             yield from metrics(status)
-    if (monitor := views.monitor_of(health)) is not None:
+    if monitor is not None:
         yield from _monitor(monitor)
 
 

@@ -68,21 +68,23 @@ def _finding(fid: str, rule: str, name: str, severity: str, keys: dict, summary:
                    resolution=resolution)
 
 
-def reader(alive_at: float, failures: int = 0) -> ReaderHealth:
-    """A reader's part of a collector's health row: running, restarted `failures` times."""
+def reader(alive_at: float, failures: int = 0, cpu_seconds: float | None = None) -> ReaderHealth:
+    """A reader's part of a collector's health row: running, restarted `failures` times, `cpu_seconds` used in a
+    process of its own (None: a reader in a thread of the monitor's process)."""
     return ReaderHealth(running=True, failures=failures, last_failure="ValueError: injected" if failures else None,
-                        alive_at=alive_at)
+                        alive_at=alive_at, cpu_seconds=cpu_seconds)
 
 
 def write_health(store: Store, now: float) -> None:
     """The four health rows of a monitor that is up, as in the module docstring."""
     store.set_health("binlog", ComponentHealth(BinlogStatus(
         connected=True, seconds_behind=2.5, last_position=BinlogPosition("0-1-4711", "mysql-bin.000003", 123456),
-        last_event_time=now - 2.5, reconnects=1, rows_read=1200, transactions_read=400), reader(now - 0.5)))
+        last_event_time=now - 2.5, reconnects=1, rows_read=1200, transactions_read=400),
+        reader(now - 0.5, cpu_seconds=41.5)))
     store.set_health("kafka_events", ComponentHealth(KafkaEventsStatus(
         connected=True, state="reading", reconnects=2, records_read=900,
         partitions=(PartitionStatus(TOPIC, 0, 300, 300, now - 1), PartitionStatus(TOPIC, 1, 300, 302, now - 1),
-                    PartitionStatus(TOPIC, 2, 298, 300, now - 1))), reader(now - 0.2, failures=1)))
+                    PartitionStatus(TOPIC, 2, 298, 300, now - 1))), reader(now - 0.2, failures=1, cpu_seconds=12.25)))
     ends = (300, 302, 300)
     store.set_health("kafka_offsets", ComponentHealth(OffsetsSnapshot(
         polled_at=now - 1, error=None,
@@ -93,7 +95,7 @@ def write_health(store: Store, now: float) -> None:
                 GroupOffsets("points-service", "Empty", tuple(GroupPartition(TOPIC, p, e, 0, 0.0)
                                                               for p, e in enumerate(ends))))), reader(now - 1)))
     store.set_health("monitor", MonitorHealth(
-        started_at=now - 3600, pid=4242, binlog_time=now - 2.5, kafka_time=now - 7.0, caught_up=False,
+        started_at=now - 3600, pid=4242, cpu_seconds=96.0, binlog_time=now - 2.5, kafka_time=now - 7.0, caught_up=False,
         verdict="degraded", reasons=("kafka read 7.0 s behind (caught up means within 5 s)",
                                      "domain.payments.callback_status_column: shop.payments.callback_status "
                                      "is gone (dropped or renamed) (F6 cannot judge)"),

@@ -186,7 +186,8 @@ class Health:
             blind_tables=v.blind_tables, rule_tables={r: tuple(t) for r, t in self.reads.items()},
             shape_problems=tuple(shape), probe_error=self.probe_error, store_outages=self.outages.count,
             store_outage_seconds=self.outages.seconds, thresholds=thresholds(self.rules),
-            slo=Slo(self.slo.objective, self.slo.within_seconds), store_space=space))
+            slo=Slo(self.slo.objective, self.slo.within_seconds), store_space=space,
+            cpu_seconds=time.process_time()))
         if with_series:
             with self.store.batch() as tx:
                 tx.add_series(self._series_points(time.time()))

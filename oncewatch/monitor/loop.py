@@ -22,7 +22,7 @@ from oncewatch.collectors.cdc.read import CdcCollector
 from oncewatch.collectors.kafka_events import KafkaEventCollector
 from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector
 from oncewatch.core import exposure
-from oncewatch.core.config import Config, ConfigError
+from oncewatch.core.config import CdcConfig, Config, ConfigError, KafkaConfig, MySQLConfig
 from oncewatch.core.names import BINLOG, CDC, KAFKA_EVENTS, KAFKA_OFFSETS
 from oncewatch.core.protocol import BootstrapStatus, Item, KafkaEventsStatus, Part, ReaderFailed
 from oncewatch.core.records import BinlogPosition, PartitionStatus
@@ -33,6 +33,7 @@ from oncewatch.monitor.health import Health, Outages
 from oncewatch.monitor.inbox import Inbox
 from oncewatch.monitor.preflight import preflight_kafka, preflight_mysql
 from oncewatch.monitor.readers import Reader, running_part
+from oncewatch.monitor.remote import remote
 from oncewatch.monitor.threadnames import name_os_threads
 from oncewatch.monitor.writer import Writer
 from oncewatch.store import Store, open_monitor
@@ -180,31 +181,42 @@ class Monitor:
 
     def _configure_readers(self) -> None:
         """One reader per collector; each factory starts from what the writer has committed, so a
-        reader started again resumes at the checkpoint."""
-        kafka = self.cfg.kafka
+        reader started again resumes at the checkpoint. The busy ones (the binlog tail or the CDC topics, the
+        events, CDC check mode's topics) read in a process of their own (oncewatch.monitor.remote); the bootstrap,
+        which reads once, and the offsets poller, every few seconds, in the reader's thread."""
+        mysql, kafka, cdc = self.cfg.mysql, self.cfg.kafka, self.cfg.cdc
         factories: dict[str, Callable[[], Part]] = {BINLOG: self._change_source}
         if kafka is not None:
-            factories[KAFKA_EVENTS] = lambda: KafkaEventCollector(kafka, dict(self.progress.kafka) or None,
-                                                                  hold=self._kafka_ahead)
+            factories[KAFKA_EVENTS] = lambda: self._events(kafka)
             if kafka.consumer_groups or kafka.topics:
                 factories[KAFKA_OFFSETS] = lambda: KafkaOffsetsCollector(kafka)
-        cdc = self.cfg.cdc
         if cdc is not None and kafka is not None and cdc.mode == "check":
-            factories[CDC] = lambda: CdcCollector(self.cfg.mysql, kafka, cdc, positions=self.progress.cdc,
-                                                  start_gtid=self.progress.cdc_gtid, copies=True)
+            factories[CDC] = lambda: self._cdc_copies(mysql, kafka, cdc)
         for name, factory in factories.items():
             self.readers[name] = Reader(name, factory, self._put)
 
     def _change_source(self) -> Part:
         """The change source from the committed position: the CDC topics in CDC mode (no bootstrap, no binlog),
         else the binlog, after a first start's bootstrap."""
-        p, cdc, kafka = self.progress, self.cfg.cdc, self.cfg.kafka
+        p, cdc, kafka, mysql = self.progress, self.cfg.cdc, self.cfg.kafka, self.cfg.mysql
         if cdc is not None and kafka is not None and cdc.mode == "source":
-            return CdcCollector(self.cfg.mysql, kafka, cdc, positions=p.cdc,
-                                start_gtid=p.binlog.gtid if p.binlog else "")
+            positions, gtid = dict(p.cdc), p.binlog.gtid if p.binlog else ""
+            return remote(BINLOG, lambda _ahead: CdcCollector(mysql, kafka, cdc, positions=positions, start_gtid=gtid))
         if p.binlog is None:
-            return Bootstrap(self.cfg.mysql)
-        return BinlogCollector(self.cfg.mysql, p.binlog, ahead=self._binlog_ahead)
+            return Bootstrap(mysql)
+        start = p.binlog
+        return remote(BINLOG, lambda ahead: BinlogCollector(mysql, start, ahead=ahead), ahead=self._binlog_ahead)
+
+    def _events(self, kafka: KafkaConfig) -> Part:
+        positions = dict(self.progress.kafka) or None
+        return remote(KAFKA_EVENTS, lambda hold: KafkaEventCollector(kafka, positions, hold=hold),
+                      ahead=self._kafka_ahead)
+
+    def _cdc_copies(self, mysql: MySQLConfig, kafka: KafkaConfig, cdc: CdcConfig) -> Part:
+        """CDC check mode's topics, their transactions to be checked against the binlog's."""
+        positions, gtid = dict(self.progress.cdc), self.progress.cdc_gtid
+        return remote(CDC, lambda _ahead: CdcCollector(mysql, kafka, cdc, positions=positions, start_gtid=gtid,
+                                                       copies=True))
 
     def _kafka_partitions(self) -> tuple[PartitionStatus, ...]:
         part = self.readers[KAFKA_EVENTS].part

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from oncewatch.collectors.binlog import BinlogError
 from oncewatch.collectors.kafka_events import KafkaEventsError
 from oncewatch.core.protocol import Item, Part, ReaderFailed, ReaderHealth
+from oncewatch.monitor.remote import remote_traceback
 
 log = logging.getLogger("oncewatch.monitor.readers")
 
@@ -98,6 +99,9 @@ class Reader:
             extra = {"reader": self.name, "error": f"{type(exc).__name__}: {exc}"}
             if failure.fatal:  # the message says what to do; a traceback would only hide it
                 log.error("source refused the reader", extra={"event": "reader_refused", **extra})
+            elif (trace := remote_traceback(exc)) is not None:  # its frames are in the reader's process
+                log.error("reader failed", extra={"event": "reader_failed", **extra, "exc": trace.splitlines()[-1],
+                                                  "traceback": trace})
             else:
                 log.error("reader failed", exc_info=True, extra={"event": "reader_failed", **extra})
             self._put(failure, stop)
@@ -128,8 +132,10 @@ class Reader:
 
     def health(self) -> ReaderHealth:
         """The reader's side of its part's health row."""
+        cpu = getattr(self.part, "cpu_seconds", None)  # a part read in a process of its own says what it used
         return ReaderHealth(running=self.running, failures=self.failures, last_failure=self.last_failure,
-                            alive_at=self.part.alive_at() if self.part else None, restart_at=self.restart_at)
+                            alive_at=self.part.alive_at() if self.part else None, restart_at=self.restart_at,
+                            cpu_seconds=cpu() if cpu is not None else None)
 
 
 def running_part(readers: dict[str, Reader], name: str) -> Part | None:
