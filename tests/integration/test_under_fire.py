@@ -18,6 +18,7 @@ baseline's. Every time: the monitor gives up after a few restarts, `oncewatch ru
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import random
 import signal
@@ -25,7 +26,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -172,28 +172,43 @@ class InjectedBug(Exception):
     """Not a collector error type: what a bug in a reader raises."""
 
 
-@dataclass
 class Strike:
-    """Set, with the moment, when an injected bug first raised."""
+    """Set, with the moment, when an injected bug first raised. In shared memory: the binlog and Kafka events
+    readers run in processes forked from the monitor (oncewatch.monitor.remote), and their calls count with the
+    monitor's, whichever process makes them."""
 
-    raised: threading.Event = field(default_factory=threading.Event)
-    at: float = 0.0
+    def __init__(self) -> None:
+        self.raised = multiprocessing.Event()
+        self._at = multiprocessing.Value("d", 0.0)
+        self.calls = multiprocessing.Value("i", 0)
+
+    @property
+    def at(self) -> float:
+        return self._at.value
+
+    def call(self) -> int:
+        with self.calls.get_lock():
+            self.calls.value += 1
+            return self.calls.value
+
+    def strike(self) -> None:
+        with self._at.get_lock():
+            if not self.raised.is_set():
+                self._at.value = time.monotonic()
+                self.raised.set()
 
 
 def inject(monkeypatch: pytest.MonkeyPatch, collector: str, *, every_time: bool = False) -> Strike:
     """Make the collector's method raise on its Nth call (and, with `every_time`, on every call after)."""
     cls, name, nth = TARGETS[collector]
     original: Callable[..., Any] = getattr(cls, name)
-    calls = [0]
     strike = Strike()
 
     def failing(self: Any, *args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        if calls[0] == nth or (every_time and calls[0] > nth):
-            if not strike.raised.is_set():
-                strike.at = time.monotonic()
-                strike.raised.set()
-            raise InjectedBug(f"injected into {cls.__name__}.{name}, call {calls[0]}")
+        calls = strike.call()
+        if calls == nth or (every_time and calls > nth):
+            strike.strike()
+            raise InjectedBug(f"injected into {cls.__name__}.{name}, call {calls}")
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(cls, name, failing)
@@ -248,7 +263,9 @@ def test_a_bug_that_strikes_each_reader_once_is_loud_and_every_reader_resumes_ex
     assert errors == []
     failures = [r for r in caplog.records if getattr(r, "event", None) == "reader_failed"]
     assert sorted(r.reader for r in failures) == sorted(TARGETS)
-    assert all(r.exc_info and r.exc_info[0] is InjectedBug for r in failures)
+    # with its traceback: the reader thread's own, or the one its process sent (the bug struck there)
+    assert all(r.exc_info[0] is InjectedBug if r.exc_info else r.traceback.rstrip().endswith(
+        f"InjectedBug: {r.error.partition(': ')[2]}") for r in failures)
     restarted = [r.reader for r in caplog.records if getattr(r, "event", None) == "reader_restarted"]
     assert sorted(restarted) == sorted(TARGETS)
     assert_same(findings(config), baseline)
