@@ -86,6 +86,7 @@ class RemotePart:
         self._calls: Connection | None = None
         self._send_lock = threading.Lock()
         self._call_lock = threading.Lock()
+        self._sent_ahead: Any = None
         self.pid: int | None = None
 
     # -------------------------------------------------------------- the lifecycle
@@ -95,9 +96,11 @@ class RemotePart:
         self._items, items_child = context.Pipe(duplex=False)
         control_child, self._control = context.Pipe(duplex=False)
         self._calls, calls_child = context.Pipe(duplex=True)
+        # the flow control as of now goes with the child: it reads before the first value sent after it comes
+        self._sent_ahead = self._ahead() if self._ahead is not None else None
         self._process = context.Process(target=_child, name=f"oncewatch-{self.name}", daemon=True,
-                                        args=(self.name, self._build, items_child, control_child, calls_child,
-                                              os.getpid()))
+                                        args=(self.name, self._build, self._sent_ahead, items_child, control_child,
+                                              calls_child, os.getpid()))
         self._process.start()
         self.pid = self._process.pid
         for conn in (items_child, control_child, calls_child):
@@ -107,13 +110,12 @@ class RemotePart:
 
     def items(self, stop: threading.Event) -> Iterator[Item]:
         assert self._items is not None and self._process is not None, "start() first"
-        sent_ahead: Any = _UNSET
         while not stop.is_set():
             if self._ahead is not None:
                 ahead = self._ahead()
-                if ahead != sent_ahead:
+                if ahead != self._sent_ahead:
                     self._send(("ahead", ahead))
-                    sent_ahead = ahead
+                    self._sent_ahead = ahead
             if not self._items.poll(0.1):
                 if not self._process.is_alive():
                     raise self._died()
@@ -228,9 +230,6 @@ def _nothing() -> None:
     return None
 
 
-_UNSET = object()
-
-
 def process_cpu_seconds(pid: int) -> float | None:
     """User + system CPU time of process `pid` (all its threads), from /proc; None when it is gone."""
     try:
@@ -272,11 +271,12 @@ def _sendable(exc: BaseException, trace: str) -> BaseException:
         return plain
 
 
-def _child(name: str, build: Build, items: Connection, control: Connection, calls: Connection, parent: int) -> None:
+def _child(name: str, build: Build, first_ahead: Any, items: Connection, control: Connection, calls: Connection,
+           parent: int) -> None:
     _die_with(parent, name)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the monitor, which stops its readers
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    ahead: list[Any] = [None]
+    ahead: list[Any] = [first_ahead]
     stop = threading.Event()
     send_lock = threading.Lock()
     part = build(lambda: ahead[0])
