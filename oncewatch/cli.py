@@ -30,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 
 from oncewatch import __version__
-from oncewatch.core import exposure, logs, names
+from oncewatch.core import exposure, forkserver, logs, names
 from oncewatch.core.config import Config, ConfigError, describe, load
 from oncewatch.store import StoreError, StoreFullError, is_store_file, open_reader, open_writer, reviews
 
@@ -90,14 +90,15 @@ def _run_group(cfg: Config, args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the monitor until SIGTERM/SIGINT, or with --until-idle until both streams are read to their
     ends, every verdict due of what was read is given, and nothing changed for that many seconds."""
+    cfg = load(args.config)
+    if cfg.group is not None:
+        return _run_group(cfg, args)
+    forkserver.start()  # the readers' processes come from it: its imports overlap the monitor's, here on
     from oncewatch.checks.engine import StateMismatchError
     from oncewatch.collectors.binlog import BinlogError
     from oncewatch.collectors.kafka_events import KafkaEventsError
     from oncewatch.monitor import ReaderFailedError, SourceUnavailableError, Supervisor, tune_gc
 
-    cfg = load(args.config)
-    if cfg.group is not None:
-        return _run_group(cfg, args)
     supervisor = Supervisor(cfg)
     _on_signals(supervisor.stop)
     tune_gc()

@@ -21,7 +21,7 @@ from oncewatch.collectors.binlog import BinlogCollector, Bootstrap
 from oncewatch.collectors.cdc.read import CdcCollector
 from oncewatch.collectors.kafka_events import KafkaEventCollector
 from oncewatch.collectors.kafka_offsets import KafkaOffsetsCollector
-from oncewatch.core import exposure
+from oncewatch.core import exposure, forkserver
 from oncewatch.core.config import CdcConfig, Config, ConfigError, KafkaConfig, MySQLConfig
 from oncewatch.core.names import BINLOG, CDC, KAFKA_EVENTS, KAFKA_OFFSETS
 from oncewatch.core.protocol import BootstrapStatus, Item, KafkaEventsStatus, Part, ReaderFailed
@@ -33,7 +33,7 @@ from oncewatch.monitor.health import Health, Outages
 from oncewatch.monitor.inbox import Inbox
 from oncewatch.monitor.preflight import preflight_kafka, preflight_mysql
 from oncewatch.monitor.readers import Reader, running_part
-from oncewatch.monitor.remote import remote
+from oncewatch.monitor.remote import PartSpec, remote
 from oncewatch.monitor.threadnames import name_os_threads
 from oncewatch.monitor.writer import Writer
 from oncewatch.store import Store, open_monitor
@@ -119,6 +119,7 @@ class Monitor:
     `close()` (StoreLockedError while another monitor runs on it)."""
 
     def __init__(self, cfg: Config, store: Store | None = None, outages: Outages | None = None):
+        forkserver.start()  # the readers' processes come from it: it gets ready while the monitor does
         self.cfg = cfg
         self.settings = Settings.from_config(cfg)
         self.engine = Engine(self.settings)
@@ -201,22 +202,23 @@ class Monitor:
         p, cdc, kafka, mysql = self.progress, self.cfg.cdc, self.cfg.kafka, self.cfg.mysql
         if cdc is not None and kafka is not None and cdc.mode == "source":
             positions, gtid = dict(p.cdc), p.binlog.gtid if p.binlog else ""
-            return remote(BINLOG, lambda _ahead: CdcCollector(mysql, kafka, cdc, positions=positions, start_gtid=gtid))
+            return remote(BINLOG, PartSpec(CdcCollector, (mysql, kafka, cdc),
+                                           {"positions": positions, "start_gtid": gtid}))
         if p.binlog is None:
             return Bootstrap(mysql)
         start = p.binlog
-        return remote(BINLOG, lambda ahead: BinlogCollector(mysql, start, ahead=ahead), ahead=self._binlog_ahead)
+        return remote(BINLOG, PartSpec(BinlogCollector, (mysql, start), ahead_as="ahead"), ahead=self._binlog_ahead)
 
     def _events(self, kafka: KafkaConfig) -> Part:
         positions = dict(self.progress.kafka) or None
-        return remote(KAFKA_EVENTS, lambda hold: KafkaEventCollector(kafka, positions, hold=hold),
+        return remote(KAFKA_EVENTS, PartSpec(KafkaEventCollector, (kafka, positions), ahead_as="hold"),
                       ahead=self._kafka_ahead)
 
     def _cdc_copies(self, mysql: MySQLConfig, kafka: KafkaConfig, cdc: CdcConfig) -> Part:
         """CDC check mode's topics, their transactions to be checked against the binlog's."""
         positions, gtid = dict(self.progress.cdc), self.progress.cdc_gtid
-        return remote(CDC, lambda _ahead: CdcCollector(mysql, kafka, cdc, positions=positions, start_gtid=gtid,
-                                                       copies=True))
+        return remote(CDC, PartSpec(CdcCollector, (mysql, kafka, cdc),
+                                    {"positions": positions, "start_gtid": gtid, "copies": True}))
 
     def _kafka_partitions(self) -> tuple[PartitionStatus, ...]:
         part = self.readers[KAFKA_EVENTS].part

@@ -1,44 +1,59 @@
 """A reader's part run in a process of its own, so that reading (binlog decoding, Kafka fetching and parsing)
 takes another core than judging (the rules and the store, in the monitor's process): docs/architecture.md §9.
 
-`remote(name, build)` is a part (oncewatch.core.protocol.Part) to the monitor's `Reader`. Its `start()` forks a
-child that builds the real part, starts it, reads it and sends each item back over a pipe, in order, with a
-snapshot of the part's status and when it last showed life. The reader's thread in the monitor only receives:
-what it puts on the queue is what the child read, with the same back-pressure (a full queue stops the reader's
-thread, a full pipe stops the child).
+`remote(name, spec)` is a part (oncewatch.core.protocol.Part) to the monitor's `Reader`. Its `start()` starts a
+child that builds the real part from `spec`, starts it, reads it and sends each item back over a pipe, in order,
+with a snapshot of the part's status and when it last showed life. The reader's thread in the monitor only
+receives: what it puts on the queue is what the child read, with the same back-pressure (a full queue stops the
+reader's thread, a full pipe stops the child).
 
-Why fork: the child starts with the monitor's modules and config already loaded (milliseconds, not the second an
-interpreter takes to import them) and builds its part from the positions the writer has committed, as a reader
-thread does. It touches nothing it inherited but its pipes and the factory, and it dies with the monitor
-(PR_SET_PDEATHSIG): a monitor SIGKILLed leaves no reader holding a binlog dump or a store's lock.
+Why not fork the monitor: a fork copies every lock as it is at that moment, held ones included, and the monitor's
+other threads hold library locks at any moment (OpenSSL's, while a connection makes its SSL context; the Kafka
+client's; the import lock). A reader forked then waited for ever at its first use of that lock: `oncewatch run
+--until-idle` hung at a first start now and then (py-spy: the binlog tail's process in SSL_CTX_new, waiting on
+CRYPTO_THREAD_write_lock; the tail starts just as the monitor's copy of the part makes its first probe connection).
+So a reader's process is forked from the multiprocessing forkserver, a process of one thread started once per
+monitor, with the readers' modules imported ahead (oncewatch.core.forkserver): a child starts in milliseconds and
+inherits no lock. What the child needs crosses pickled: the part's spec (its class and the config and positions it
+is built from, `PartSpec`: the config says where secrets are, never holds them), the flow control as of the start,
+the pipes and the monitor's log levels. The child dies with its monitor (PR_SET_PDEATHSIG on the forkserver, which
+ends when the monitor does; and its control pipe's end): a monitor SIGKILLed leaves no reader holding a binlog
+dump or a store's lock.
 
 What the monitor asks of a part beyond its items:
 - the flow control (the binlog paused while read far past Kafka, Kafka partitions held while read far past the
   binlog) is judged in the monitor and sent to the child when it changes;
 - a question only the child can answer now (has every partition been read to its end?) is a call on a pipe of
-  its own, answered by a thread of the child; one the monitor can answer itself (where does the server's binlog
-  end?) is asked of the monitor's own copy of the part, configured and never started.
+  its own, answered by a thread of the child, within CALL_SECONDS; one the monitor can answer itself (where does
+  the server's binlog end?) is asked of the monitor's own copy of the part, configured and never started.
 
-A failure in the child ends its items with the exception, sent behind everything read before it and raised in
-the reader's thread, so a failed reader is counted and restarted from the checkpoint as before, with the child's
-traceback (`remote_traceback`); a child that dies without a word (killed, out of memory) raises
-`ReaderProcessDiedError`.
+No wait on a child is unbounded. A failure in the child ends its items with the exception, sent behind everything
+read before it and raised in the reader's thread, so a failed reader is counted and restarted from the checkpoint
+as before, with the child's traceback (`remote_traceback`); a child that dies without a word (killed, out of
+memory) raises `ReaderProcessDiedError`; a child whose part shows no life for STUCK_SECONDS while the monitor
+waits for it (a deadlock, a process stopped) is killed and raises `ReaderProcessStuckError`. Both are reader
+failures: counted on /metrics (oncewatch_collector_failures_total) and restarted from the checkpoint.
 """
 
 from __future__ import annotations
 
 import ctypes
+import itertools
 import logging
 import multiprocessing
 import os
 import pickle
+import select
 import signal
 import threading
+import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
+from oncewatch.core import forkserver, logs
 from oncewatch.core.protocol import BinlogTail, EventSource, Item, Part, Status
 from oncewatch.core.records import BinlogPosition
 
@@ -47,6 +62,10 @@ log = logging.getLogger("oncewatch.monitor.remote")
 STATUS_SECONDS = 0.2  # between snapshots while the part reads nothing (an idle binlog, quiet topics)
 CALL_SECONDS = 10.0  # what a question to the child may take before it is given up (answered "not known")
 STOP_SECONDS = 5.0  # what a child stopped is given to end on its own before it is killed
+# A part shows life at least every few seconds while it is well, connected or not (a binlog heartbeat, a Kafka poll,
+# a reconnect attempt counted in its status); the monitor's health calls it silent after a minute
+# (verdict.STALE_SECONDS). Twice that with no life while the monitor waits for it, and its process is stuck.
+STUCK_SECONDS = 120.0
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
 
@@ -55,11 +74,33 @@ class ReaderProcessDiedError(RuntimeError):
     """A reader's process ended without a word (killed, out of memory): the reader is restarted from the checkpoint."""
 
 
+class ReaderProcessStuckError(RuntimeError):
+    """A reader's process showed no life for STUCK_SECONDS while the monitor waited for it: it was killed and the
+    reader is restarted from the checkpoint."""
+
+
 class CallFailedError(RuntimeError):
     """A question to a reader's process got no answer in time, or the process is gone."""
 
 
-Build = Callable[[Callable[[], Any]], Part]  # ahead -> the part, configured (no I/O)
+# ahead -> the part, configured (no I/O). Pickled to the child's process: a PartSpec, or another object of a
+# module-level class (not a lambda, nor a function defined in a function).
+Build = Callable[[Callable[[], Any]], Part]
+
+
+@dataclass(frozen=True)
+class PartSpec:
+    """What a reader's process builds its part from: `make(*args, **kwargs)`, with the flow control as the keyword
+    `ahead_as` when the part takes one. `make` is a class or a module-level function (pickled by its name)."""
+
+    make: Callable[..., Part]
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    ahead_as: str | None = None
+
+    def __call__(self, ahead: Callable[[], Any]) -> Part:
+        flow = {self.ahead_as: ahead} if self.ahead_as is not None else {}
+        return self.make(*self.args, **self.kwargs, **flow)
 
 
 class Snapshot(NamedTuple):
@@ -86,13 +127,14 @@ class RemotePart:
         self._calls: Connection | None = None
         self._send_lock = threading.Lock()
         self._call_lock = threading.Lock()
+        self._call_numbers = itertools.count()
         self._sent_ahead: Any = None
         self.pid: int | None = None
 
     # -------------------------------------------------------------- the lifecycle
 
     def start(self) -> None:
-        context = multiprocessing.get_context("fork")
+        context = forkserver.context()
         self._items, items_child = context.Pipe(duplex=False)
         control_child, self._control = context.Pipe(duplex=False)
         self._calls, calls_child = context.Pipe(duplex=True)
@@ -100,7 +142,7 @@ class RemotePart:
         self._sent_ahead = self._ahead() if self._ahead is not None else None
         self._process = context.Process(target=_child, name=f"oncewatch-{self.name}", daemon=True,
                                         args=(self.name, self._build, self._sent_ahead, items_child, control_child,
-                                              calls_child, os.getpid()))
+                                              calls_child, os.getpid(), _log_levels()))
         self._process.start()
         self.pid = self._process.pid
         for conn in (items_child, control_child, calls_child):
@@ -110,15 +152,20 @@ class RemotePart:
 
     def items(self, stop: threading.Event) -> Iterator[Item]:
         assert self._items is not None and self._process is not None, "start() first"
+        # when the part last showed life (an item, or a status that moved: its alive_at, a reconnect counted), as the
+        # monitor saw it while it waited: the time the reader's thread spends handing an item on (a full queue) is no
+        # silence of the child's
+        life_at, seen = time.monotonic(), self.snapshot
         while not stop.is_set():
             if self._ahead is not None:
                 ahead = self._ahead()
-                if ahead != self._sent_ahead:
-                    self._send(("ahead", ahead))
+                if ahead != self._sent_ahead and self._send(("ahead", ahead)):
                     self._sent_ahead = ahead
             if not self._items.poll(0.1):
                 if not self._process.is_alive():
                     raise self._died()
+                if time.monotonic() - life_at > STUCK_SECONDS:
+                    raise self._stuck()
                 continue
             try:
                 message = self._items.recv()
@@ -128,8 +175,11 @@ class RemotePart:
             if kind == "item":
                 self.snapshot = message[2]
                 yield message[1]
+                life_at, seen = time.monotonic(), self.snapshot
             elif kind == "status":
                 self.snapshot = message[1]
+                if self.snapshot != seen:
+                    life_at, seen = time.monotonic(), self.snapshot
             elif kind == "failed":
                 raise message[1]
             else:  # "ended": the part's loop ended on its own; the reader says so
@@ -165,30 +215,46 @@ class RemotePart:
         return process_cpu_seconds(self.pid) if self.pid is not None else None
 
     def call(self, method: str, *args: Any) -> Any:
-        """The child's part's `method` called with `args`, in the child, now."""
+        """The child's part's `method` called with `args`, in the child, now; CallFailedError when it does not
+        answer within CALL_SECONDS. Questions are numbered: the late answer to one given up is not taken for the
+        answer to the next."""
         with self._call_lock:
             conn = self._calls
             if conn is None:
                 raise CallFailedError(f"the {self.name} reader's process is not running")
+            number = next(self._call_numbers)
+            deadline = time.monotonic() + CALL_SECONDS
             try:
-                conn.send((method, args))
-                if not conn.poll(CALL_SECONDS):
-                    raise CallFailedError(f"the {self.name} reader's process did not answer {method} "
-                                          f"within {CALL_SECONDS:.0f} s")
-                ok, value = conn.recv()
+                if not _writable(conn, CALL_SECONDS):
+                    raise CallFailedError(f"the {self.name} reader's process takes no questions (its pipe is full)")
+                conn.send((number, method, args))
+                while True:
+                    if not conn.poll(max(0.0, deadline - time.monotonic())):
+                        log.warning("a reader's process did not answer in time", extra={
+                            "event": "reader_call_timeout", "reader": self.name, "method": method,
+                            "seconds": CALL_SECONDS})
+                        raise CallFailedError(f"the {self.name} reader's process did not answer {method} "
+                                              f"within {CALL_SECONDS:g} s")
+                    answered, ok, value = conn.recv()
+                    if answered == number:
+                        break
             except (EOFError, OSError) as exc:
                 raise CallFailedError(f"the {self.name} reader's process is gone ({exc})") from exc
         if not ok:
             raise value
         return value
 
-    def _send(self, message: tuple[Any, ...]) -> None:
+    def _send(self, message: tuple[Any, ...]) -> bool:
+        """`message` sent to the child's listening thread, if its pipe takes it now (a stuck child's may be full:
+        the monitor does not wait on it); whether it was."""
         with self._send_lock:
-            if self._control is not None:
-                try:
-                    self._control.send(message)
-                except OSError:  # the child is gone: its items say so
-                    pass
+            if self._control is None or not _writable(self._control, 0):
+                return False
+            try:
+                self._control.send(message)
+            except OSError:  # the child is gone: its items say so
+                return False
+            return True
 
     def _died(self) -> ReaderProcessDiedError:
         assert self._process is not None
@@ -197,6 +263,17 @@ class RemotePart:
         how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         return ReaderProcessDiedError(f"the {self.name} reader's process (pid {self.pid}) ended without a word "
                                       f"({how}); the reader starts again from the checkpoint")
+
+    def _stuck(self) -> ReaderProcessStuckError:
+        assert self._process is not None
+        log.error("a reader's process shows no life: killed", extra={
+            "event": "reader_process_stuck", "reader": self.name, "pid": self.pid, "seconds": STUCK_SECONDS})
+        self._process.kill()
+        self._process.join(STOP_SECONDS)
+        return ReaderProcessStuckError(
+            f"the {self.name} reader's process (pid {self.pid}) showed no life for {STUCK_SECONDS:.0f} s while the "
+            f"monitor waited for it: killed; the reader starts again from the checkpoint (if it recurs, "
+            f"`py-spy dump --pid` of the stuck process shows what it waits for)")
 
 
 class RemoteBinlogTail(RemotePart):
@@ -230,6 +307,16 @@ def _nothing() -> None:
     return None
 
 
+def _writable(conn: Connection, timeout: float) -> bool:
+    """Whether a small message can be written to `conn` within `timeout` without blocking (a pipe with room)."""
+    return bool(select.select([], [conn.fileno()], [], timeout)[1])
+
+
+def _log_levels() -> dict[str, int]:
+    """The monitor's log levels, which the child's logging takes (oncewatch.core.logs: JSON lines on stderr)."""
+    return {name: logging.getLogger(name).getEffectiveLevel() for name in ("", "kafka")}
+
+
 def process_cpu_seconds(pid: int) -> float | None:
     """User + system CPU time of process `pid` (all its threads), from /proc; None when it is gone."""
     try:
@@ -239,14 +326,29 @@ def process_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _die_with(parent: int, name: str) -> None:
-    """SIGKILL this process when the monitor's thread that forked it ends (the monitor SIGKILLed, or crashed), and
-    name it `ow-<reader>` for ps, top and the CPU per part (15 characters at most: the kernel's limit)."""
+def _die_with(monitor: int, name: str) -> None:
+    """SIGKILL this process when the forkserver that forked it ends, which it does when the monitor ends
+    (SIGKILLed, or crashed), and name it `ow-<reader>` for ps, top and the CPU per part (15 characters at most:
+    the kernel's limit)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     libc.prctl(_PR_SET_NAME, f"ow-{name}"[:15].encode())
-    if os.getppid() != parent:  # it died before the call: no signal will come
+    if not _running(monitor):  # it ended before the call: no signal may come
         os._exit(1)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def _logging(levels: dict[str, int]) -> None:
+    """The child's log as the monitor's: JSON lines on the same stderr, at the same levels."""
+    logs.setup(logging.getLevelName(levels[""]))
+    logging.getLogger("kafka").setLevel(levels["kafka"])
 
 
 def _snapshot(part: Part) -> Snapshot:
@@ -272,8 +374,9 @@ def _sendable(exc: BaseException, trace: str) -> BaseException:
 
 
 def _child(name: str, build: Build, first_ahead: Any, items: Connection, control: Connection, calls: Connection,
-           parent: int) -> None:
-    _die_with(parent, name)
+           monitor: int, levels: dict[str, int]) -> None:
+    _die_with(monitor, name)
+    _logging(levels)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the monitor, which stops its readers
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     ahead: list[Any] = [first_ahead]
@@ -301,13 +404,13 @@ def _child(name: str, build: Build, first_ahead: Any, items: Connection, control
     def answer() -> None:
         while True:
             try:
-                method, args = calls.recv()
+                number, method, args = calls.recv()
             except (EOFError, OSError):
                 return
             try:
-                calls.send((True, getattr(part, method)(*args)))
+                calls.send((number, True, getattr(part, method)(*args)))
             except Exception as exc:  # noqa: BLE001 - the caller raises it
-                calls.send((False, _sendable(exc, traceback.format_exc())))
+                calls.send((number, False, _sendable(exc, traceback.format_exc())))
 
     def beat() -> None:
         while not stop.wait(STATUS_SECONDS):
@@ -333,5 +436,5 @@ def _child(name: str, build: Build, first_ahead: Any, items: Connection, control
         part.close()
 
 
-__all__ = ["CallFailedError", "ReaderProcessDiedError", "RemoteBinlogTail", "RemoteEventSource", "RemotePart",
-           "process_cpu_seconds", "remote", "remote_traceback"]
+__all__ = ["CallFailedError", "PartSpec", "ReaderProcessDiedError", "ReaderProcessStuckError", "RemoteBinlogTail",
+           "RemoteEventSource", "RemotePart", "process_cpu_seconds", "remote", "remote_traceback"]

@@ -14,19 +14,16 @@ import linecache
 import logging
 import re
 import threading
-from typing import Any
 
 import pytest
 
 from oncewatch import cli
 from oncewatch.collectors.binlog import BinlogCollector
+from oncewatch.core.names import BINLOG
 from oncewatch.monitor import readers
 
 from .conftest import admin_connection, monitor_config_toml
-
-
-class InjectedBug(Exception):
-    """Not a collector error type: what a bug in a reader raises."""
+from .faults import Bug, inject
 
 
 def test_every_frame_of_a_reader_bug_is_in_the_log(table_name, tmp_path, monkeypatch: pytest.MonkeyPatch,
@@ -36,10 +33,9 @@ def test_every_frame_of_a_reader_bug_is_in_the_log(table_name, tmp_path, monkeyp
         c.execute(f"CREATE TABLE {table_name} (id INT PRIMARY KEY, v VARCHAR(20)) ENGINE=InnoDB")
     config = monitor_config_toml([f"owtest.{table_name}"], tmp_path, extra="[metrics]\nport = 0\n")
 
-    def broken(self: Any, *args: Any, **kwargs: Any) -> Any:  # raised in the reader's process, forked with it
-        raise InjectedBug("injected into BinlogCollector._transaction")
-
-    monkeypatch.setattr(BinlogCollector, "_transaction", broken)
+    # raised in the binlog reader's process, which the bug reaches in its part's spec
+    inject(monkeypatch, BINLOG, Bug(BinlogCollector, "_transaction", every_time=True,
+                                    message="injected into BinlogCollector._transaction"))
     monkeypatch.setattr(readers, "RESTART_BACKOFF_SECONDS", 0.2)
     ended = threading.Event()
 
@@ -71,7 +67,7 @@ def test_every_frame_of_a_reader_bug_is_in_the_log(table_name, tmp_path, monkeyp
         frames = re.findall(r'File "([^"]+)", line (\d+), in (\w+)\n    (.*)', logged)
         names = [name for _, _, name, _ in frames]
         # the reader process's loop, through the binlog source and collector, down to the bug
-        assert names[0] == "_child" and {"items", "transactions"} <= set(names) and names[-1] == "broken", logged
+        assert names[0] == "_child" and {"items", "transactions"} <= set(names) and names[-1] == "failing", logged
         for filename, lineno, _, text in frames:  # every frame real: the line it names is the code shown
             assert linecache.getline(filename, int(lineno)).strip() == text.strip(), (filename, lineno, text)
         assert logged.rstrip().endswith("InjectedBug: injected into BinlogCollector._transaction"), logged

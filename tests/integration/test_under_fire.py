@@ -18,16 +18,14 @@ baseline's. Every time: the monitor gives up after a few restarts, `oncewatch ru
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import random
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -41,7 +39,9 @@ from oncewatch.core.config import PostgresTarget, load
 from oncewatch.monitor import Monitor, ReaderFailedError, readers
 from oncewatch.store import Store
 
+from . import faults
 from .conftest import wait_for
+from .faults import Bug, InjectedBug, Strike
 from .recorded_run import assert_same, fresh_copy, metric, postgres_config, readyz, record, start_monitor
 from .shop_monitor import IDLE, score
 
@@ -168,51 +168,11 @@ TARGETS: dict[str, tuple[type, str, int]] = {
 }
 
 
-class InjectedBug(Exception):
-    """Not a collector error type: what a bug in a reader raises."""
-
-
-class Strike:
-    """Set, with the moment, when an injected bug first raised. In shared memory: the binlog and Kafka events
-    readers run in processes forked from the monitor (oncewatch.monitor.remote), and their calls count with the
-    monitor's, whichever process makes them."""
-
-    def __init__(self) -> None:
-        self.raised = multiprocessing.Event()
-        self._at = multiprocessing.Value("d", 0.0)
-        self.calls = multiprocessing.Value("i", 0)
-
-    @property
-    def at(self) -> float:
-        return self._at.value
-
-    def call(self) -> int:
-        with self.calls.get_lock():
-            self.calls.value += 1
-            return self.calls.value
-
-    def strike(self) -> None:
-        with self._at.get_lock():
-            if not self.raised.is_set():
-                self._at.value = time.monotonic()
-                self.raised.set()
-
-
 def inject(monkeypatch: pytest.MonkeyPatch, collector: str, *, every_time: bool = False) -> Strike:
-    """Make the collector's method raise on its Nth call (and, with `every_time`, on every call after)."""
+    """Make the collector's method raise on its Nth call (and, with `every_time`, on every call after), in the
+    process the collector reads in (faults.inject)."""
     cls, name, nth = TARGETS[collector]
-    original: Callable[..., Any] = getattr(cls, name)
-    strike = Strike()
-
-    def failing(self: Any, *args: Any, **kwargs: Any) -> Any:
-        calls = strike.call()
-        if calls == nth or (every_time and calls > nth):
-            strike.strike()
-            raise InjectedBug(f"injected into {cls.__name__}.{name}, call {calls}")
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(cls, name, failing)
-    return strike
+    return faults.inject(monkeypatch, collector, Bug(cls, name, nth, every_time))
 
 
 def run_in_thread(monitor: Monitor) -> tuple[threading.Thread, list[BaseException]]:

@@ -4,6 +4,7 @@ Kafka events run this way in every integration test of the monitor."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -19,8 +20,9 @@ import pytest
 
 from oncewatch.collectors.binlog import BinlogPurgedError
 from oncewatch.monitor.readers import Reader, ReaderFailed
-from oncewatch.monitor.remote import (ReaderProcessDiedError, RemoteEventSource, RemotePart, remote,
-                                      remote_traceback)
+from oncewatch.monitor import remote as remote_module
+from oncewatch.monitor.remote import (CallFailedError, ReaderProcessDiedError, ReaderProcessStuckError,
+                                      RemoteEventSource, RemotePart, remote, remote_traceback)
 
 
 @dataclass(frozen=True)
@@ -60,11 +62,47 @@ class CountingPart:
     def caught_up(self, timeout_ms: int | None = None) -> bool:  # an EventSource: asked of the child, now
         return self.counted >= 5
 
+    def echo(self, value: Any, after: float) -> Any:
+        time.sleep(after)
+        return value
+
     def stop(self) -> None:
         pass
 
     def close(self) -> None:
         pass
+
+
+@dataclass(frozen=True)
+class Counting:
+    """What the child builds its CountingPart from: it crosses to the child's process pickled, as the monitor's
+    part specs do (oncewatch.monitor.remote.PartSpec)."""
+
+    upto: int = 5
+    fail: BaseException | None = None
+    pause: float = 0.0
+
+    def __call__(self, ahead: Any) -> CountingPart:
+        return CountingPart(ahead, self.upto, self.fail, self.pause)
+
+
+# A library's own lock (OpenSSL's, kafka-python's, logging's): held by one of the monitor's threads at the moment a
+# reader's process starts, it must not be held in the child, which never had that thread.
+LIBRARY_LOCK = threading.Lock()
+
+
+class LockingPart(CountingPart):
+    """A CountingPart whose start takes the library's lock, as a first connection takes OpenSSL's."""
+
+    def start(self) -> None:
+        with LIBRARY_LOCK:
+            super().start()
+
+
+@dataclass(frozen=True)
+class Locking:
+    def __call__(self, ahead: Any) -> LockingPart:
+        return LockingPart(ahead)
 
 
 def read(part: RemotePart, count: int, stop: threading.Event | None = None) -> list[Any]:
@@ -74,7 +112,7 @@ def read(part: RemotePart, count: int, stop: threading.Event | None = None) -> l
 
 
 def test_items_come_in_order_from_another_process_with_the_status_and_the_ahead_sent_there() -> None:
-    part = remote("counter", lambda ahead: CountingPart(ahead), ahead=lambda: "held")
+    part = remote("counter", Counting(), ahead=lambda: "held")
     assert isinstance(part, RemoteEventSource) and part.status() == CountingStatus(False, 0)  # before the child's
     try:
         got = read(part, 5)
@@ -95,7 +133,7 @@ def test_items_come_in_order_from_another_process_with_the_status_and_the_ahead_
 
 def test_a_failure_comes_after_everything_read_before_it_with_its_type_and_its_frames() -> None:
     purged = BinlogPurgedError("the checkpoint's binlog is purged")
-    part = remote("counter", lambda ahead: CountingPart(ahead, upto=3, fail=purged))
+    part = remote("counter", Counting(upto=3, fail=purged))
     part.start()
     items = part.items(threading.Event())
     try:
@@ -117,7 +155,7 @@ def test_a_reader_whose_process_is_killed_fails_and_is_counted() -> None:
         elif item[0] == 1:
             os.kill(item[2], signal.SIGKILL)
 
-    reader = Reader("counter", lambda: remote("counter", lambda ahead: CountingPart(ahead, upto=50, pause=0.05)), put)
+    reader = Reader("counter", lambda: remote("counter", Counting(upto=50, pause=0.05)), put)
     reader.start()
     deadline = time.monotonic() + 20
     while not failures and time.monotonic() < deadline:
@@ -128,9 +166,43 @@ def test_a_reader_whose_process_is_killed_fails_and_is_counted() -> None:
     assert "killed by signal 9" in str(failures[0].error)
 
 
+def test_a_child_whose_part_shows_no_life_is_killed_and_its_reader_fails_and_is_counted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child stuck (here: its part waits for ever after one item, its life never moving, while the child's status
+    beats go on, as in the first-start hang) must not hold up the monitor: it is killed, and its reader fails, to be
+    restarted from the checkpoint."""
+    monkeypatch.setattr(remote_module, "STUCK_SECONDS", 1.0)
+    failures: list[Any] = []
+    reader = Reader("counter", lambda: remote("counter", Counting(upto=1)),
+                    lambda item, _stop: failures.append(item) if isinstance(item, ReaderFailed) else None)
+    reader.start()
+    deadline = time.monotonic() + 20
+    while not failures and time.monotonic() < deadline:
+        time.sleep(0.05)
+    part = reader.part
+    reader.stop()
+    reader.join(5)
+    assert len(failures) == 1 and isinstance(failures[0].error, ReaderProcessStuckError), failures
+    assert isinstance(part, RemotePart) and part._process is not None and part._process.exitcode == -signal.SIGKILL
+
+
+def test_the_late_answer_to_a_question_given_up_is_not_the_answer_to_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(remote_module, "CALL_SECONDS", 0.3)
+    part = remote("counter", Counting())
+    try:
+        read(part, 1)
+        with pytest.raises(CallFailedError, match="did not answer echo"):
+            part.call("echo", "late", 0.6)
+        monkeypatch.setattr(remote_module, "CALL_SECONDS", 10.0)  # the late answer comes first, then this one's
+        assert part.call("echo", "now", 0.0) == "now"
+    finally:
+        part.stop()
+        part.close()
+
+
 def test_stop_ends_the_child() -> None:
     stop = threading.Event()
-    part = remote("counter", lambda ahead: CountingPart(ahead))
+    part = remote("counter", Counting())
     read(part, 5, stop)
     stop.set()
     part.stop()
@@ -138,14 +210,37 @@ def test_stop_ends_the_child() -> None:
     assert part._process is not None and part._process.exitcode == 0
 
 
+def test_a_lock_another_thread_of_the_monitor_holds_as_the_child_starts_is_not_held_in_the_child() -> None:
+    """What hung `oncewatch run --until-idle` at a first start, 1 run in about 40: the binlog tail's process was
+    forked while a thread of the monitor held OpenSSL's lock (its probe connection making an SSL context), and the
+    child's first SSL_CTX_new waited for it for ever (py-spy: pthread_rwlock_wrlock under CRYPTO_THREAD_write_lock).
+    Here the lock is held for certain while the child starts, and the child must read all the same."""
+    part = remote("locking", Locking())
+    stop = threading.Event()
+    holder = threading.Thread(target=lambda: (LIBRARY_LOCK.acquire(), stop.wait(), LIBRARY_LOCK.release()))
+    holder.start()
+    give_up = threading.Timer(20, stop.set)  # guards the test from the hang it looks for, not a speed limit
+    give_up.start()
+    try:
+        part.start()
+        got = list(itertools.islice(part.items(stop), 5))
+        assert [i for i, _, _ in got] == list(range(5)), "the child never read: it waits for a lock it inherited"
+    finally:
+        stop.set()
+        give_up.cancel()
+        holder.join()
+        part.stop()
+        part.close()
+
+
 def test_the_child_dies_with_the_monitor() -> None:
     """A monitor SIGKILLed leaves no reader behind (a binlog dump held, a store's lock inherited)."""
     script = textwrap.dedent("""
         import sys, threading, time
         sys.path.insert(0, sys.argv[1])
-        from test_remote import CountingPart
+        from test_remote import Counting
         from oncewatch.monitor.remote import remote
-        part = remote("counter", lambda ahead: CountingPart(ahead))
+        part = remote("counter", Counting())
         part.start()
         items = part.items(threading.Event())
         next(items)

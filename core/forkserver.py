@@ -1,0 +1,32 @@
+"""The process the readers' processes are forked from (oncewatch.monitor.remote): the multiprocessing forkserver,
+one thread, started once per monitor process with the readers' modules imported ahead (`PRELOAD`).
+
+Here, in the leaf, so that `oncewatch run` can start it first thing, before it imports the monitor (most of a
+second, which the forkserver's own imports then overlap) rather than when the first reader starts. The modules are
+named, not imported: the forkserver imports them.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.context
+import multiprocessing.forkserver
+
+PRELOAD = ("oncewatch.monitor.remote", "oncewatch.collectors.binlog", "oncewatch.collectors.kafka_events",
+           "oncewatch.collectors.cdc.read")
+
+
+def context() -> multiprocessing.context.BaseContext:
+    """The forkserver's multiprocessing context, its preload set (before the server first starts)."""
+    forkserver = multiprocessing.get_context("forkserver")
+    forkserver.set_forkserver_preload(list(PRELOAD))
+    return forkserver
+
+
+def start() -> None:
+    """Start the forkserver now if it is not running (its imports take about a second of its own)."""
+    context()
+    multiprocessing.forkserver.ensure_running()
+
+
+__all__ = ["PRELOAD", "context", "start"]
