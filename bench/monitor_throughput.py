@@ -9,12 +9,13 @@ tails all of it from the binlog and the topic, as after a night's downtime. Time
 process's start to the moment its store's checkpoints reach the end of both streams; its RSS is
 sampled every half second, its reader processes included (peak, and the peak of each third of the run:
 flat means flat), and its CPU time is read when it has caught up: all its threads and reader processes,
-each named thread (the main thread, `judge`, runs the engine and the store's writes) and each reader
-process (`ow-binlog`, `ow-kafka_events`: oncewatch.monitor.remote). Records per CPU-second next to
-records/s tells a monitor held up by one core from one left waiting; the judge's are the issue 44 target
-(>= 25,000 records per CPU-second of the judge's process), given for the judge's thread and for the
-monitor's process. The load average is printed: the machine may be shared. The workload is clean, so the
-run must end with no finding. Target (issue 44): >= 30,000 records/s on this 2-core machine, RSS flat.
+each named thread (the main thread, `judge`, runs the engine and the store's writes), each reader
+process (`ow-binlog`, `ow-kafka_events`: oncewatch.monitor.remote) and the forkserver they are forked
+from (oncewatch.core.forkserver). Records per CPU-second next to records/s tells a monitor held up by one
+core from one left waiting; the judge's are the issue 44 target (>= 25,000 records per CPU-second of the
+judge's process), given for the judge's thread and for the monitor's process. The load average is printed:
+the machine may be shared. The workload is clean, so the run must end with no finding. Target (issue 44):
+>= 30,000 records/s on this 2-core machine, RSS flat.
 Usage:
 
     .venv/bin/python bench/monitor_throughput.py [--orders 100000] [--batch 200] [--runs 3] [--postgres]
@@ -142,15 +143,22 @@ def thread_cpu(pid: int) -> dict[str, float]:
 
 
 def reader_processes(pid: int) -> dict[str, int]:
-    """The monitor's reader processes (oncewatch.monitor.remote names them ow-<reader>): name -> pid."""
-    found = {}
+    """The monitor's reader processes (oncewatch.monitor.remote names them ow-<reader>), the forkserver they are
+    forked from (oncewatch.core.forkserver) and multiprocessing's resource tracker: all its descendants, name -> pid."""
+    parents: dict[int, tuple[str, int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             name, _, fields = stat.read_text().partition("(")[2].rpartition(")")
+            command = (stat.parent / "cmdline").read_bytes()
         except OSError:  # ended meanwhile
             continue
-        if int(fields.split()[1]) == pid:
-            found[name] = int(stat.parent.name)
+        helper = next((h for h in (b"forkserver", b"resource_tracker") if h in command), None)
+        parents[int(stat.parent.name)] = (helper.decode() if helper else name, int(fields.split()[1]))
+    found: dict[str, int] = {}
+    below = {pid}
+    while below:
+        below = {child for child, (_, parent) in parents.items() if parent in below}
+        found.update({parents[child][0]: child for child in below})
     return found
 
 

@@ -119,7 +119,6 @@ class Monitor:
     `close()` (StoreLockedError while another monitor runs on it)."""
 
     def __init__(self, cfg: Config, store: Store | None = None, outages: Outages | None = None):
-        forkserver.start()  # the readers' processes come from it: it gets ready while the monitor does
         self.cfg = cfg
         self.settings = Settings.from_config(cfg)
         self.engine = Engine(self.settings)
@@ -234,6 +233,7 @@ class Monitor:
         have answered and the store is read, by `metrics` (monitor.supervise keeps it up from one monitor
         to the next while the store is away); the function it returns ends it."""
         exposure.log(log, exposure.of_config(self.cfg))
+        forkserver.start()  # the readers' processes come from it (`oncewatch run` has started it already)
         if self.cfg.cdc is None or self.cfg.cdc.mode == "check":  # in CDC source mode it reads no database
             preflight_mysql(self.cfg)
         preflight_kafka(self.cfg)
