@@ -152,8 +152,10 @@ def reader_processes(pid: int) -> dict[str, int]:
             command = (stat.parent / "cmdline").read_bytes()
         except OSError:  # ended meanwhile
             continue
+        # a reader forked from the forkserver has its command line too: it is told by the name it gives itself
         helper = next((h for h in (b"forkserver", b"resource_tracker") if h in command), None)
-        parents[int(stat.parent.name)] = (helper.decode() if helper else name, int(fields.split()[1]))
+        named = name if name.startswith("ow-") or helper is None else helper.decode()
+        parents[int(stat.parent.name)] = (named, int(fields.split()[1]))
     found: dict[str, int] = {}
     below = {pid}
     while below:
