@@ -190,6 +190,7 @@ class CdcCollector:
         return a.begun is not None if isinstance(a, Assembler) and topic == a.transaction_topic else None
 
     def _disconnected(self, exc: BaseException) -> None:
+        self.state.last_alive = time.time()  # a reconnect attempt: the reader is not stuck (monitor.remote)
         if self.state.connected or self.state.disconnected_since is None:
             self.state.disconnected_since = time.time()
         self.state.connected = False

@@ -62,9 +62,10 @@ log = logging.getLogger("oncewatch.monitor.remote")
 STATUS_SECONDS = 0.2  # between snapshots while the part reads nothing (an idle binlog, quiet topics)
 CALL_SECONDS = 10.0  # what a question to the child may take before it is given up (answered "not known")
 STOP_SECONDS = 5.0  # what a child stopped is given to end on its own before it is killed
-# A part shows life at least every few seconds while it is well, connected or not (a binlog heartbeat, a Kafka poll,
-# a reconnect attempt counted in its status); the monitor's health calls it silent after a minute
-# (verdict.STALE_SECONDS). Twice that with no life while the monitor waits for it, and its process is stuck.
+# A part's alive_at moves while it is well, connected or not: a binlog event or heartbeat, a Kafka poll, a reconnect
+# attempt (the binlog's come within read_timeout + reconnect_max_seconds, 60 s by default); the monitor's health
+# calls it silent after a minute (verdict.STALE_SECONDS). Twice that with no life while the monitor waits for it,
+# and its process is stuck.
 STUCK_SECONDS = 120.0
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
@@ -152,10 +153,10 @@ class RemotePart:
 
     def items(self, stop: threading.Event) -> Iterator[Item]:
         assert self._items is not None and self._process is not None, "start() first"
-        # when the part last showed life (an item, or a status that moved: its alive_at, a reconnect counted), as the
-        # monitor saw it while it waited: the time the reader's thread spends handing an item on (a full queue) is no
-        # silence of the child's
-        life_at, seen = time.monotonic(), self.snapshot
+        # when the part last showed life (an item, or a newer alive_at), as the monitor saw it while it waited: the
+        # time the reader's thread spends handing an item on (a full queue) is no silence of the child's. Not any
+        # change of its status: a stuck child's answers to caught_up still move what its status says of the ends.
+        life_at, alive_at = time.monotonic(), self.snapshot.alive_at
         while not stop.is_set():
             if self._ahead is not None:
                 ahead = self._ahead()
@@ -175,11 +176,11 @@ class RemotePart:
             if kind == "item":
                 self.snapshot = message[2]
                 yield message[1]
-                life_at, seen = time.monotonic(), self.snapshot
+                life_at, alive_at = time.monotonic(), self.snapshot.alive_at
             elif kind == "status":
                 self.snapshot = message[1]
-                if self.snapshot != seen:
-                    life_at, seen = time.monotonic(), self.snapshot
+                if self.snapshot.alive_at != alive_at:
+                    life_at, alive_at = time.monotonic(), self.snapshot.alive_at
             elif kind == "failed":
                 raise message[1]
             else:  # "ended": the part's loop ended on its own; the reader says so
