@@ -304,12 +304,12 @@ class Monitor:
 
     def _idle_for(self, seconds: float, now: float) -> bool:
         """Nothing new for `seconds`, everything read applied, every reader running (one waiting out its
-        restart backoff has not read what is left for it) and every verdict of what was read given: an audit
-        that ended with an order not yet stuck, or a change whose event's grace had not passed, would say
-        nothing of them."""
+        restart backoff has not read what is left for it) and alive for `seconds` since it started (Reader.live_for),
+        and every verdict of what was read given: an audit that ended with an order not yet stuck, or a change whose
+        event's grace had not passed, would say nothing of them."""
         p = self.progress
         if not (now - p.last_change_at >= seconds and self.queue.empty() and p.binlog_caught_up
-                and p.kafka_caught_up and all(r.running for r in self.readers.values())):
+                and p.kafka_caught_up and all(r.running and r.live_for(now) >= seconds for r in self.readers.values())):
             return False
         undecided, due = self.engine.undecided(self._change_clock_moves)
         if undecided and not self._waited:

@@ -59,6 +59,8 @@ class Reader:
         self.failures = 0
         self.last_failure: str | None = None
         self.restart_at: float | None = None
+        self.started_at = 0.0
+        self.seen_alive_at: float | None = None  # when the monitor first saw this start's part alive (`live_for`)
 
     # -------------------------------------------------------------- lifecycle
 
@@ -66,6 +68,7 @@ class Reader:
         self._stop = threading.Event()
         self.part = self._factory()
         self.restart_at = None
+        self.started_at, self.seen_alive_at = time.time(), None
         self._thread = threading.Thread(target=self._run, args=(self.part, self._stop), name=self.name, daemon=True)
         self._thread.start()
 
@@ -83,6 +86,15 @@ class Reader:
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and self.restart_at is None
+
+    def live_for(self, now: float) -> float:
+        """Seconds since the monitor first saw this start's part alive (0 before): a reader in a process of its own
+        starts reading seconds after it was started, and until then it has struck no bug and read nothing, though
+        it may already count as caught up (placed at the ends it was checkpointed at)."""
+        alive = self.part.alive_at() if self.part is not None else None
+        if self.seen_alive_at is None and alive is not None and alive >= self.started_at:
+            self.seen_alive_at = now
+        return 0.0 if self.seen_alive_at is None else now - self.seen_alive_at
 
     # -------------------------------------------------------------- failures
 
