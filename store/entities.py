@@ -33,6 +33,11 @@ def event_ref(rowid: int) -> int:
     return -rowid
 
 
+def event_rowid(ref: int) -> int:
+    """The inverse of `event_ref`."""
+    return -ref
+
+
 def file(entries: list[tuple[str, int]], insert_rows: InsertRows) -> None:
     """File each record `ref` under the entity `name` of (name, ref); `insert_rows`: Batch.insert_rows."""
     if entries:

@@ -247,7 +247,7 @@ def timeline(store: Store, value: str) -> Timeline:
         return Timeline(value, ())
     refs = {ref for found in entity_index.refs_of(store.conn, keys).values() for ref in found}
     seqs = sorted(r for r in refs if r > 0)
-    rowids = sorted(-r for r in refs if r < 0)
+    rowids = sorted(entity_index.event_rowid(r) for r in refs if r < 0)
     truncated = len(seqs) > TIMELINE_LIMIT or len(rowids) > TIMELINE_LIMIT
     seqs, rowids = seqs[-TIMELINE_LIMIT:], rowids[-TIMELINE_LIMIT:]
     rows = store.row_changes(f"seq IN ({','.join('?' * len(seqs))})", tuple(seqs)) if seqs else []
@@ -256,7 +256,7 @@ def timeline(store: Store, value: str) -> Timeline:
     kind = keys[0].split(":", 1)[0]
     bare = keys[0].split(":", 2 if kind in TABLE_KINDS else 1)[-1] if len(keys) == 1 or kind == "key" \
         else value.strip()
-    near = entity_index.names_of(store.conn, [*seqs, *(-r for r in rowids)])
+    near = entity_index.names_of(store.conn, [*seqs, *map(entity_index.event_ref, rowids)])
     trades = {e for e in near if e.startswith("trade_no:")}
     # the records of its trade_nos too: an order's shipments and grants, announced by their own ids
     filed = near | entity_index.names_of(store.conn, {ref for found in entity_index.refs_of(

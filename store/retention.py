@@ -28,7 +28,7 @@ TABLES = ("row_changes", "events", "entity_index", "series")
 def prune(store: Store, before: float, limit: int = 5000, *, for_budget: bool = False, now: float = 0.0
           ) -> dict[str, int]:
     """Delete up to `limit` of the oldest row changes, events and series points stamped before `before`
-    (unix time; `math.inf` for the budget's), with the index entries that point at them; returns what went,
+    (unix time; `oldest_cut` for the budget's), with the index entries that point at them; returns what went,
     by table (all zero: nothing is older, the next call can wait). `for_budget`: counted as the budget's, at
     `now`."""
     with store.batch() as tx:
