@@ -16,7 +16,7 @@ from oncewatch.core.protocol import GroupMemberStatus, JudgesStatus, RoutersStat
 from oncewatch.monitor.group.part import GroupPart
 from oncewatch.monitor.group.run import GroupMember, health_row
 from oncewatch.monitor.health import Outages
-from oncewatch.store import Store
+from oncewatch.store import Store, StoreUnavailableError
 from oncewatch.store.group import advance_source_position
 from tests.unit.test_config_core import GROUP_BASE
 
@@ -103,3 +103,42 @@ def test_a_change_source_position_behind_the_stored_one_is_refused(tmp_path):
         assert store.checkpoint("group/source/cdc")["positions"] == {"t/0": 12, "hb/0": 5}
     finally:
         store.close()
+
+
+class StoreAway:
+    """A store that went away: every read and write says so, as the store does when PostgreSQL stops."""
+
+    def checkpoint(self, name: str) -> None:
+        raise StoreUnavailableError(f"the store is away (reading {name})")
+
+    def batch(self) -> None:
+        raise StoreUnavailableError("the store is away (writing)")
+
+
+class Topics:
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return {0, 1}
+
+
+def test_a_store_gone_inside_a_rebalance_is_an_outage_raised_after_it_and_no_half_started_part_is_kept(
+        no_connections):
+    """Seen on CI: PostgreSQL stopped while a group rebalanced. A router's listener started a reader of the event
+    partitions it was given, whose first read of the store failed; the reader was kept unstarted, the next
+    revocation marked it (AssertionError), and kafka-python turned that into 'User rebalance callback throws an
+    error', which stopped the instance with exit 3 instead of waiting the outage out."""
+    cfg = parse({**GROUP_BASE, "group": {"name": "g", "shards": 4, "member": "m1"}})
+    member = GroupMember(cfg, "m1", Outages(), Outages())
+    routers, judges = member.routers, member.judges
+    routers.store, routers.membership = StoreAway(), Topics()
+    routers._assigned({"orders/0", "orders/1"})
+    routers._rebuild()  # as a revocation's listener calls it
+    assert isinstance(routers.store_lost, StoreUnavailableError)
+    assert routers.events is None and routers.change is None
+    routers._assigned({"orders/0"})
+    routers._rebuild()  # the next revocation: nothing half-started to mark
+    assert routers.events is None
+
+    judges.store = StoreAway()
+    assert judges.assigned([0, 1]) == {}
+    assert isinstance(judges.store_lost, StoreUnavailableError) and judges.owned == {}
+    assert no_connections == []

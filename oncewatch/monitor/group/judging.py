@@ -130,15 +130,23 @@ class Judges(GroupPart):
         self.offsets: list[OffsetsSnapshot] = []  # the offsets collector's, for the leader shard
         self.fenced = 0
         self.applied = 0  # rows and events this instance applied (its share of the work)
-        self.store_lost: StoreUnavailableError | None = None  # met inside a rebalance (revoked)
+        self.store_lost: StoreUnavailableError | None = None  # met inside a rebalance (assigned, revoked)
         self.rebalance = Rebalance(JUDGES, member)
         self.lock = threading.Lock()
 
     # ------------------------------------------------------------ the group's callbacks (inside poll)
 
     def assigned(self, shards: list[int]) -> dict[int, int]:
-        """Claim and load each new shard; the offset to read each from."""
-        starts = {}
+        """Claim and load each new shard; the offset to read each from. Inside Kafka's rebalance: a store that went
+        away is kept in `store_lost` and raised by `run`, as `revoked` does (the shards not loaded are not owned)."""
+        starts: dict[int, int] = {}
+        try:
+            self._claim(shards, starts)
+        except StoreUnavailableError as exc:
+            self.store_lost = self.store_lost or exc
+        return starts
+
+    def _claim(self, shards: list[int], starts: dict[int, int]) -> None:
         for shard in shards:
             if shard in self.owned:
                 continue
@@ -150,7 +158,6 @@ class Judges(GroupPart):
             starts[shard] = judge.offset
             log.info("shard taken", extra={"event": "shard_assigned", "shard": shard, "epoch": epoch,
                                            "offset": judge.offset, "member": self.member})
-        return starts
 
     def revoked(self, shards: list[int]) -> None:
         """Commit each shard and let it go. Inside Kafka's rebalance: a store that went away is kept in

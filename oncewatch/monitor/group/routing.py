@@ -306,30 +306,41 @@ class Routers(GroupPart):
         self.assignment, self.changed = assignment, True
 
     def _rebuild(self) -> None:
-        """After a rebalance: the event partitions and the lease as they now are."""
+        """After a rebalance: the event partitions and the lease as they now are. A store gone away meanwhile is kept
+        in `store_lost`, raised by `_route` after the poll: called inside Kafka's rebalance (a revocation), it would
+        otherwise come out of the poll as kafka-python's own KafkaError, which stops the instance as a failure, not
+        as an outage it waits out."""
         self.changed = False
+        try:
+            self._rebuild_parts()
+        except StoreUnavailableError as exc:
+            self.store_lost = self.store_lost or exc
+
+    def _rebuild_parts(self) -> None:
+        """Each part kept only once it has started: one whose start failed is never marked or stopped later."""
         holds_lease = f"{self.lease}/0" in self.assignment
         if not holds_lease and self.change is not None:
             self._stop_change()
         if holds_lease and self.change is None:
-            self.change = ChangeRouter(self.cfg, self.settings, self.output, self._change_failed)
-            self.change.start()
+            change = ChangeRouter(self.cfg, self.settings, self.output, self._change_failed)
+            change.start()
+            self.change = change
             log.info("the change source is read here", extra={"event": "change_source_taken",
                                                                 "member": self.member})
         partitions = {p for p in self.assignment if not p.startswith(self.lease + "/")}
         if self.events is not None and self.events.partitions != partitions:
+            events, self.events = self.events, None
             try:
-                self.events.mark()
-            except StoreUnavailableError as exc:  # inside Kafka's rebalance: raised by run, after it
-                self.store_lost = self.store_lost or exc
-            self.events.stop()
-            self.events = None
+                events.mark()
+            finally:
+                events.stop()
         if self.events is None and partitions:
             assert self.store is not None
             counts = {t: len(self.membership.partitions_for_topic(t) or ()) for t in {p.rpartition("/")[0]
                                                                                       for p in partitions}}
-            self.events = EventRouter(self.cfg, self.settings, self.output, self.store, partitions, counts)
-            self.events.start()
+            events = EventRouter(self.cfg, self.settings, self.output, self.store, partitions, counts)
+            events.start()
+            self.events = events
             log.info("event partitions read here", extra={"event": "event_partitions_taken",
                                                           "member": self.member, "partitions": sorted(partitions)})
 
