@@ -29,10 +29,11 @@ ROW_CHANGE_INSERT = ("seq, txid, row_index, schema_name, table_name, op, pk, bef
 class Batch:
     """Writes inside one store transaction; obtained from `Store.batch()`."""
 
-    def __init__(self, conn: Connection, dialect: Dialect, packer: Packer):
+    def __init__(self, conn: Connection, dialect: Dialect, packer: Packer, entity_ids: entities_index.EntityIds):
         self.conn = conn
         self.dialect = dialect
         self.packer = packer
+        self.entity_ids = entity_ids
 
     def set_checkpoint(self, name: str, value: Any) -> None:
         self.conn.execute("INSERT INTO checkpoints (name, value, updated_at) VALUES (?, ?, ?) "
@@ -53,7 +54,8 @@ class Batch:
                        None if r.after is None else pack(ROW, flat_json(r.after)),
                        r.binlog_file, r.end_pos, r.commit_time, r.commit_clock, int(r.snapshot))
                       for seq, r in zip(seqs, rows)])
-        entities_index.file([(entity, seqs[i]) for i, entity in entities], self.insert_rows)
+        entities_index.file(self.conn, self.entity_ids, [(entity, seqs[i]) for i, entity in entities],
+                            self.insert_rows)
         return seqs
 
     def add_events(self, events: Iterable[EmittedEvent], entities: Iterable[tuple[int, str]] = ()) -> None:
@@ -71,7 +73,8 @@ class Batch:
             rowids = {(t, p, o): rowid for rowid, t, p, o in self.conn.execute(
                 'SELECT rowid, topic, partition, "offset" FROM events WHERE rowid > ?', (last,))}
             refs = [entities_index.event_ref(rowids[e.topic, e.partition, e.offset]) for e in events]
-            entities_index.file([(entity, refs[i]) for i, entity in entities], self.insert_rows)
+            entities_index.file(self.conn, self.entity_ids, [(entity, refs[i]) for i, entity in entities],
+                                self.insert_rows)
 
     def insert_rows(self, head: str, row: str, per_statement: int, rows: list[tuple[Any, ...]], tail: str = "") -> None:
         """`executemany(head + row + tail, rows)`, but `per_statement` rows to a statement: SQLite's cost

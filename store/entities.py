@@ -1,13 +1,15 @@
 """The entity index: the row changes and events each drill-down entity ('trade_no:T1', 'pk:shop.shipments:7') is
 filed under (oncewatch.monitor.entities says which), so the drill-down finds them without a scan.
 
-An entry of `entity_refs` is the entity's name and the record's number: a row change's seq, or minus an event's
-rowid. Stores made before kept `entity_index`, whose entries also held the kind and the record's coordinates as
-text (about 127 bytes an entry, with its index; these take about 60). An entity id hashed from its name would
-take a third less, but it lands each entry on a page anywhere in the index: a shop's ids, written in order
-(auto-increment keys, numbered orders), would lose the locality that makes their entries an append, and the
-judge's filing took 2.5 times the CPU (issue 47). Their first writer of this version moves an older store's
-entries here (`move_old_index`).
+Each entity's name is kept once, in `entity_names`, under a number given in the order names are first seen; an
+entry of `entity_entries` is that number and the record's (a row change's seq, or minus an event's rowid): about
+25 bytes an entry with its index, where the name in every entry took about 95 (issue 47). Numbers in first-seen
+order keep a shop's entries an append, as its ids come in order; a number hashed from the name took a third less
+room but landed each entry anywhere in the index, at 2.5 times the judge's CPU. The store's one writer of records
+(the monitor, under its lock) gives the numbers, as it gives row changes their seq, and keeps the names it has
+numbered in `EntityIds`. Stores made before kept the name in every entry (`entity_index`, with the kind and the
+record's coordinates as text, then `entity_refs`); their first writer of this version moves them here
+(`move_old_index`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from oncewatch.store.dialect import Connection
 log = logging.getLogger(__name__)
 
 CHUNK = 500  # names or refs to a statement
-OLD_INDEX = "entity_index"
+OLD_INDEXES = ("entity_index", "entity_refs")  # the name in every entry: (entity, kind, ref text), (entity, ref)
 MOVE_CHUNK = 50_000
+CACHED = 100_000  # names the writer keeps the numbers of (about 15 MiB); a name not kept is looked up
 # Batch.insert_rows: (head, one row's placeholders, rows per statement, rows, tail)
 InsertRows = Callable[[str, str, int, list[tuple[Any, ...]], str], None]
 
@@ -38,10 +41,60 @@ def event_rowid(ref: int) -> int:
     return -ref
 
 
-def file(entries: list[tuple[str, int]], insert_rows: InsertRows) -> None:
+class EntityIds:
+    """The writer's numbers of entity names: the committed ones it has met (the most recent CACHED), and those its
+    open transaction gave, kept apart until it commits (a transaction rolled back leaves no name in the store)."""
+
+    def __init__(self) -> None:
+        self.known: dict[str, int] = {}
+        self.pending: dict[str, int] = {}
+
+    def of(self, conn: Connection, names: Iterable[str], insert_rows: InsertRows) -> dict[str, int]:
+        """The number of each of `names`, a new name numbered (and stored) in the order first met."""
+        out: dict[str, int] = {}
+        missing = []
+        for name in dict.fromkeys(names):
+            number = self.known.get(name) or self.pending.get(name)
+            if number is None:
+                missing.append(name)
+            else:
+                out[name] = number
+        for i in range(0, len(missing), CHUNK):
+            part = missing[i:i + CHUNK]
+            for number, name in conn.execute(
+                    f"SELECT id, name FROM entity_names WHERE name IN ({','.join('?' * len(part))})", part):
+                out[name] = self.known[name] = number
+        new = [name for name in missing if name not in out]
+        if new:
+            (last,), = conn.execute("SELECT COALESCE(MAX(id), 0) FROM entity_names")
+            numbered = [(last + 1 + i, name) for i, name in enumerate(new)]
+            insert_rows("INSERT INTO entity_names (id, name) VALUES ", "(?,?)", 50, numbered, "")
+            for number, name in numbered:
+                out[name] = self.pending[name] = number
+        return out
+
+    def committed(self) -> None:
+        self.known.update(self.pending)
+        self.pending.clear()
+        if len(self.known) > CACHED:  # the most recently numbered half kept: a shop's records come name by name
+            self.known = dict(list(self.known.items())[-CACHED // 2:])
+
+    def rolled_back(self) -> None:
+        self.pending.clear()
+
+    def forget(self, names: Iterable[str]) -> None:
+        """Names deleted from the store (their records all pruned): met again, they are numbered anew."""
+        for name in names:
+            self.known.pop(name, None)
+            self.pending.pop(name, None)
+
+
+def file(conn: Connection, ids: EntityIds, entries: list[tuple[str, int]], insert_rows: InsertRows) -> None:
     """File each record `ref` under the entity `name` of (name, ref); `insert_rows`: Batch.insert_rows."""
     if entries:
-        insert_rows("INSERT INTO entity_refs (entity, ref) VALUES ", "(?,?)", 50, entries, " ON CONFLICT DO NOTHING")
+        number = ids.of(conn, (name for name, _ in entries), insert_rows)
+        insert_rows("INSERT INTO entity_entries (entity, ref) VALUES ", "(?,?)", 50,
+                    [(number[name], ref) for name, ref in entries], " ON CONFLICT DO NOTHING")
 
 
 def refs_of(conn: Connection, names: Iterable[str]) -> dict[str, list[int]]:
@@ -50,9 +103,10 @@ def refs_of(conn: Connection, names: Iterable[str]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for i in range(0, len(names), CHUNK):
         part = names[i:i + CHUNK]
-        for entity, ref in conn.execute(
-                f"SELECT entity, ref FROM entity_refs WHERE entity IN ({','.join('?' * len(part))})", part):
-            out.setdefault(entity, []).append(ref)
+        for name, ref in conn.execute(
+                "SELECT n.name, e.ref FROM entity_names n JOIN entity_entries e ON e.entity = n.id "
+                f"WHERE n.name IN ({','.join('?' * len(part))})", part):
+            out.setdefault(name, []).append(ref)
     return out
 
 
@@ -63,43 +117,65 @@ def names_of(conn: Connection, refs: Iterable[int]) -> set[str]:
     for i in range(0, len(refs), CHUNK):
         part = refs[i:i + CHUNK]
         out.update(name for (name,) in conn.execute(
-            f"SELECT entity FROM entity_refs WHERE ref IN ({','.join('?' * len(part))})", part))
+            "SELECT n.name FROM entity_entries e JOIN entity_names n ON n.id = e.entity "
+            f"WHERE e.ref IN ({','.join('?' * len(part))})", part))
     return out
 
 
-def forget(conn: Connection, refs: Sequence[int]) -> int:
-    """Delete the entries of the records `refs` (pruned); returns how many went."""
-    gone = 0
+def forget(conn: Connection, ids: EntityIds, refs: Sequence[int]) -> int:
+    """Delete the entries of the records `refs` (pruned), and the names left with none; returns how many entries
+    went."""
+    gone, numbers = 0, set()
     for i in range(0, len(refs), CHUNK):
         part = list(refs[i:i + CHUNK])
-        gone += conn.execute(f"DELETE FROM entity_refs WHERE ref IN ({','.join('?' * len(part))})", part).rowcount
+        deleted = conn.execute(
+            f"DELETE FROM entity_entries WHERE ref IN ({','.join('?' * len(part))}) RETURNING entity", part).fetchall()
+        gone += len(deleted)
+        numbers.update(number for (number,) in deleted)
+    numbers_left = sorted(numbers)
+    for i in range(0, len(numbers_left), CHUNK):
+        part = numbers_left[i:i + CHUNK]
+        ids.forget(name for (name,) in conn.execute(
+            f"DELETE FROM entity_names WHERE id IN ({','.join('?' * len(part))}) AND NOT EXISTS "
+            "(SELECT 1 FROM entity_entries e WHERE e.entity = entity_names.id) RETURNING name", part).fetchall())
     return gone
 
 
-def move_old_index(conn: Connection, tables_sql: str, insert_rows: InsertRows) -> int:
-    """An older store's text index (`entity_index`: entity, kind 'row_change' or 'event', ref the seq or
-    'topic/partition@offset') filed here and dropped, inside the caller's transaction, MOVE_CHUNK entries at a
-    time; returns the entries moved. `tables_sql`: the dialect's query of the store's tables. An entry whose
-    event is no longer kept is left out, as retention would have pruned it."""
-    if OLD_INDEX not in {t for (t,) in conn.execute(tables_sql)}:
-        return 0
-    moved, after = 0, ("", "", "")
-    while rows := conn.execute(f"SELECT entity, kind, ref FROM {OLD_INDEX} WHERE (entity, kind, ref) > (?, ?, ?) "
-                               "ORDER BY entity, kind, ref LIMIT ?", (*after, MOVE_CHUNK)).fetchall():
-        after = tuple(rows[-1])
-        entries = []
-        for name, kind, ref in rows:
-            if kind == "row_change":
-                entries.append((name, int(ref)))
-                continue
-            topic_partition, offset = ref.rsplit("@", 1)
-            topic, partition = split_partition_key(topic_partition)
-            found = conn.execute('SELECT rowid FROM events WHERE topic = ? AND partition = ? AND "offset" = ?',
-                                 (topic, partition, int(offset))).fetchone()
-            if found is not None:
-                entries.append((name, event_ref(found[0])))
-        file(entries, insert_rows)
-        moved += len(entries)
-    conn.execute(f"DROP TABLE {OLD_INDEX}")
-    log.info("the entity index moved to its compact table", extra={"event": "entity_index_moved", "entries": moved})
+def move_old_index(conn: Connection, tables_sql: str, ids: EntityIds, insert_rows: InsertRows) -> int:
+    """An older store's index, with the name in every entry, filed here and dropped, inside the caller's
+    transaction, MOVE_CHUNK entries at a time; returns the entries moved. `tables_sql`: the dialect's query of the
+    store's tables. `entity_index` (entity, kind 'row_change' or 'event', ref the seq or 'topic/partition@offset'):
+    an entry whose event is no longer kept is left out, as retention would have pruned it; `entity_refs` (entity,
+    ref as here)."""
+    tables = {t for (t,) in conn.execute(tables_sql)}
+    moved = 0
+    for old in OLD_INDEXES:
+        if old not in tables:
+            continue
+        columns = "entity, kind, ref" if old == "entity_index" else "entity, ref"
+        after: tuple[Any, ...] = ("", "", "") if old == "entity_index" else ("", -1 << 62)
+        while rows := conn.execute(f"SELECT {columns} FROM {old} WHERE ({columns}) > ({','.join('?' * len(after))}) "
+                                   f"ORDER BY {columns} LIMIT ?", (*after, MOVE_CHUNK)).fetchall():
+            after = tuple(rows[-1])
+            entries = [e for e in (_entry(conn, row) for row in rows) if e is not None]
+            file(conn, ids, entries, insert_rows)
+            moved += len(entries)
+        conn.execute(f"DROP TABLE {old}")
+    if moved:
+        log.info("the entity index moved to its numbered tables", extra={"event": "entity_index_moved",
+                                                                         "entries": moved})
     return moved
+
+
+def _entry(conn: Connection, row: tuple[Any, ...]) -> tuple[str, int] | None:
+    """(name, ref) of an older index's entry; None for an event no longer kept."""
+    if len(row) == 2:
+        return row[0], int(row[1])
+    name, kind, ref = row
+    if kind == "row_change":
+        return name, int(ref)
+    topic_partition, offset = ref.rsplit("@", 1)
+    topic, partition = split_partition_key(topic_partition)
+    found = conn.execute('SELECT rowid FROM events WHERE topic = ? AND partition = ? AND "offset" = ?',
+                         (topic, partition, int(offset))).fetchone()
+    return None if found is None else (name, event_ref(found[0]))

@@ -143,7 +143,7 @@ def create(conn: PgConnection, schema: str) -> None:
             conn.executescript(schema)
             add_columns(conn)
             _bytea_packed(conn)
-            entities.move_old_index(conn, POSTGRES.tables, lambda head, row, _, rows, tail="": conn.executemany(
+            entities.move_old_index(conn, POSTGRES.tables, entities.EntityIds(), lambda head, row, _, rows, tail="": conn.executemany(
                 head + row + tail, rows))
             conn.execute(f"CREATE TABLE IF NOT EXISTS {MARK_TABLE} (application_id BIGINT NOT NULL, "
                          f"schema_sha256 TEXT NOT NULL)")

@@ -39,7 +39,7 @@ def prune(store: Store, before: float, limit: int = 5000, *, for_budget: bool = 
         rowids = [rowid for (rowid,) in conn.execute(
             "DELETE FROM events WHERE rowid IN (SELECT rowid FROM events ORDER BY rowid LIMIT ?) "
             "AND timestamp_ms < ? RETURNING rowid", (limit, before * 1000))]
-        entries = entities.forget(conn, seqs + [entities.event_ref(r) for r in rowids])
+        entries = entities.forget(conn, tx.entity_ids, seqs + [entities.event_ref(r) for r in rowids])
         points = conn.execute("DELETE FROM series WHERE rowid IN (SELECT rowid FROM series ORDER BY rowid LIMIT ?) "
                               "AND at < ?", (limit, before)).rowcount
         pruned = {"row_changes": len(seqs), "events": len(rowids), "entity_index": entries, "series": points}

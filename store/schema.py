@@ -55,15 +55,20 @@ CREATE TABLE IF NOT EXISTS row_changes (
 );
 -- No page or command reads row changes by table and time; the index an older version made for it goes.
 DROP INDEX IF EXISTS row_changes_table;
--- The drill-down's way in (store.entities): the records filed under each entity ('trade_no:T1'). ref: a row
--- change's seq, or minus an event's rowid.
-CREATE TABLE IF NOT EXISTS entity_refs (
-    entity TEXT NOT NULL,
+-- The drill-down's way in (store.entities): the records filed under each entity ('trade_no:T1'), its name kept
+-- once under a number the writer gives in the order names are first seen. ref: a row change's seq, or minus an
+-- event's rowid.
+CREATE TABLE IF NOT EXISTS entity_names (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE
+);
+CREATE TABLE IF NOT EXISTS entity_entries (
+    entity INTEGER NOT NULL,
     ref INTEGER NOT NULL,
     PRIMARY KEY (entity, ref)
 ) WITHOUT ROWID;
 -- what retention finds the entries of pruned records by, and a timeline the entities of its records
-CREATE INDEX IF NOT EXISTS entity_refs_ref ON entity_refs (ref);
+CREATE INDEX IF NOT EXISTS entity_entries_ref ON entity_entries (ref);
 CREATE TABLE IF NOT EXISTS events (
     topic TEXT NOT NULL,
     partition INTEGER NOT NULL,

@@ -38,7 +38,7 @@ from oncewatch.store.dialect import POSTGRES, SQLITE, postgres_schema
 from oncewatch.store.schema import SCHEMA, add_columns, columns, connect, create
 
 POSTGRES_SCHEMA = postgres_schema(SCHEMA)
-COUNTED = ("row_changes", "events", "quarantine", "findings", "entity_refs", "series")
+COUNTED = ("row_changes", "events", "quarantine", "findings", "entity_names", "entity_entries", "series")
 
 class Store:
     """A handle on the store at `target` (a SQLite file's path, or a PostgreSQL database), created there
@@ -50,6 +50,7 @@ class Store:
         self.path = str(target)
         self._lock = threading.Lock()
         self.packer: Packer
+        self.entity_ids = entities.EntityIds()
         self._held = held
         if isinstance(target, PostgresTarget):
             from oncewatch.store import postgres  # psycopg for a PostgreSQL store only: it doubles a command's start-up
@@ -74,7 +75,7 @@ class Store:
                 self.conn.executescript(SCHEMA)  # a store made by an older version gains the newer tables
                 with self.batch() as tx:
                     add_columns(self.conn)  # and the newer columns of its older tables
-                    entities.move_old_index(self.conn, self.dialect.tables, tx.insert_rows)
+                    entities.move_old_index(self.conn, self.dialect.tables, self.entity_ids, tx.insert_rows)
 
     def _open_postgres(self, readonly: bool, monitor: bool) -> None:
         from oncewatch.store import postgres
@@ -98,16 +99,18 @@ class Store:
         with self._lock, said_full(self.path):
             self.conn.execute(self.dialect.begin_write)
             try:
-                yield Batch(self.conn, self.dialect, self.packer)
+                yield Batch(self.conn, self.dialect, self.packer, self.entity_ids)
                 self.conn.execute("COMMIT")
             except BaseException:
                 self.packer.rolled_back()
+                self.entity_ids.rolled_back()
                 # SQLite may have rolled back itself (SQLITE_FULL can): a ROLLBACK then would raise and
                 # hide the error that matters.
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
                 raise
             self.packer.committed()
+            self.entity_ids.committed()
 
     # -------------------------------------------------------------- reads
 

@@ -1,14 +1,23 @@
-"""The entity index with the records' numbers (issue 47): what a store made before kept moves over when its first
-writer of this version opens it, the drill-down finds the same records, and entries go with their records."""
+"""The entity index, each name kept once under a number (issue 47): what a store made before kept moves over when its
+first writer of this version opens it, the drill-down finds the same records, entries and names go with their
+records, and a transaction rolled back leaves no number the writer goes on using."""
 
 from __future__ import annotations
+
+import pytest
 
 from devservices.samples import Shop, shipment
 from oncewatch.core.config import PostgresTarget
 from oncewatch.store import Store, queries, retention
 
 
-def test_an_older_stores_text_index_moves_over_and_finds_the_same_records(store_target) -> None:
+def filed(store: Store) -> list[tuple[str, int]]:
+    return sorted(store.conn.execute(
+        "SELECT n.name, e.ref FROM entity_entries e JOIN entity_names n ON n.id = e.entity"))
+
+
+@pytest.mark.parametrize("old", ["entity_index", "entity_refs"])
+def test_an_older_stores_index_moves_over_and_finds_the_same_records(store_target, old) -> None:
     shop, store = Shop(), Store(store_target)
     txs = [shop.tx(1000.0 + i, shipment(f"S{i}", f"T{i}")) for i in range(5)]
     events = [shop.event("shipment.created", 1000.0 + i, order_no=f"T{i}") for i in range(5)]
@@ -16,36 +25,64 @@ def test_an_older_stores_text_index_moves_over_and_finds_the_same_records(store_
         for t in txs:
             tx.add_row_changes(t.rows)
         tx.add_events(events)
+        rowids = [r for (r,) in tx.conn.execute('SELECT rowid FROM events ORDER BY "offset"')]
         tx.conn.execute("DELETE FROM events WHERE \"offset\" = 4")  # an event pruned: its old entry is left behind
-    # the index as the version before kept it
-    store.conn.execute("CREATE TABLE entity_index (entity TEXT NOT NULL, kind TEXT NOT NULL, ref TEXT NOT NULL, "
-                       "PRIMARY KEY (entity, kind, ref))")
-    old = [(f"trade_no:T{i}", "row_change", str(i + 1)) for i in range(5)] + \
-        [(f"trade_no:T{i}", "event", e.coordinates) for i, e in enumerate(events)]
-    store.conn.executemany("INSERT INTO entity_index (entity, kind, ref) VALUES (?, ?, ?)", old)
+    # the index as a version before kept it
+    if old == "entity_index":
+        store.conn.execute("CREATE TABLE entity_index (entity TEXT NOT NULL, kind TEXT NOT NULL, ref TEXT NOT NULL, "
+                           "PRIMARY KEY (entity, kind, ref))")
+        entries = [(f"trade_no:T{i}", "row_change", str(i + 1)) for i in range(5)] + \
+            [(f"trade_no:T{i}", "event", e.coordinates) for i, e in enumerate(events)]
+    else:
+        store.conn.execute("CREATE TABLE entity_refs (entity TEXT NOT NULL, ref INTEGER NOT NULL, "
+                           "PRIMARY KEY (entity, ref))")
+        entries = [(f"trade_no:T{i}", i + 1) for i in range(5)] + \
+            [(f"trade_no:T{i}", -rowid) for i, rowid in enumerate(rowids[:4])]
+    store.conn.executemany(f"INSERT INTO {old} VALUES ({','.join('?' * len(entries[0]))})", entries)
     if isinstance(store_target, PostgresTarget):
         store.conn.execute("UPDATE oncewatch_store SET schema_sha256 = 'made by an older version'")
     store.close()
     writer = Store(store_target)
     tables = {t for (t,) in writer.conn.execute(writer.dialect.tables)}
-    assert "entity_index" not in tables
-    assert writer.count("entity_refs") == 9  # 5 rows, 4 events still kept
+    assert old not in tables
+    assert writer.count("entity_entries") == 9 and writer.count("entity_names") == 5  # 5 rows, 4 events still kept
     found = queries.timeline(writer, "T1")
     assert [r.after["shipment_id"] for r in found.rows] == ["S1"]
     assert [e.offset for e in found.events] == [1]
     assert queries.timeline(writer, "T4").events == []
     assert {k: len(v) for k, v in queries.rows_by_entity(writer, ["trade_no:T0", "trade_no:T9"]).items()} == {
         "trade_no:T0": 1}
+    with writer.batch() as tx:  # filed again after the move: under the number the move gave
+        tx.add_row_changes(shop.tx(2000.0, shipment("S9", "T0")).rows, [(0, "trade_no:T0")])
+    assert writer.count("entity_names") == 5
+    assert len(queries.rows_by_entity(writer, ["trade_no:T0"])["trade_no:T0"]) == 2
     writer.close()
 
 
-def test_the_entries_of_pruned_records_go_with_them(store_target) -> None:
+def test_the_entries_and_names_of_pruned_records_go_with_them(store_target) -> None:
     shop, store = Shop(), Store(store_target)
     with store.batch() as tx:
         tx.add_row_changes(shop.tx(1000.0, shipment("S1", "T1")).rows, [(0, "trade_no:T1"), (0, "pk:a:1")])
         tx.add_row_changes(shop.tx(5000.0, shipment("S2", "T1")).rows, [(0, "trade_no:T1"), (0, "pk:a:2")])
         tx.add_events([shop.event("shipment.created", 1000.0, order_no="T1")], [(0, "trade_no:T1")])
     assert retention.prune(store, 2000.0)["entity_index"] == 3
-    assert sorted(store.conn.execute("SELECT entity, ref FROM entity_refs")) == [("pk:a:2", 2), ("trade_no:T1", 2)]
+    assert filed(store) == [("pk:a:2", 2), ("trade_no:T1", 2)]
+    assert {n for (n,) in store.conn.execute("SELECT name FROM entity_names")} == {"pk:a:2", "trade_no:T1"}
     assert [r.after["shipment_id"] for r in queries.rows_by_entity(store, ["trade_no:T1"])["trade_no:T1"]] == ["S2"]
+    with store.batch() as tx:  # a name whose records all went, met again: numbered anew, and found
+        tx.add_row_changes(shop.tx(6000.0, shipment("S3", "T3")).rows, [(0, "pk:a:1")])
+    assert [r.after["shipment_id"] for r in queries.rows_by_entity(store, ["pk:a:1"])["pk:a:1"]] == ["S3"]
+    store.close()
+
+
+def test_names_numbered_in_a_transaction_rolled_back_are_numbered_again(store_target) -> None:
+    shop, store = Shop(), Store(store_target)
+    with pytest.raises(RuntimeError, match="the batch failed"):
+        with store.batch() as tx:
+            tx.add_row_changes(shop.tx(1000.0, shipment("S1", "T1")).rows, [(0, "trade_no:T1")])
+            raise RuntimeError("the batch failed")
+    with store.batch() as tx:
+        tx.add_row_changes(shop.tx(1000.0, shipment("S1", "T1")).rows, [(0, "trade_no:T1"), (0, "pk:a:1")])
+    assert filed(store) == [("pk:a:1", 1), ("trade_no:T1", 1)]
+    assert store.count("entity_names") == 2
     store.close()

@@ -77,7 +77,8 @@ JSON_TEXTS = [
 def filed_events(store: Store) -> list[tuple[str, str]]:
     """(entity, the event's coordinates) of every event entry of the entity index."""
     return sorted((name, f"{t}/{p}@{o}") for name, t, p, o in store.conn.execute(
-        'SELECT r.entity, e.topic, e.partition, e."offset" FROM entity_refs r JOIN events e ON e.rowid = -r.ref'))
+        'SELECT n.name, e.topic, e.partition, e."offset" FROM entity_entries r JOIN entity_names n ON n.id = r.entity '
+        'JOIN events e ON e.rowid = -r.ref'))
 
 
 def test_json_events_round_trip_exactly_with_headers_keys_and_coordinates(store_target):
