@@ -13,6 +13,8 @@ import pytest
 
 from oncewatch.core.config import parse
 from oncewatch.core.protocol import GroupMemberStatus, JudgesStatus, RoutersStatus
+from oncewatch.core.records import PartitionStatus
+from oncewatch.monitor.group import routing
 from oncewatch.monitor.group.part import GroupPart
 from oncewatch.monitor.group.run import GroupMember, health_row
 from oncewatch.monitor.health import Outages
@@ -142,3 +144,27 @@ def test_a_store_gone_inside_a_rebalance_is_an_outage_raised_after_it_and_no_hal
     assert judges.assigned([0, 1]) == {}
     assert isinstance(judges.store_lost, StoreUnavailableError) and judges.owned == {}
     assert no_connections == []
+
+
+def test_an_event_partition_whose_clock_stands_still_is_said_once_until_it_moves(monkeypatch, caplog):
+    """Every judge's Kafka clock waits for each event partition's mark: one that stands (read to below its end and
+    nothing read since, or its end held) is logged after HELD_SECONDS, once, and again only after it moved."""
+    cfg = parse({**GROUP_BASE, "group": {"name": "g", "shards": 2, "member": "m1"}})
+    member = GroupMember(cfg, "m1", Outages(), Outages())
+    router = routing.EventRouter(cfg, member.judges.settings, member.routers.output, None, {"t/0"}, {"t": 1})
+    clock = [100.0]
+    monkeypatch.setattr(routing.time, "monotonic", lambda: clock[0])
+    behind, done = PartitionStatus("t", 0, 5, 9, 50.0), PartitionStatus("t", 0, 9, 9, 60.0)
+
+    def held_after(seconds: float, status: PartitionStatus, at: float | None) -> int:
+        clock[0] += seconds
+        caplog.clear()
+        router._held(status, at)
+        return sum(r.event == "group_partition_clock_held" for r in caplog.records)
+
+    assert held_after(0, behind, None) == 0
+    assert held_after(routing.HELD_SECONDS - 1, behind, None) == 0
+    assert held_after(1, behind, None) == 1
+    assert held_after(routing.HELD_SECONDS * 2, behind, None) == 0  # said once
+    assert held_after(1, done, 60.0) == 0  # it moved
+    assert held_after(routing.HELD_SECONDS, done, 60.0) == 1  # and stood again

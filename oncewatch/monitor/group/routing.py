@@ -31,7 +31,7 @@ from oncewatch.collectors.kafka_events import KafkaEventCollector, tp_key
 from oncewatch.core.config import Config
 from oncewatch.core.gtids import parse
 from oncewatch.core.protocol import RoutersStatus
-from oncewatch.core.records import Heartbeat, Transaction
+from oncewatch.core.records import Heartbeat, PartitionStatus, Transaction
 from oncewatch.monitor.group.membership import Rebalance, join
 from oncewatch.monitor.group.part import Failed, GroupPart
 from oncewatch.monitor.group.wire import (CDC_SOURCE, LEASE, RECORDS, ROUTERS, Batch, Event, Mark, Message, Part,
@@ -48,6 +48,9 @@ BATCH_BYTES = 256 * 1024
 # beside an event partition's position, the end and leader epoch its router last learned: the next router to read it
 # (after a rebalance, or this instance started again) holds its end back if the broker restarted meanwhile
 KNOWN = "{}#known"
+# A partition whose mark has not moved for this long (read to below its end, or its end held) is said so in the log
+# (once, until it moves again): every judge's Kafka clock waits for it.
+HELD_SECONDS = 60.0
 
 
 class RouterWriteError(RuntimeError):
@@ -230,6 +233,8 @@ class EventRouter:
         self.newest_ms: dict[str, int] = {}
         self.quarantined: list[Any] = []
         self.stored: tuple[dict[str, int], dict[str, tuple[int, int | None]]] | None = None  # positions, known
+        # partition -> (its last mark, since when it stands: monotonic; None once said held)
+        self.moved: dict[str, tuple[float | None, float | None]] = {}
 
     def start(self) -> None:
         assert self.cfg.kafka is not None
@@ -260,8 +265,10 @@ class EventRouter:
             elif p.key in self.newest_ms:
                 at = self.newest_ms[p.key] / 1000
             else:
-                continue
-            self.output.mark(p.key, at, self.counts.get(p.topic, 0))
+                at = None
+            self._held(p, at)
+            if at is not None:
+                self.output.mark(p.key, at, self.counts.get(p.topic, 0))
         self.output.flush()
         positions, known = self.collector.positions(), self.collector.known()
         if (positions, known) == self.stored and not self.quarantined:
@@ -273,6 +280,19 @@ class EventRouter:
                 save_source_position(tx, KNOWN.format(key), [end, epoch])
             tx.add_quarantined(self.quarantined)
         self.quarantined, self.stored = [], (positions, known)
+
+    def _held(self, p: PartitionStatus, at: float | None) -> None:
+        """Say once when the partition's mark has stood for HELD_SECONDS: a clock every judge waits for."""
+        now = time.monotonic()
+        last, since = self.moved.setdefault(p.key, (None, now))
+        if at is not None and at != last:
+            self.moved[p.key] = (at, now)
+        elif since is not None and now - since >= HELD_SECONDS:
+            log.warning("an event partition's Kafka clock has stood still; the judges' verdicts wait for it", extra={
+                "event": "group_partition_clock_held", "partition": p.key, "position": p.position, "end": p.end,
+                "end_at": p.end_at, "newest_ms": self.newest_ms.get(p.key), "mark": last,
+                "seconds": round(now - since, 1)})
+            self.moved[p.key] = (last, None)  # said: not again until it moves
 
     def stop(self) -> None:
         if self.collector is not None:
