@@ -8,6 +8,7 @@ first start, its shards' clocks, which member reads the change source, and findi
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -136,9 +137,25 @@ def wait_judged_past(config: Path, shards: int, until: float, timeout: float = 1
                                                          for c in now.values()) < until:
         if time.monotonic() > deadline:
             raise JudgedTooLate(f"the shards' clocks did not pass {until:.3f} in {timeout:.0f} s: "
-                                f"{ {s: (c['binlog_time'], c['kafka_time']) for s, c in now.items()} }")
+                                f"{ {s: (c['binlog_time'], c['kafka_time']) for s, c in now.items()} }"
+                                + "".join(f"\n{line}" for line in clock_notes(config)))
         time.sleep(0.5)
     return now
+
+
+# What the members' logs say of a clock that stands still (the routers' and the readers' own words for it).
+CLOCK_EVENTS = ('"group_partition_clock_held"', '"group_change_clock_held"', '"kafka_end_held"', '"kafka_settling"',
+                '"cdc_disconnected"', '"kafka_disconnected"')
+TS = re.compile(r'"ts": ([0-9.]+)')
+
+
+def clock_notes(config: Path, most: int = 12) -> list[str]:
+    """The last `most` lines of the group's members' logs (beside `config`) about a clock standing still, each
+    after the member's name: for a JudgedTooLate to say which partition held the judges back, and why."""
+    notes = sorted((float(m.group(1)) if (m := TS.search(line)) else 0.0, f"{log.stem}: {line[:600]}")
+                   for log in config.parent.glob("*.log")
+                   for line in log.read_text(errors="replace").splitlines() if any(e in line for e in CLOCK_EVENTS))
+    return [note for _, note in notes[-most:]]
 
 
 def members_of(config: Path) -> dict[str, GroupMemberHealth]:

@@ -53,6 +53,24 @@ KNOWN = "{}#known"
 HELD_SECONDS = 60.0
 
 
+class Standing:
+    """A router's clock as it marks it: says, once until it moves again, that it has stood still HELD_SECONDS."""
+
+    def __init__(self) -> None:
+        self.value: float | None = None
+        self.since: float | None = time.monotonic()  # None once said
+
+    def stood(self, value: float | None) -> float | None:
+        """Seconds the clock has stood at this mark (None: it moved, stood less long, or was said already)."""
+        now = time.monotonic()
+        if value is not None and value != self.value:
+            self.value, self.since = value, now
+        elif self.since is not None and now - self.since >= HELD_SECONDS:
+            seconds, self.since = now - self.since, None
+            return seconds
+        return None
+
+
 class RouterWriteError(RuntimeError):
     """Kafka refused a batch for the group's topic: what the router read since its last stored position is read
     again by the next owner of its sources."""
@@ -164,6 +182,7 @@ class ChangeRouter(GroupPart):
         self.handed = 0
         self.stored: Transaction | None = None  # the last transaction whose position is in the store
         self.stale = 0  # positions refused: another router had stored the source further
+        self.standing = Standing()  # the change clock
 
     def _open(self) -> None:
         assert self.cfg.kafka is not None and self.cfg.cdc is not None
@@ -204,6 +223,14 @@ class ChangeRouter(GroupPart):
         self._mark(last)
 
     def _mark(self, last: Transaction | None) -> None:
+        if (seconds := self.standing.stood(self.newest)) is not None:
+            # the connector's heartbeats vouch only for a quiet binlog: records of its between two of them (a
+            # backlog, or transactions of tables it does not capture, which it marks too) hold the clock
+            beat = self.heartbeat
+            log.warning("the change source's clock has stood still; the judges' verdicts wait for it", extra={
+                "event": "group_change_clock_held", "clock": self.newest, "seconds": round(seconds, 1),
+                "heartbeat_at": beat.at if beat else None, "records_between": beat.between if beat else None,
+                "transaction_open": beat.open if beat else None})
         self.output.mark(CDC_SOURCE, self.newest)
         self.output.flush()
         if last is not None and last.cdc is not None and last is not self.stored:
@@ -233,8 +260,7 @@ class EventRouter:
         self.newest_ms: dict[str, int] = {}
         self.quarantined: list[Any] = []
         self.stored: tuple[dict[str, int], dict[str, tuple[int, int | None]]] | None = None  # positions, known
-        # partition -> (its last mark, since when it stands: monotonic; None once said held)
-        self.moved: dict[str, tuple[float | None, float | None]] = {}
+        self.standing: dict[str, Standing] = {}  # partition -> its mark
 
     def start(self) -> None:
         assert self.cfg.kafka is not None
@@ -282,17 +308,13 @@ class EventRouter:
         self.quarantined, self.stored = [], (positions, known)
 
     def _held(self, p: PartitionStatus, at: float | None) -> None:
-        """Say once when the partition's mark has stood for HELD_SECONDS: a clock every judge waits for."""
-        now = time.monotonic()
-        last, since = self.moved.setdefault(p.key, (None, now))
-        if at is not None and at != last:
-            self.moved[p.key] = (at, now)
-        elif since is not None and now - since >= HELD_SECONDS:
+        """Said once when the partition's mark has stood for HELD_SECONDS: a clock every judge waits for."""
+        standing = self.standing.setdefault(p.key, Standing())
+        if (seconds := standing.stood(at)) is not None:
             log.warning("an event partition's Kafka clock has stood still; the judges' verdicts wait for it", extra={
                 "event": "group_partition_clock_held", "partition": p.key, "position": p.position, "end": p.end,
-                "end_at": p.end_at, "newest_ms": self.newest_ms.get(p.key), "mark": last,
-                "seconds": round(now - since, 1)})
-            self.moved[p.key] = (last, None)  # said: not again until it moves
+                "end_at": p.end_at, "newest_ms": self.newest_ms.get(p.key), "mark": standing.value,
+                "seconds": round(seconds, 1)})
 
     def stop(self) -> None:
         if self.collector is not None:
