@@ -144,15 +144,15 @@ def wait_judged_past(config: Path, shards: int, until: float, timeout: float = 1
 
 
 # What the members' logs say of a clock that stands still (the routers' and the readers' own words for it).
-CLOCK_EVENTS = ('"group_partition_clock_held"', '"group_change_clock_held"', '"kafka_end_held"', '"kafka_settling"',
-                '"cdc_disconnected"', '"kafka_disconnected"')
+CLOCK_EVENTS = ('"group_part_stuck"', '"group_partition_clock_held"', '"group_change_clock_held"', '"kafka_end_held"',
+                '"kafka_settling"', '"cdc_disconnected"', '"kafka_disconnected"')
 TS = re.compile(r'"ts": ([0-9.]+)')
 
 
 def clock_notes(config: Path, most: int = 12) -> list[str]:
     """The last `most` lines of the group's members' logs (beside `config`) about a clock standing still, each
     after the member's name: for a JudgedTooLate to say which partition held the judges back, and why."""
-    notes = sorted((float(m.group(1)) if (m := TS.search(line)) else 0.0, f"{log.stem}: {line[:600]}")
+    notes = sorted((float(m.group(1)) if (m := TS.search(line)) else 0.0, f"{log.stem}: {line[:1200]}")
                    for log in config.parent.glob("*.log")
                    for line in log.read_text(errors="replace").splitlines() if any(e in line for e in CLOCK_EVENTS))
     return [note for _, note in notes[-most:]]

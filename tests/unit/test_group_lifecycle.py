@@ -15,7 +15,7 @@ from oncewatch.core.config import parse
 from oncewatch.core.protocol import GroupMemberStatus, JudgesStatus, RoutersStatus
 from oncewatch.core.records import PartitionStatus
 from oncewatch.monitor.group import routing
-from oncewatch.monitor.group.part import GroupPart
+from oncewatch.monitor.group.part import STUCK_SECONDS, GroupPart
 from oncewatch.monitor.group.run import GroupMember, health_row
 from oncewatch.monitor.health import Outages
 from oncewatch.store import Store, StoreUnavailableError
@@ -168,3 +168,33 @@ def test_an_event_partition_whose_clock_stands_still_is_said_once_until_it_moves
     assert held_after(routing.HELD_SECONDS * 2, behind, None) == 0  # said once
     assert held_after(1, done, 60.0) == 0  # it moved
     assert held_after(routing.HELD_SECONDS, done, 60.0) == 1  # and stood again
+
+
+class Blocks(GroupPart):
+    """A part whose thread goes round once, then waits in a call that does not return (until released)."""
+
+    name = "blocks"
+
+    def __init__(self):
+        super().__init__(lambda name, exc: None)
+        self.release = threading.Event()
+
+    def _run(self, stop: threading.Event) -> None:
+        self.lap()
+        self.release.wait()
+
+
+def test_a_part_that_has_not_gone_round_its_loop_for_a_minute_says_where_its_thread_stands_once():
+    part = Blocks()
+    part.start()
+    try:
+        assert part.stuck(part.lapped + STUCK_SECONDS - 1) is None
+        stack = part.stuck(part.lapped + STUCK_SECONDS)
+        assert stack is not None and stack.index("self.release.wait()") < stack.index("_guarded")  # innermost first
+        assert part.stuck(part.lapped + STUCK_SECONDS * 2) is None  # said once
+        part.lap()
+        assert part.stuck(part.lapped + STUCK_SECONDS) is not None  # went round, then stuck again
+    finally:
+        part.release.set()
+        part.stop()
+    assert part.stuck(part.lapped + STUCK_SECONDS) is None  # not running

@@ -326,6 +326,7 @@ class Judges(GroupPart):
         next_purge = time.monotonic() + self.group.purge_seconds
         try:
             while not stop.is_set():
+                self.lap()
                 for tp, records in consumer.poll(timeout_ms=self.rebalance.poll_ms(100)).items():
                     for r in records:
                         self.apply(tp.partition, r.offset, r.value)

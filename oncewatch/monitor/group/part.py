@@ -10,10 +10,15 @@ member, which stops the instance, loudly): no part dies silently.
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
+import traceback
 from collections.abc import Callable
 
 Failed = Callable[[str, BaseException], None]
+# A running part that has not gone round its loop for this long is stuck: its owner says where (`stuck`).
+STUCK_SECONDS = 60.0
 
 
 class GroupPart:
@@ -25,6 +30,8 @@ class GroupPart:
         self._failed = failed
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self.lapped = time.monotonic()  # when its thread last went round its loop (`lap`)
+        self._said_stuck = False
 
     def start(self) -> None:
         """What the part reads and writes opened (in this thread: an error here is the caller's), then its work in
@@ -34,6 +41,7 @@ class GroupPart:
         except BaseException:
             self._close()  # what was opened before the error
             raise
+        self.lap()
         self._thread = threading.Thread(target=self._guarded, name=f"group-{self.name}", daemon=True)
         self._thread.start()
 
@@ -50,6 +58,20 @@ class GroupPart:
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def lap(self) -> None:
+        """Its thread went round its loop (each part's `_run` says so at every round)."""
+        self.lapped, self._said_stuck = time.monotonic(), False
+
+    def stuck(self, now: float) -> str | None:
+        """Where its thread stands (its stack, the innermost call first), when it runs and has not gone round its
+        loop for STUCK_SECONDS (`now`: time.monotonic()); once, until it goes round again."""
+        thread = self._thread
+        if thread is None or not thread.is_alive() or self._said_stuck or now - self.lapped < STUCK_SECONDS:
+            return None
+        self._said_stuck = True
+        frame = sys._current_frames().get(thread.ident or 0)
+        return "".join(reversed(traceback.format_stack(frame))) if frame is not None else "(no frame)"
 
     def _guarded(self) -> None:
         try:

@@ -205,6 +205,7 @@ class ChangeRouter(GroupPart):
         assert self.collector is not None
         every, last_mark, last = self.cfg.group.mark_seconds, time.monotonic(), None
         for tx in self.collector.transactions(idle=True):
+            self.lap()
             if tx is not None:
                 split = self.router.split(tx)
                 source, seq = cdc_seq(tx)
@@ -458,6 +459,7 @@ class Routers(GroupPart):
         next_mark = time.monotonic()
         try:
             while not stop.is_set():
+                self.lap()
                 membership.poll(timeout_ms=self.rebalance.poll_ms(0 if self.events is not None else 100))
                 if self.change_error is not None:
                     raise self.change_error  # the change source's reader failed: the instance stops, loudly

@@ -119,6 +119,7 @@ class OffsetsPoller(GroupPart):
         if self.collector is None:
             return  # no consumer group configured: nothing to read
         while not stop.wait(self.kafka.offsets_poll_seconds):
+            self.lap()
             if self.judges.leads():
                 self.judges.add_offsets(self.collector.snapshot())
                 self.snapshots += 1
@@ -205,11 +206,23 @@ class GroupMember:
         if self.store is not None:
             self.store.close()
 
+    def _say_stuck(self) -> None:
+        """Each part (the change source's reader among them) that has not gone round its loop for a minute, logged
+        once with where its thread stands: a part stuck in a client's call would otherwise hold the group's clocks
+        with nothing said."""
+        now = time.monotonic()
+        for part in (*self.parts, self.routers.change):
+            if part is not None and (stack := part.stuck(now)) is not None:
+                log.error("a part of this group instance has not gone round its loop for a minute", extra={
+                    "event": "group_part_stuck", "part": part.name, "member": self.member,
+                    "seconds": round(now - part.lapped, 1), "stack": stack[-4000:]})
+
     def run(self) -> None:
         """Until `stop()` or a part fails: StoreUnavailableError when the store went away, else GroupMemberFailed."""
         assert self.store is not None, "start() first"
         try:
             while not self.stop_event.wait(HEALTH_SECONDS):
+                self._say_stuck()
                 try:
                     self.store.set_health(f"group/{self.member}", health_row(self.status()))
                 except StoreUnavailableError as exc:
