@@ -24,6 +24,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from kafka import KafkaConsumer
 
 from devservices import kafka_connect
 from devservices.kafka_connect import CDC_SCHEMA, TOPIC_PREFIX, table_topic
@@ -31,7 +32,7 @@ from oncewatch.core.gtids import gtid_set
 from oncewatch.store import Store
 
 from .conftest import admin_connection, cdc_toml, monitor_config_toml, wait_for
-from .test_cdc_source import end_offset, records_of, wait_for_topic
+from .test_cdc_source import BOOTSTRAP, end_offset, records_of, wait_for_topic
 
 EFFECTS = """
 [metrics]
@@ -197,6 +198,7 @@ def test_a_worker_killed_while_it_streams_a_large_transaction_out_replays_it_and
     row_changes after thousands of `cdc_record_late` errors, and check mode reported thousands of F13 and F14."""
     monitors = Monitors(effect_table, tmp_path)
     traffic = None
+    asker = KafkaConsumer(bootstrap_servers=BOOTSTRAP)  # one for every wait on the topic's end: it asks often
     try:
         wait_for("both monitors started", monitors.started, timeout=60)
         traffic = Traffic(effect_table, 1_000_000)
@@ -209,13 +211,13 @@ def test_a_worker_killed_while_it_streams_a_large_transaction_out_replays_it_and
             # before it) shows nothing: another transaction is written and the worker killed again, up to 3 times
             while len(records_at_kill[-1]) < 3 and not any(0 < n < size for n in records_at_kill[-1]):
                 topic = table_topic(effect_table)
-                topic_at = end_offset(topic)
+                topic_at = end_offset(topic, asker)
                 gtid = write(effect_table, [(written + i, f"T{written + i}") for i in range(size)])
                 written += size
                 wait_for("the transaction streamed out in part",
-                         lambda: end_offset(topic) - topic_at >= share * size, every=0.05)
+                         lambda: end_offset(topic, asker) - topic_at >= share * size, every=0.05)
                 kill_worker()
-                records_at_kill[-1].append(end_offset(topic) - topic_at)
+                records_at_kill[-1].append(end_offset(topic, asker) - topic_at)
                 kafka_connect.up()
                 wait_for("both monitors to take it in", lambda: monitors.have(gtid), timeout=120)
         # the kills landed inside the stream-out (else this test shows nothing)
@@ -224,6 +226,7 @@ def test_a_worker_killed_while_it_streams_a_large_transaction_out_replays_it_and
         last = write(effect_table, [(-3, "DUP")])  # one true duplicate effect: F1, found by both as always
         judge(monitors, last, set(range(written)) | {-2, -3} | traffic.stop(), "DUP")
     finally:
+        asker.close()
         if traffic is not None:
             traffic.stop()
         monitors.stop()
@@ -259,14 +262,15 @@ def large_transactions_restarted(table: str, monitors: Monitors, restarts: list[
                                  size: int = 6_000) -> set[int]:
     """One transaction of `size` rows per restart, each restart done with about half of it streamed out; the rows
     written."""
-    for n, restart in enumerate(restarts):
-        topic = table_topic(table)
-        topic_at = end_offset(topic)
-        gtid = write(table, [(n * size + i, f"T{n * size + i}") for i in range(size)])
-        wait_for("the transaction streamed out in part", lambda: end_offset(topic) - topic_at >= size // 2,
-                 every=0.05)
-        restart()
-        wait_for("both monitors to take it in", lambda: monitors.have(gtid), timeout=120)
+    with closing(KafkaConsumer(bootstrap_servers=BOOTSTRAP)) as asker:
+        for n, restart in enumerate(restarts):
+            topic = table_topic(table)
+            topic_at = end_offset(topic, asker)
+            gtid = write(table, [(n * size + i, f"T{n * size + i}") for i in range(size)])
+            wait_for("the transaction streamed out in part", lambda: end_offset(topic, asker) - topic_at >= size // 2,
+                     every=0.05)
+            restart()
+            wait_for("both monitors to take it in", lambda: monitors.have(gtid), timeout=120)
     return set(range(len(restarts) * size))
 
 
@@ -284,6 +288,7 @@ def test_a_graceful_worker_restart_and_a_task_restart_inside_a_large_transaction
 
     monitors = Monitors(effect_table, tmp_path)
     traffic = None
+    asker = KafkaConsumer(bootstrap_servers=BOOTSTRAP)  # one for every wait on the topic's end: it asks often
     try:
         wait_for("both monitors started", monitors.started, timeout=60)
         traffic = Traffic(effect_table, 1_000_000)

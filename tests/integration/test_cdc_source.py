@@ -41,13 +41,17 @@ COLUMNS = """id INT NOT NULL PRIMARY KEY, no VARCHAR(32) CHARACTER SET utf8mb4 N
     bits BIT(12) NULL, flag BIT(1) NULL, blob_ BLOB NULL, txt TEXT NULL, j JSON NULL, bin VARBINARY(3) NULL"""
 
 
-def end_offset(topic: str) -> int:
-    consumer = KafkaConsumer(bootstrap_servers=BOOTSTRAP)
+def end_offset(topic: str, asker: KafkaConsumer | None = None) -> int:
+    """The end of the topic's partition 0. `asker`: a consumer the caller keeps for a wait that asks every few
+    hundredths of a second (making one takes a few hundred milliseconds on a loaded machine, and a kill meant to land
+    inside a stream-out then lands after it)."""
+    consumer = asker or KafkaConsumer(bootstrap_servers=BOOTSTRAP)
     try:
         tp = TopicPartition(topic, 0)
         return consumer.end_offsets([tp])[tp]
     finally:
-        consumer.close()
+        if asker is None:
+            consumer.close()
 
 
 def wait_for_topic(topic: str, timeout: float = 60.0) -> None:
