@@ -141,23 +141,23 @@ class Judges(GroupPart):
         away is kept in `store_lost` and raised by `run`, as `revoked` does (the shards not loaded are not owned)."""
         starts: dict[int, int] = {}
         try:
-            self._claim(shards, starts)
+            for shard in shards:
+                if shard not in self.owned:
+                    starts[shard] = self._claim(shard)
         except StoreUnavailableError as exc:
             self.store_lost = self.store_lost or exc
         return starts
 
-    def _claim(self, shards: list[int], starts: dict[int, int]) -> None:
-        for shard in shards:
-            if shard in self.owned:
-                continue
-            epoch = claim(self.store, shard, self.member)
-            judge = ShardJudge(self.settings, Shard(shard, self.group.shards))
-            judge.restore(*load_shard(self.store, shard))
-            with self.lock:
-                self.owned[shard] = (judge, epoch)
-            starts[shard] = judge.offset
-            log.info("shard taken", extra={"event": "shard_assigned", "shard": shard, "epoch": epoch,
-                                           "offset": judge.offset, "member": self.member})
+    def _claim(self, shard: int) -> int:
+        """Claim and load one shard; the offset to read it from."""
+        epoch = claim(self.store, shard, self.member)
+        judge = ShardJudge(self.settings, Shard(shard, self.group.shards))
+        judge.restore(*load_shard(self.store, shard))
+        with self.lock:
+            self.owned[shard] = (judge, epoch)
+        log.info("shard taken", extra={"event": "shard_assigned", "shard": shard, "epoch": epoch,
+                                       "offset": judge.offset, "member": self.member})
+        return judge.offset
 
     def revoked(self, shards: list[int]) -> None:
         """Commit each shard and let it go. Inside Kafka's rebalance: a store that went away is kept in
