@@ -15,8 +15,8 @@ record's coordinates as text, then `entity_refs`); their first writer of this ve
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from oncewatch.core.names import split_partition_key
 from oncewatch.store.dialect import Connection
@@ -24,11 +24,19 @@ from oncewatch.store.dialect import Connection
 log = logging.getLogger(__name__)
 
 CHUNK = 500  # names or refs to a statement
+T = TypeVar("T")
 OLD_INDEXES = ("entity_index", "entity_refs")  # the name in every entry: (entity, kind, ref text), (entity, ref)
 MOVE_CHUNK = 50_000
 CACHED = 100_000  # names the writer keeps the numbers of (about 15 MiB); a name not kept is looked up
 # Batch.insert_rows: (head, one row's placeholders, rows per statement, rows, tail)
 InsertRows = Callable[[str, str, int, list[tuple[Any, ...]], str], None]
+
+
+def _chunks(values: Sequence[T]) -> Iterator[tuple[list[T], str]]:
+    """`values` CHUNK at a time, each with the placeholders of its IN list."""
+    for i in range(0, len(values), CHUNK):
+        part = list(values[i:i + CHUNK])
+        yield part, ",".join("?" * len(part))
 
 
 def event_ref(rowid: int) -> int:
@@ -59,10 +67,8 @@ class EntityIds:
                 missing.append(name)
             else:
                 out[name] = number
-        for i in range(0, len(missing), CHUNK):
-            part = missing[i:i + CHUNK]
-            for number, name in conn.execute(
-                    f"SELECT id, name FROM entity_names WHERE name IN ({','.join('?' * len(part))})", part):
+        for part, marks in _chunks(missing):
+            for number, name in conn.execute(f"SELECT id, name FROM entity_names WHERE name IN ({marks})", part):
                 out[name] = self.known[name] = number
         new = [name for name in missing if name not in out]
         if new:
@@ -101,11 +107,10 @@ def refs_of(conn: Connection, names: Iterable[str]) -> dict[str, list[int]]:
     """The refs filed under each of `names` (a name with none is not in the answer)."""
     names = sorted(set(names))
     out: dict[str, list[int]] = {}
-    for i in range(0, len(names), CHUNK):
-        part = names[i:i + CHUNK]
+    for part, marks in _chunks(names):
         for name, ref in conn.execute(
                 "SELECT n.name, e.ref FROM entity_names n JOIN entity_entries e ON e.entity = n.id "
-                f"WHERE n.name IN ({','.join('?' * len(part))})", part):
+                f"WHERE n.name IN ({marks})", part):
             out.setdefault(name, []).append(ref)
     return out
 
@@ -114,11 +119,10 @@ def names_of(conn: Connection, refs: Iterable[int]) -> set[str]:
     """Every entity the records `refs` are filed under."""
     refs = sorted(set(refs))
     out: set[str] = set()
-    for i in range(0, len(refs), CHUNK):
-        part = refs[i:i + CHUNK]
+    for part, marks in _chunks(refs):
         out.update(name for (name,) in conn.execute(
-            "SELECT n.name FROM entity_entries e JOIN entity_names n ON n.id = e.entity "
-            f"WHERE e.ref IN ({','.join('?' * len(part))})", part))
+            f"SELECT n.name FROM entity_entries e JOIN entity_names n ON n.id = e.entity WHERE e.ref IN ({marks})",
+            part))
     return out
 
 
@@ -126,17 +130,13 @@ def forget(conn: Connection, ids: EntityIds, refs: Sequence[int]) -> int:
     """Delete the entries of the records `refs` (pruned), and the names left with none; returns how many entries
     went."""
     gone, numbers = 0, set()
-    for i in range(0, len(refs), CHUNK):
-        part = list(refs[i:i + CHUNK])
-        deleted = conn.execute(
-            f"DELETE FROM entity_entries WHERE ref IN ({','.join('?' * len(part))}) RETURNING entity", part).fetchall()
+    for part, marks in _chunks(refs):
+        deleted = conn.execute(f"DELETE FROM entity_entries WHERE ref IN ({marks}) RETURNING entity", part).fetchall()
         gone += len(deleted)
         numbers.update(number for (number,) in deleted)
-    numbers_left = sorted(numbers)
-    for i in range(0, len(numbers_left), CHUNK):
-        part = numbers_left[i:i + CHUNK]
+    for part, marks in _chunks(sorted(numbers)):
         ids.forget(name for (name,) in conn.execute(
-            f"DELETE FROM entity_names WHERE id IN ({','.join('?' * len(part))}) AND NOT EXISTS "
+            f"DELETE FROM entity_names WHERE id IN ({marks}) AND NOT EXISTS "
             "(SELECT 1 FROM entity_entries e WHERE e.entity = entity_names.id) RETURNING name", part).fetchall())
     return gone
 
