@@ -59,10 +59,13 @@ def binlog_watermark(ends: list[BinlogEnd], applied: GtidSet) -> tuple[float | N
     return covered, []
 
 
+END_MARGIN = 0.001  # an END stamped t (whole seconds) vouches for every commit stamped before t: just before it
+
+
 def heartbeat_watermark(beats: Iterable[Heartbeat], previous: Heartbeat | None,
                         unended_seconds: float) -> tuple[float | None, Heartbeat | None]:
     """(the newest time a CDC connector's heartbeats vouch for, None if they vouch for none; the last heartbeat, to
-    pass as `previous` next time). The change clock of CDC source mode while its topics are quiet.
+    pass as `previous` next time). The change clock of CDC source mode while the tables it reads are quiet.
 
     A heartbeat's time alone vouches for nothing: Debezium writes one after any binlog event once its interval is
     up, also while it reads far behind the binlog's end (a task restarted, a paused connector resumed), and it
@@ -78,11 +81,21 @@ def heartbeat_watermark(beats: Iterable[Heartbeat], previous: Heartbeat | None,
     between heartbeats. But Debezium writes a BEGIN for every binlog transaction and an END only at a commit, and a
     DDL (CREATE, TRUNCATE, GRANT ...) has none, so its BEGIN stays open until the next transaction begins: on a shop
     gone quiet after a DDL the clock would stand still. An open transaction after which the connector wrote nothing
-    read for `unended_seconds` (cdc.unended_transaction_seconds) is taken as ended."""
+    read for `unended_seconds` (cdc.unended_transaction_seconds) is taken as ended.
+
+    A busy binlog is never quiet, even when no table the monitor reads changes: the connector writes a BEGIN and an
+    END for every transaction, of tables it does not capture too (`event_count` 0). But an END says how far it has
+    read: it writes a transaction's records, then its END, in binlog order, so every transaction committed before
+    that one was written before it, and (the caller's part) read and applied by the time a heartbeat written after
+    it is placed. The END's `ts_ms` is its commit's binlog time in whole seconds; a transaction committed after it
+    in the same second has that time too, so it vouches for just before it. Without this, another schema's traffic
+    held the clock at the shop's last commit, and F3, F8 and F9 with it, for as long as that traffic went on."""
     vouched = None
     for beat in beats:
         if previous is not None and _quiet(previous, unended_seconds) and _quiet(beat, unended_seconds):
-            vouched = previous.at
+            vouched = max(vouched or 0.0, previous.at)
+        if beat.ended:
+            vouched = max(vouched or 0.0, beat.ended - END_MARGIN)
         previous = beat
     return vouched, previous
 

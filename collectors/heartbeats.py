@@ -55,8 +55,10 @@ class HeartbeatReader:
         self._beats: list[tuple[int, float]] = []  # (Kafka timestamp, ts_ms in seconds) read, not yet taken
         self._times: list[int] = []  # Kafka timestamps of the other records read since the last heartbeat taken
         self._busy: tuple[int, int] | None = None  # the span of timestamps given up past TIMES_KEPT
-        self._marks: list[tuple[int, bool]] = []  # (timestamp, a transaction open after it) of transaction markers
+        # (timestamp, a transaction open after it, the binlog time of the newest END as of it) of transaction markers
+        self._marks: list[tuple[int, bool, float]] = []
         self._open = False  # a transaction open as of the last heartbeat taken
+        self._ended = 0.0  # the binlog time of the newest END written before the last heartbeat taken
         self._last: int | None = None  # the Kafka timestamp of the last heartbeat taken
         self._newest = -1  # the Kafka timestamp of the newest record read before it (-1: none yet)
 
@@ -75,12 +77,12 @@ class HeartbeatReader:
         self.read += 1
         self._beats.append((rec.timestamp, at))
 
-    def on_record(self, timestamp: int, open_after: bool | None = None) -> None:
+    def on_record(self, timestamp: int, open_after: bool | None = None, newest_end: float = 0.0) -> None:
         """Another record of the connector's, by its Kafka timestamp; a transaction marker with whether a
-        transaction is open after it (`open_after`)."""
+        transaction is open after it (`open_after`) and the binlog time of the newest END read so far."""
         self._times.append(timestamp)
         if open_after is not None:
-            self._marks.append((timestamp, open_after))
+            self._marks.append((timestamp, open_after, newest_end))
         if len(self._times) > TIMES_KEPT:
             low, high = min(self._times), max(self._times)
             self._busy = (min(low, self._busy[0]), max(high, self._busy[1])) if self._busy else (low, high)
@@ -93,10 +95,10 @@ class HeartbeatReader:
         # markers by their timestamps alone, in the order read among equals: a BEGIN and its END often share one
         times, marks = sorted(self._times), sorted(self._marks, key=lambda mark: mark[0])
         beats: list[Heartbeat] = []
-        state, i = self._open, 0
+        state, ended, i = self._open, self._ended, 0
         for sent, at in sorted(self._beats):
             while i < len(marks) and marks[i][0] <= sent:
-                state, i = marks[i][1], i + 1
+                state, ended, i = marks[i][1], max(ended, marks[i][2]), i + 1
             between, busy, upto = -1, self._busy, bisect_right(times, sent)
             if self._last is not None:
                 between = upto - bisect_left(times, self._last)
@@ -104,9 +106,9 @@ class HeartbeatReader:
             self._newest = max(self._newest, times[upto - 1] if upto else -1,
                                min(busy[1], sent) if busy is not None and busy[0] <= sent else -1)
             quiet = (sent - self._newest) / 1000 if state and self._newest >= 0 else 0.0
-            beats.append(Heartbeat(at, between, state, quiet))
+            beats.append(Heartbeat(at, between, state, quiet, ended))
             self._last = sent
-        self._beats, self._open, self._marks = [], state, marks[i:]
+        self._beats, self._open, self._ended, self._marks = [], state, ended, marks[i:]
         self._times = times[bisect_left(times, self._last):]  # a tie with the last heartbeat is between it and the next
         if self._busy is not None and self._busy[1] < self._last:
             self._busy = None

@@ -206,12 +206,14 @@ class Heartbeat:
     tie counted in; -1 when no heartbeat before it was read), whether a transaction of the connector was begun
     and not ended when it was written, and if so for how long (seconds, by Kafka timestamps) the connector had
     then written nothing read: Debezium writes a BEGIN and no END for a DDL, so an open transaction that stays
-    quiet may be over."""
+    quiet may be over. `ended`: the binlog time of the newest transaction END the connector wrote before it (0: none
+    read yet), a transaction that touched no captured table included."""
 
     at: float
     between: int
     open: bool
     open_quiet: float = 0.0
+    ended: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,9 @@ class Assembler:
         self.open: dict[str, _Open] = {}
         self.ends: deque[str] = deque()  # transactions over (an END, or the next one's BEGIN), in commit order
         self.begun: str | None = None  # the newest BEGIN's transaction while its END has not come
+        # the binlog time (s) of the newest END read, of any transaction, one with nothing watched or none captured
+        # too: the connector had read the binlog up to that commit (checks.clocks.heartbeat_watermark)
+        self.newest_end = 0.0
         self.newest: GtidSet = {}  # per GTID domain, the newest transaction whose BEGIN was read (older: replays)
         # per partition, the newest transaction (domain, sequence) a record of it belongs to: the connector writes a
         # partition in order, so every record it wrote there of an older transaction is in
@@ -196,7 +199,10 @@ class Assembler:
                 self.begins[txid] = where
                 self.pending.setdefault(where[0], OrderedDict())[where[1]] = None
             return
-        if marker.status != "END" or self._replayed(txid):
+        if marker.status != "END":
+            return
+        self.newest_end = max(self.newest_end, marker.ts_ms / 1000)
+        if self._replayed(txid):
             return
         if txid == self.begun:
             self.begun = None

@@ -84,6 +84,7 @@ class Marker(msgspec.Struct):
 
     status: str = ""
     id: str = ""
+    ts_ms: int = 0  # the transaction's binlog time (whole seconds, in ms)
     data_collections: list[_Collection] | None = None
 
 

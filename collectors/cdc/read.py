@@ -153,7 +153,7 @@ class CdcCollector:
                         if out:
                             handed += out
                         if hb is not None:
-                            hb.on_record(rec.timestamp, self._open_after(topic))
+                            self._place(hb, topic, rec.timestamp)
                 # a partition's high watermark is known once a fetch of it has come back: before that (just
                 # started, or just assigned) nothing says it is read to its end
                 read_to_end = all((end := consumer.highwater(tp)) is not None and consumer.position(tp) >= end
@@ -184,10 +184,14 @@ class CdcCollector:
         s.transactions_read += tx.complete
         return tx if tx.cdc is not None else dataclasses.replace(tx, cdc=CdcDelivery(self.positions()))
 
-    def _open_after(self, topic: str) -> bool | None:
-        """After a record of `topic` fed: whether a transaction of the connector is open, if it was a marker."""
+    def _place(self, hb: HeartbeatReader, topic: str, timestamp: int) -> None:
+        """A record of `topic`, just fed, among the heartbeats: a marker with whether a transaction of the connector
+        is open after it and the newest END's binlog time."""
         a = self.assembler
-        return a.begun is not None if isinstance(a, Assembler) and topic == a.transaction_topic else None
+        if isinstance(a, Assembler) and topic == a.transaction_topic:
+            hb.on_record(timestamp, a.begun is not None, a.newest_end)
+        else:
+            hb.on_record(timestamp)
 
     def _disconnected(self, exc: BaseException) -> None:
         self.state.last_alive = time.time()  # a reconnect attempt: the reader is not stuck (monitor.remote)

@@ -192,3 +192,56 @@ def test_a_ddl_after_the_shop_s_last_transaction_holds_the_change_clock_only_for
     got = score(truth, findings(config))
     assert truth.by_rule("F3") and got.found == got.injected, got.table()
     assert not got.unexplained, got.unexplained
+
+
+def test_another_schema_busy_after_the_shop_s_last_commit_holds_no_stuck_order_back(cdc_connector, tmp_path: Path):
+    """Found by a loaded test_group: while tables the connector does not capture are busy, it writes a BEGIN and an
+    END (event_count 0) for each of their transactions, so no gap between two heartbeats is ever quiet and the change
+    clock stood at the shop's last commit for as long as that traffic went on: an order left pending as the shop's
+    last write was not judged stuck until the other schema went quiet. An END says how far the connector has read,
+    so the clock goes on with them, and the stuck order is found within its threshold and a few heartbeats."""
+    topic = new_topic()
+    shop.run(shop_settings(topic, schema=CDC_SCHEMA, orders=0, reset=True))
+    config = shop_config(tmp_path, topic=topic, rules=SHORT_RULES, cdc=True)
+    run_until_idle(config, idle=FIRST_IDLE)
+    admin = admin_connection(CDC_SCHEMA)
+    with admin.cursor() as c:
+        c.execute(f"CREATE DATABASE IF NOT EXISTS {NOISE_SCHEMA}")
+        c.execute(f"CREATE TABLE IF NOT EXISTS {NOISE_SCHEMA}.noise (id INT AUTO_INCREMENT PRIMARY KEY, v INT)")
+    live = start_monitor(config, tmp_path / "live.log")
+    quiet = threading.Event()
+
+    def noise() -> None:  # another schema's traffic, about 20 transactions a second
+        conn = admin_connection(NOISE_SCHEMA)
+        try:
+            with conn.cursor() as cur:
+                while not quiet.wait(0.05):
+                    cur.execute("INSERT INTO noise (v) VALUES (1)")
+        finally:
+            conn.close()
+
+    writer = threading.Thread(target=noise)
+    writer.start()
+    try:
+        shop.run(shop_settings(topic, schema=CDC_SCHEMA, seed=5, orders=10))
+        with admin.cursor() as c:  # the shop's last write: an order nobody pays
+            c.execute("INSERT INTO orders (order_no, user_id, amount, status, created_at, updated_at) VALUES "
+                      "('O-LEFT', 1, 9.90, 'pending', UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))")
+        left_at = time.time()
+        deadline = left_at + SHORT_RULES["stuck_pending_seconds"] + STUCK_FOUND_WITHIN
+        stuck = []
+        while not stuck and time.time() < deadline and live.poll() is None:
+            time.sleep(1)
+            stuck = [f for f in findings(config) if f.rule == "F3" and f.keys.get("order") == "O-LEFT"]
+        found_after = time.time() - left_at
+    finally:
+        quiet.set()
+        writer.join()
+        admin.close()
+        live.send_signal(signal.SIGTERM)
+        assert live.wait(timeout=60) == 0, (tmp_path / "live.log").read_text()[-3000:]
+    assert stuck, f"no F3 for the order left pending within {found_after:.0f} s while another schema was busy"
+
+
+NOISE_SCHEMA = "owcdc_noise"  # not in the dev connector's database.include.list
+STUCK_FOUND_WITHIN = 20.0  # seconds past stuck_pending_seconds: heartbeats every 0.5 s, the monitor's own lag

@@ -213,6 +213,19 @@ def test_markers_written_again_by_a_restarted_connector_give_each_transaction_on
     assert not a.open and not a.ends
 
 
+def test_every_end_read_gives_its_binlog_time_one_of_tables_not_captured_and_a_replay_too():
+    """The change clock's mark of how far the connector has read (checks.clocks.heartbeat_watermark): an END of a
+    transaction that touched no captured table is the only one a shop busy elsewhere gives."""
+    a = Assembler(CFG)
+    assert a.newest_end == 0.0
+    feed(a, begin("0-1-1"), {**end("0-1-1", orders=1), "ts_ms": 5000}, record("0-1-1", 1))
+    assert a.newest_end == 5.0
+    feed(a, begin("0-1-2"), {"status": "END", "id": "0-1-2", "ts_ms": 7000, "event_count": 0, "data_collections": []})
+    assert a.newest_end == 7.0
+    feed(a, {**end("0-1-1", orders=1), "ts_ms": 5000})  # written again by a restarted connector: no step back
+    assert a.newest_end == 7.0
+
+
 def test_while_a_topic_is_read_behind_its_end_no_transaction_is_judged_incomplete():
     """A monitor catching up reads the small transaction topic far ahead of the tables' topics: the grace runs from
     when every topic is read to its end, not from the END."""

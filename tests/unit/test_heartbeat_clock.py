@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from oncewatch.checks.clocks import heartbeat_watermark
+from oncewatch.checks.clocks import END_MARGIN, heartbeat_watermark
 from oncewatch.checks.engine import Engine
 from oncewatch.checks.settings import Settings
 from oncewatch.collectors import heartbeats
@@ -80,6 +80,19 @@ def test_a_transaction_left_open_and_quiet_for_the_unended_time_is_taken_as_ende
                                UNENDED)[0] is None
 
 
+def test_an_end_before_a_heartbeat_vouches_for_just_before_its_binlog_time_whatever_lies_between():
+    """Another schema's traffic puts its BEGINs and ENDs (event_count 0) between every two heartbeats: no gap is
+    quiet, and before, the clock stood at the shop's last commit for as long as that traffic went on."""
+    busy = [Heartbeat(20.4, 86, False, 0.0, 18.0), Heartbeat(21.4, 90, True, 0.0, 19.0),
+            Heartbeat(22.4, 88, False, 0.0, 21.0)]
+    assert heartbeat_watermark(busy, quiet(19.4), UNENDED) == (21.0 - END_MARGIN, busy[-1])
+    assert heartbeat_watermark(busy[:1], None, UNENDED)[0] == 18.0 - END_MARGIN
+    # the quiet rule and the ENDs together: the later of what they vouch for
+    assert heartbeat_watermark([Heartbeat(30.0, 0, False, 0.0, 25.0), Heartbeat(31.0, 0, False, 0.0, 25.0)],
+                               quiet(29.0), UNENDED)[0] == 30.0
+    assert heartbeat_watermark([Heartbeat(30.0, 4, False)], quiet(29.0), UNENDED)[0] is None  # no END read yet
+
+
 def test_the_last_heartbeat_carries_over_to_the_next_call():
     vouched, last = heartbeat_watermark([quiet(11.0)], None, UNENDED)
     assert vouched is None
@@ -133,6 +146,25 @@ def test_a_transaction_open_at_a_heartbeat_follows_the_markers_in_the_order_read
     assert [(b.open, b.open_quiet) for b in r.take()] == [(True, 0.8)]
     r.on_heartbeat(beat(7000))
     assert [(b.open, b.open_quiet) for b in r.take()] == [(True, 1.8)]
+
+
+def test_each_heartbeat_carries_the_newest_end_written_before_it_and_the_next_take_goes_on_from_it():
+    """An END read before a heartbeat written earlier (partitions are fetched apart) is placed by its timestamp."""
+    r = HeartbeatReader(TOPIC)
+    r.on_heartbeat(beat(1000))
+    r.on_record(1100, open_after=True, newest_end=0.0)  # a BEGIN
+    r.on_record(1200, open_after=False, newest_end=0.0)  # its END: no time yet (an older Debezium's markers)
+    r.on_heartbeat(beat(2000))
+    r.on_record(2100, open_after=True, newest_end=0.0)
+    r.on_record(2300, open_after=False, newest_end=2.0)  # an END of a transaction stamped second 2
+    r.on_heartbeat(beat(3000))
+    r.on_record(3500, open_after=True, newest_end=2.0)
+    r.on_record(3600, open_after=False, newest_end=3.0)
+    r.on_record(2400)  # a record written before the third heartbeat, read after the END past it
+    assert [(b.between, b.ended) for b in r.take()] == [(-1, 0.0), (2, 0.0), (3, 2.0)]
+    r.on_heartbeat(beat(4000))
+    r.on_heartbeat(beat(5000))
+    assert [(b.between, b.ended) for b in r.take()] == [(2, 3.0), (0, 3.0)]
 
 
 def test_records_past_the_kept_count_still_make_their_gaps_busy(monkeypatch):

@@ -225,13 +225,13 @@ class ChangeRouter(GroupPart):
 
     def _mark(self, last: Transaction | None) -> None:
         if (seconds := self.standing.stood(self.newest)) is not None:
-            # the connector's heartbeats vouch only for a quiet binlog: records of its between two of them (a
-            # backlog, or transactions of tables it does not capture, which it marks too) hold the clock
+            # the connector's heartbeats vouch for a quiet binlog, its transaction ENDs for how far it has read: a
+            # backlog between two heartbeats, with no END in it, holds the clock
             beat = self.heartbeat
             log.warning("the change source's clock has stood still; the judges' verdicts wait for it", extra={
                 "event": "group_change_clock_held", "clock": self.newest, "seconds": round(seconds, 1),
                 "heartbeat_at": beat.at if beat else None, "records_between": beat.between if beat else None,
-                "transaction_open": beat.open if beat else None})
+                "transaction_open": beat.open if beat else None, "newest_end": beat.ended if beat else None})
         self.output.mark(CDC_SOURCE, self.newest)
         self.output.flush()
         if last is not None and last.cdc is not None and last is not self.stored:
