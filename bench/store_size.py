@@ -53,7 +53,7 @@ def file_bytes(store: Path) -> int:
 
 
 # What each part of the store holds, by the tables (and their indexes) that make it.
-PARTS = {"raw": ("row_changes", "events"), "entities": ("entity_names", "entity_entries"), "state": ("engine_entries",),
+PARTS = {"raw": ("row_changes", "events"), "entities": ("entity_names", "entity_entries"), "state": ("open_state", "open_state_spaces"),
          "findings": ("findings", "finding_history", "reviews")}
 
 

@@ -13,6 +13,7 @@ from oncewatch.core.records import EmittedEvent, Finding, QuarantinedRecord, Qua
 from oncewatch.store.codec import EVENT_COLUMNS, FINDING_COLUMNS, event_body, headers_json
 from oncewatch.store import entities as entities_index
 from oncewatch.store.dialect import Connection, Dialect
+from oncewatch.store.engine_state import Spaces
 from oncewatch.store.packing import EVENT, ROW, Packer
 
 # Who changed a status, when it was the monitor that saw the fact change.
@@ -29,11 +30,13 @@ ROW_CHANGE_INSERT = ("seq, txid, row_index, schema_name, table_name, op, pk, bef
 class Batch:
     """Writes inside one store transaction; obtained from `Store.batch()`."""
 
-    def __init__(self, conn: Connection, dialect: Dialect, packer: Packer, entity_ids: entities_index.EntityIds):
+    def __init__(self, conn: Connection, dialect: Dialect, packer: Packer, entity_ids: entities_index.EntityIds,
+                 spaces: Spaces):
         self.conn = conn
         self.dialect = dialect
         self.packer = packer
         self.entity_ids = entity_ids
+        self.spaces = spaces
 
     def set_checkpoint(self, name: str, value: Any) -> None:
         self.conn.execute("INSERT INTO checkpoints (name, value, updated_at) VALUES (?, ?, ?) "

@@ -2,27 +2,83 @@
 
 Writing the whole state at every checkpoint costs seconds once it holds a day of open
 entries; the engine instead hands over what was put and what went since the last save
-(`Engine.state_delta`). Entries live one row each in `engine_entries`, the rest (version,
+(`Engine.state_delta`). Entries live one row each in `open_state`, the rest (version,
 counters, findings not yet drained) in the `state` table, all inside the caller's store
 transaction so they move together with the checkpoints.
 
-Because every entry is in `engine_entries` after a save, the spaces the engine only looks up
+Because every entry is in `open_state` after a save, the spaces the engine only looks up
 by key need not stay whole in memory: `ColdEntries` reads a missed key back from there and
 drops entries by age, on the writer's own connection, so inside its transaction
 (checks.horizon explains the spilling).
+
+A row holds its space's number (`open_state_spaces`, `Spaces`) and the engine's key as it is: the name and the
+key as JSON text took 41 bytes more a record read, twice each with the index by age (issue 47). A store made
+before kept them in `engine_entries`; its first writer of this version moves them (`move_old_entries`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import TYPE_CHECKING, Any
 
 from oncewatch.core.exact_json import from_json, to_json
-from oncewatch.store.batch import Batch
+from oncewatch.store.dialect import Connection
+from oncewatch.store.errors import StoreError
 from oncewatch.store.packing import ENGINE
-from oncewatch.store.store import Store
+
+if TYPE_CHECKING:
+    from oncewatch.store.batch import Batch
+    from oncewatch.store.entities import InsertRows
+    from oncewatch.store.store import Store
+
+log = logging.getLogger(__name__)
 
 HEAD = "engine_head"
 ENTRIES_PER_STATEMENT = 50
+OLD_TABLE = "engine_entries"  # (space name, key as JSON text, at, value), before the spaces were numbered
+MOVE_CHUNK = 50_000
+NUMBER_TRIES = 100
+
+
+class Spaces:
+    """The numbers of the spaces' names, as the store's writers give them: one past the largest, a writer that
+    lost the race to another (a group's members save their shards into one PostgreSQL store) trying again. A
+    number given in a transaction that rolled back is forgotten (`committed`, `rolled_back`: Store.batch)."""
+
+    def __init__(self) -> None:
+        self.known: dict[str, int] = {}
+        self.pending: dict[str, int] = {}
+
+    def find(self, conn: Connection, name: str) -> int | None:
+        """`name`'s number, None while no entry of it was ever saved."""
+        number = self.known.get(name) or self.pending.get(name)
+        if number is None:
+            row = conn.execute("SELECT id FROM open_state_spaces WHERE name = ?", (name,)).fetchone()
+            if row is not None:
+                number = self.known[name] = row[0]
+        return number
+
+    def number(self, conn: Connection, name: str) -> int:
+        """`name`'s number, given it (and stored, inside the caller's transaction) if it has none."""
+        number = self.find(conn, name)
+        for _ in range(NUMBER_TRIES):
+            if number is not None:
+                return number
+            # WHERE true: SQLite would read the ON of an upsert after a SELECT's FROM as a join's
+            conn.execute("INSERT INTO open_state_spaces (id, name) SELECT COALESCE(MAX(id), 0) + 1, ? "
+                         "FROM open_state_spaces WHERE true ON CONFLICT DO NOTHING", (name,))
+            row = conn.execute("SELECT id FROM open_state_spaces WHERE name = ?", (name,)).fetchone()
+            if row is not None:
+                number = self.pending[name] = row[0]
+        raise StoreError(f"no number for the engine's space {name!r} after {NUMBER_TRIES} tries: other writers "
+                         f"of the store took each one first; start the monitor again")
+
+    def committed(self) -> None:
+        self.known.update(self.pending)
+        self.pending.clear()
+
+    def rolled_back(self) -> None:
+        self.pending.clear()
 
 
 def _names(shard: int | None) -> tuple[str, str]:
@@ -34,19 +90,19 @@ def save(tx: Batch, delta: dict[str, Any], shard: int | None = None) -> None:
     """Apply one `state_delta()` inside the caller's store transaction (`shard`: a group's shard's engine)."""
     head, prefix = _names(shard)
     for name, change in delta["changes"].items():
-        space = prefix + name
+        space = tx.spaces.number(tx.conn, prefix + name)
         if change["full"]:
-            tx.conn.execute("DELETE FROM engine_entries WHERE space = ?", (space,))
+            tx.conn.execute("DELETE FROM open_state WHERE space = ?", (space,))
         # many rows to a statement: PostgreSQL runs an executemany one statement a row
-        tx.insert_rows("INSERT INTO engine_entries (space, key, at, value) VALUES ", "(?, ?, ?, ?)",
+        tx.insert_rows("INSERT INTO open_state (space, key, at, value) VALUES ", "(?, ?, ?, ?)",
                        ENTRIES_PER_STATEMENT,
-                       [(space, to_json(k), t, tx.packer.pack(ENGINE, to_json(v, sort_keys=False)))
+                       [(space, k, t, tx.packer.pack(ENGINE, to_json(v, sort_keys=False)))
                         for k, t, v in change["put"]],
                        " ON CONFLICT(space, key) DO UPDATE SET at = excluded.at, value = excluded.value")
-        gone = [to_json(k) for k in change["gone"]]
+        gone = change["gone"]
         for i in range(0, len(gone), ENTRIES_PER_STATEMENT):
             chunk = gone[i:i + ENTRIES_PER_STATEMENT]
-            tx.conn.execute(f"DELETE FROM engine_entries WHERE space = ? AND key IN ({','.join('?' * len(chunk))})",
+            tx.conn.execute(f"DELETE FROM open_state WHERE space = ? AND key IN ({','.join('?' * len(chunk))})",
                             (space, *chunk))
     tx.set_state(head, {k: v for k, v in delta.items() if k != "changes"})
 
@@ -62,45 +118,76 @@ def load(store: Store, hot: dict[str, int] | None = None, shard: int | None = No
     entries: dict[str, list[list[Any]]] = {}
     cold: dict[str, int] = {}
     for kind in head.get("dropped", {}):  # every space saved
-        space = prefix + kind
-        if kind in hot:
-            rows = store.conn.execute("SELECT key, at, value FROM engine_entries WHERE space = ? "
+        space = store.spaces.find(store.conn, prefix + kind)
+        rows: Any = []
+        if space is not None and kind in hot:
+            rows = store.conn.execute("SELECT key, at, value FROM open_state WHERE space = ? "
                                       "ORDER BY at DESC LIMIT ?", (space, hot[kind])).fetchall()
-            (total,), = store.conn.execute("SELECT COUNT(*) FROM engine_entries WHERE space = ?", (space,))
+            (total,), = store.conn.execute("SELECT COUNT(*) FROM open_state WHERE space = ?", (space,))
             cold[kind] = total - len(rows)
-        else:
-            rows = store.conn.execute("SELECT key, at, value FROM engine_entries WHERE space = ?", (space,))
-        entries[kind] = [[from_json(key), at, from_json(store.packer.unpack(value))] for key, at, value in rows]
+        elif space is not None:
+            rows = store.conn.execute("SELECT key, at, value FROM open_state WHERE space = ?", (space,))
+        entries[kind] = [[key, at, from_json(store.packer.unpack(value))] for key, at, value in rows]
     return {**head, "entries": entries, **({"cold": cold} if cold else {})}
 
 
+def move_old_entries(conn: Connection, tables_sql: str, spaces: Spaces, insert_rows: InsertRows) -> int:
+    """An older store's `engine_entries` moved into `open_state` and dropped, inside the caller's transaction,
+    MOVE_CHUNK entries at a time; returns the entries moved. `tables_sql`: the dialect's query of the store's
+    tables. A value PostgreSQL kept as text (before its column became bytea) moves as that text's bytes, which
+    store.packing reads as the text it was."""
+    if OLD_TABLE not in {t for (t,) in conn.execute(tables_sql)}:
+        return 0
+    moved, after = 0, ("", "")
+    while rows := conn.execute(f"SELECT space, key, at, value FROM {OLD_TABLE} WHERE (space, key) > (?, ?) "
+                               f"ORDER BY space, key LIMIT ?", (*after, MOVE_CHUNK)).fetchall():
+        after = (rows[-1][0], rows[-1][1])
+        insert_rows("INSERT INTO open_state (space, key, at, value) VALUES ", "(?, ?, ?, ?)", ENTRIES_PER_STATEMENT,
+                    [(spaces.number(conn, space), from_json(key), at, value.encode() if isinstance(value, str) else value)
+                     for space, key, at, value in rows], "")
+        moved += len(rows)
+    conn.execute(f"DROP TABLE {OLD_TABLE}")
+    if moved:
+        log.info("the engine's open state moved to its numbered table", extra={"event": "open_state_moved",
+                                                                                "entries": moved})
+    return moved
+
+
 class ColdEntries:
-    """checks.horizon.Cold over `engine_entries`."""
+    """checks.horizon.Cold over `open_state`."""
 
     def __init__(self, store: Store):
         self.conn = store.conn
+        self.spaces = store.spaces
         self.unpack = store.packer.unpack
 
     def get(self, space: str, key: str) -> tuple[float, Any] | None:
-        row = self.conn.execute("SELECT at, value FROM engine_entries WHERE space = ? AND key = ?",
-                                (space, to_json(key))).fetchone()
+        number = self.spaces.find(self.conn, space)
+        row = None if number is None else self.conn.execute(
+            "SELECT at, value FROM open_state WHERE space = ? AND key = ?", (number, key)).fetchone()
         return None if row is None else (row[0], from_json(self.unpack(row[1])))
 
     def drop_before(self, space: str, cutoff: float) -> list[str]:
-        return self._keys(self.conn.execute("DELETE FROM engine_entries WHERE space = ? AND at < ? RETURNING key",
-                                            (space, cutoff)))
+        number = self.spaces.find(self.conn, space)
+        return [] if number is None else self._keys(self.conn.execute(
+            "DELETE FROM open_state WHERE space = ? AND at < ? RETURNING key", (number, cutoff)))
 
     def drop_oldest(self, space: str, n: int) -> list[str]:
-        return self._keys(self.conn.execute(
-            "DELETE FROM engine_entries WHERE space = ? AND key IN (SELECT key FROM engine_entries WHERE space = ? "
-            "ORDER BY at LIMIT ?) RETURNING key", (space, space, n)))
+        number = self.spaces.find(self.conn, space)
+        return [] if number is None else self._keys(self.conn.execute(
+            "DELETE FROM open_state WHERE space = ? AND key IN (SELECT key FROM open_state WHERE space = ? "
+            "ORDER BY at LIMIT ?) RETURNING key", (number, number, n)))
 
     def drop_all(self, space: str) -> None:
-        self.conn.execute("DELETE FROM engine_entries WHERE space = ?", (space,))
+        number = self.spaces.find(self.conn, space)
+        if number is not None:
+            self.conn.execute("DELETE FROM open_state WHERE space = ?", (number,))
 
     def keys(self, space: str) -> list[str]:
-        return self._keys(self.conn.execute("SELECT key FROM engine_entries WHERE space = ?", (space,)))
+        number = self.spaces.find(self.conn, space)
+        return [] if number is None else self._keys(self.conn.execute(
+            "SELECT key FROM open_state WHERE space = ?", (number,)))
 
     @staticmethod
     def _keys(cursor: Any) -> list[str]:
-        return [from_json(key) for (key,) in cursor.fetchall()]
+        return [key for (key,) in cursor.fetchall()]

@@ -29,7 +29,7 @@ from psycopg import pq
 
 from oncewatch.core.config import PostgresTarget
 from oncewatch.store.errors import NotAStoreError, StoreError, StoreLockedError, StoreUnavailableError
-from oncewatch.store import entities
+from oncewatch.store import engine_state, entities
 from oncewatch.store.dialect import POSTGRES
 from oncewatch.store.schema import PACKED_COLUMNS, add_columns
 
@@ -143,8 +143,11 @@ def create(conn: PgConnection, schema: str) -> None:
             conn.executescript(schema)
             add_columns(conn)
             _bytea_packed(conn)
-            entities.move_old_index(conn, POSTGRES.tables, entities.EntityIds(), lambda head, row, _, rows, tail="": conn.executemany(
-                head + row + tail, rows))
+            def insert_rows(head: str, row: str, _: int, rows: list[tuple[Any, ...]], tail: str = "") -> None:
+                conn.executemany(head + row + tail, rows)
+
+            entities.move_old_index(conn, POSTGRES.tables, entities.EntityIds(), insert_rows)
+            engine_state.move_old_entries(conn, POSTGRES.tables, engine_state.Spaces(), insert_rows)
             conn.execute(f"CREATE TABLE IF NOT EXISTS {MARK_TABLE} (application_id BIGINT NOT NULL, "
                          f"schema_sha256 TEXT NOT NULL)")
             conn.execute(f"DELETE FROM {MARK_TABLE}")

@@ -1,6 +1,6 @@
 """The store's tables, how a new store is made and how a connection to one is opened (SQLite, WAL).
 
-`engine_entries` holds the engine's open state one entry a row (store.engine_state); every other
+`open_state` holds the engine's open state one entry a row (store.engine_state); every other
 table is described where it is written (store.batch) and read (store.store, store.queries).
 
 A store carries APPLICATION_ID in its header (SQLite's own place for "which program's file is
@@ -44,7 +44,7 @@ CREATE TABLE IF NOT EXISTS row_changes (
     table_name TEXT NOT NULL,
     op TEXT NOT NULL,
     pk TEXT NOT NULL,
-    before_row BLOB,           -- packed JSON (store.packing), as after_row, events.body and engine_entries.value
+    before_row BLOB,           -- packed JSON (store.packing), as after_row, events.body and open_state.value
     after_row BLOB,
     binlog_file TEXT NOT NULL,
     end_pos INTEGER NOT NULL,
@@ -171,14 +171,19 @@ CREATE TABLE IF NOT EXISTS series (
     value REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS series_name_at ON series (name, at);
-CREATE TABLE IF NOT EXISTS engine_entries (
-    space TEXT NOT NULL,
-    key TEXT NOT NULL,
+-- The engine's open state, an entry a row (store.engine_state): each space's name once, under a number.
+CREATE TABLE IF NOT EXISTS open_state_spaces (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE
+);
+CREATE TABLE IF NOT EXISTS open_state (
+    space INTEGER NOT NULL,    -- open_state_spaces.id
+    key TEXT NOT NULL,         -- the engine's key as it is (not JSON: its separators took 6 bytes each there)
     at REAL NOT NULL,
     value BLOB NOT NULL,
     PRIMARY KEY (space, key)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS engine_entries_at ON engine_entries (space, at);
+CREATE INDEX IF NOT EXISTS open_state_at ON open_state (space, at);
 -- The zstd dictionaries packed values need (store.packing): never changed, never deleted.
 CREATE TABLE IF NOT EXISTS dictionaries (
     id INTEGER PRIMARY KEY,
@@ -207,7 +212,7 @@ CREATE INDEX IF NOT EXISTS trade_verdicts_verdict ON trade_verdicts (verdict);
 ADDED_COLUMNS = (("quarantine_raw", "timestamp_type", "TEXT"),)
 # Columns that hold store.packing's values; an older store's are text (SQLite keeps bytes in them as they are).
 PACKED_COLUMNS = (("row_changes", "before_row"), ("row_changes", "after_row"), ("events", "body"),
-                  ("engine_entries", "value"))
+                  ("open_state", "value"))
 
 
 def columns(conn: Connection, table: str) -> set[str]:

@@ -25,7 +25,7 @@ from oncewatch.core.names import OPEN
 from oncewatch.core.protocol import Health, HealthRow
 from oncewatch.core.records import (EmittedEvent, Finding, QuarantinedRecord, QuarantinedRows, RowChange,
                                     TradeVerdict)
-from oncewatch.store import entities
+from oncewatch.store import engine_state, entities
 from oncewatch.store.batch import Batch
 from oncewatch.store.codec import (EVENT_COLUMNS, FINDING_COLUMNS, ROW_CHANGE_COLUMNS, VERDICT_COLUMNS, HealthRowError,
                                    event_from_row, finding_from_row, headers_from_json, health_from_json, health_json,
@@ -51,6 +51,7 @@ class Store:
         self._lock = threading.Lock()
         self.packer: Packer
         self.entity_ids = entities.EntityIds()
+        self.spaces = engine_state.Spaces()
         self._held = held
         if isinstance(target, PostgresTarget):
             from oncewatch.store import postgres  # psycopg for a PostgreSQL store only: it doubles a command's start-up
@@ -76,6 +77,7 @@ class Store:
                 with self.batch() as tx:
                     add_columns(self.conn)  # and the newer columns of its older tables
                     entities.move_old_index(self.conn, self.dialect.tables, self.entity_ids, tx.insert_rows)
+                    engine_state.move_old_entries(self.conn, self.dialect.tables, self.spaces, tx.insert_rows)
 
     def _open_postgres(self, readonly: bool, monitor: bool) -> None:
         from oncewatch.store import postgres
@@ -99,11 +101,12 @@ class Store:
         with self._lock, said_full(self.path):
             self.conn.execute(self.dialect.begin_write)
             try:
-                yield Batch(self.conn, self.dialect, self.packer, self.entity_ids)
+                yield Batch(self.conn, self.dialect, self.packer, self.entity_ids, self.spaces)
                 self.conn.execute("COMMIT")
             except BaseException:
                 self.packer.rolled_back()
                 self.entity_ids.rolled_back()
+                self.spaces.rolled_back()
                 # SQLite may have rolled back itself (SQLITE_FULL can): a ROLLBACK then would raise and
                 # hide the error that matters.
                 if self.conn.in_transaction:
@@ -111,6 +114,7 @@ class Store:
                 raise
             self.packer.committed()
             self.entity_ids.committed()
+            self.spaces.committed()
 
     # -------------------------------------------------------------- reads
 

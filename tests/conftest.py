@@ -16,6 +16,8 @@ SQLITE, POSTGRESQL = "sqlite", "postgresql"
 BOTH = [SQLITE, pytest.param(POSTGRESQL, marks=pytest.mark.integration)]
 # For a test whose store is only the stage it plays on (a login, a page's wording): SQLite alone.
 SQLITE_ONLY = pytest.mark.parametrize("store_target", [SQLITE], indirect=True)
+# For what only PostgreSQL can do: writers in transactions at once.
+POSTGRES_ONLY = pytest.mark.parametrize("store_target", [BOTH[1]], indirect=True)
 
 
 @pytest.fixture(params=BOTH)

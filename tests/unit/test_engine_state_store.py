@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+
+import pytest
+
 from devservices.samples import Shop, grant, order, payment, push, shipment, shop_settings
 from oncewatch.checks.engine import Engine
+from oncewatch.core.config import PostgresTarget
 from oncewatch.core.exact_json import from_json, to_json
 from oncewatch.store import Store, engine_state
+
+from tests.conftest import POSTGRES_ONLY
 
 # entries are packed with a dictionary after this many (store.packing), so that most of them are
 PACK_AFTER = 50
@@ -64,7 +71,8 @@ def test_spilled_spaces_keep_their_newest_entries_in_memory_and_the_rest_in_the_
     spilled = {a.name: a for a in engine.memory.spillable}
     effects = spilled["effects"]
     assert len(effects.items) <= 10 and len(effects) == 2 * 200  # a shipment and a grant for 200 of 300 trade_nos
-    (saved,), = store.conn.execute("SELECT COUNT(*) FROM engine_entries WHERE space = 'effects'")
+    (saved,), = store.conn.execute("SELECT COUNT(*) FROM open_state s JOIN open_state_spaces n ON n.id = s.space "
+                                   "WHERE n.name = 'effects'")
     assert saved == len(effects)
     assert effects.get(f"{settings.domain.effects[0].table}\x1fT1") is not None  # read back from the store
 
@@ -82,5 +90,75 @@ def test_spilled_spaces_keep_their_newest_entries_in_memory_and_the_rest_in_the_
                       1000.0 + settings.rules.horizon_seconds + 500)
         engine_state.save(tx, restored.state_delta())
     assert len(again["effects"]) == 0 and restored.memory.dropped() - before >= 400
-    (left,), = store.conn.execute("SELECT COUNT(*) FROM engine_entries WHERE space = 'effects'")
+    (left,), = store.conn.execute("SELECT COUNT(*) FROM open_state s JOIN open_state_spaces n ON n.id = s.space "
+                                  "WHERE n.name = 'effects'")
     assert left == 0
+
+
+def test_an_older_stores_entries_move_to_the_numbered_table_and_load_as_they_were(store_target):
+    """Issue 47: a store made before kept each entry's space by name and its key as JSON text (`engine_entries`);
+    its first writer of this version moves them, and the engine loads the same state."""
+    settings = shop_settings()
+    engine = Engine(settings)
+    store = Store(store_target)
+    store.packer.train_samples = PACK_AFTER
+    for record in traffic(Shop(), 60):
+        push(engine, record)
+    with store.batch() as tx:
+        engine_state.save(tx, engine.state_delta())
+    want = canonical(engine_state.load(store))
+    # the entries as a version before kept them
+    rows = store.conn.execute("SELECT n.name, s.key, s.at, s.value FROM open_state s "
+                              "JOIN open_state_spaces n ON n.id = s.space").fetchall()
+    postgres = isinstance(store_target, PostgresTarget)
+    store.conn.execute(f"CREATE TABLE engine_entries (space TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL, "
+                       f"value {'BYTEA' if postgres else 'BLOB'} NOT NULL, PRIMARY KEY (space, key))")
+    store.conn.executemany("INSERT INTO engine_entries VALUES (?, ?, ?, ?)",
+                           [(name, to_json(key), at, value) for name, key, at, value in rows])
+    store.conn.execute("DELETE FROM open_state")
+    store.conn.execute("DELETE FROM open_state_spaces")
+    if postgres:
+        store.conn.execute("UPDATE oncewatch_store SET schema_sha256 = 'made by an older version'")
+    store.close()
+    assert len(rows) > 100 and any("\x1f" in key for _, key, _, _ in rows)
+    writer = Store(store_target)
+    assert "engine_entries" not in {t for (t,) in writer.conn.execute(writer.dialect.tables)}
+    assert writer.conn.execute("SELECT COUNT(*) FROM open_state").fetchone()[0] == len(rows)
+    assert canonical(engine_state.load(writer)) == want
+    writer.close()
+
+
+def test_a_space_numbered_in_a_transaction_rolled_back_is_numbered_again(store_target):
+    store = Store(store_target)
+    with pytest.raises(RuntimeError):
+        with store.batch() as tx:
+            assert tx.spaces.number(tx.conn, "effects") == 1
+            raise RuntimeError("the checkpoint failed")
+    assert store.spaces.find(store.conn, "effects") is None
+    with store.batch() as tx:
+        assert (tx.spaces.number(tx.conn, "orders"), tx.spaces.number(tx.conn, "effects")) == (1, 2)
+    assert store.spaces.known == {"orders": 1, "effects": 2}
+    store.close()
+
+
+@POSTGRES_ONLY
+def test_writers_numbering_spaces_at_once_each_get_a_number_of_their_own(store_target):
+    """A group's members save their shards' state into one PostgreSQL store: two that number a new space in
+    transactions at once both take one past the largest; the later one, having lost the race, tries again."""
+    first, second = Store(store_target), Store(store_target)
+    numbered: dict[str, int] = {}
+    with first.batch() as tx:
+        numbered["shard/0/effects"] = tx.spaces.number(tx.conn, "shard/0/effects")
+
+        def other() -> None:
+            with second.batch() as tx2:
+                numbered["shard/1/effects"] = tx2.spaces.number(tx2.conn, "shard/1/effects")
+
+        racing = threading.Thread(target=other)
+        racing.start()
+        racing.join(1.0)
+        assert racing.is_alive()  # waiting on the first's number 1, not yet committed
+    racing.join(30)
+    assert numbered == {"shard/0/effects": 1, "shard/1/effects": 2}
+    first.close()
+    second.close()
