@@ -25,6 +25,7 @@ from oncewatch.core.exact_json import from_json, to_json
 from oncewatch.store.dialect import Connection
 from oncewatch.store.errors import StoreError
 from oncewatch.store.packing import ENGINE
+from oncewatch.store.schema import in_key_order
 
 if TYPE_CHECKING:
     from oncewatch.store.batch import Batch
@@ -138,10 +139,8 @@ def move_old_entries(conn: Connection, tables_sql: str, spaces: Spaces, insert_r
     store.packing reads as the text it was."""
     if OLD_TABLE not in {t for (t,) in conn.execute(tables_sql)}:
         return 0
-    moved, after = 0, ("", "")
-    while rows := conn.execute(f"SELECT space, key, at, value FROM {OLD_TABLE} WHERE (space, key) > (?, ?) "
-                               f"ORDER BY space, key LIMIT ?", (*after, MOVE_CHUNK)).fetchall():
-        after = (rows[-1][0], rows[-1][1])
+    moved = 0
+    for rows in in_key_order(conn, OLD_TABLE, "space, key", ("", ""), MOVE_CHUNK, more="at, value"):
         insert_rows("INSERT INTO open_state (space, key, at, value) VALUES ", "(?, ?, ?, ?)", ENTRIES_PER_STATEMENT,
                     [(spaces.number(conn, space), from_json(key), at, value.encode() if isinstance(value, str) else value)
                      for space, key, at, value in rows], "")

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from oncewatch.core.names import split_partition_key
 from oncewatch.store.dialect import Connection
+from oncewatch.store.schema import in_key_order
 
 log = logging.getLogger(__name__)
 
@@ -153,10 +154,8 @@ def move_old_index(conn: Connection, tables_sql: str, ids: EntityIds, insert_row
         if old not in tables:
             continue
         columns = "entity, kind, ref" if old == "entity_index" else "entity, ref"
-        after: tuple[Any, ...] = ("", "", "") if old == "entity_index" else ("", -1 << 62)
-        while rows := conn.execute(f"SELECT {columns} FROM {old} WHERE ({columns}) > ({','.join('?' * len(after))}) "
-                                   f"ORDER BY {columns} LIMIT ?", (*after, MOVE_CHUNK)).fetchall():
-            after = tuple(rows[-1])
+        start: tuple[Any, ...] = ("", "", "") if old == "entity_index" else ("", -1 << 62)
+        for rows in in_key_order(conn, old, columns, start, MOVE_CHUNK):
             entries = [e for e in (_entry(conn, row) for row in rows) if e is not None]
             file(conn, ids, entries, insert_rows)
             moved += len(entries)

@@ -14,7 +14,9 @@ from __future__ import annotations
 import os
 import sqlite3
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from oncewatch.store.dialect import Connection
 from oncewatch.store.errors import NotAStoreError, StoreError
@@ -218,6 +220,17 @@ PACKED_COLUMNS = (("row_changes", "before_row"), ("row_changes", "after_row"), (
 def columns(conn: Connection, table: str) -> set[str]:
     """The names of a table's columns (in SQLite or PostgreSQL)."""
     return {d[0] for d in conn.execute(f"SELECT * FROM {table} LIMIT 0").description}
+
+
+def in_key_order(conn: Connection, table: str, key: str, start: tuple[Any, ...], chunk: int, more: str = ""
+                 ) -> Iterator[list[tuple[Any, ...]]]:
+    """An older table's rows `chunk` at a time, ordered by `key` (its primary key's columns) from past `start`:
+    the key's columns, then `more`'s. What moves an older store's table into a newer one, a slice a statement."""
+    after, selected = start, f"{key}, {more}" if more else key
+    while rows := conn.execute(f"SELECT {selected} FROM {table} WHERE ({key}) > ({','.join('?' * len(after))}) "
+                               f"ORDER BY {key} LIMIT ?", (*after, chunk)).fetchall():
+        after = tuple(rows[-1][:len(start)])
+        yield rows
 
 
 def add_columns(conn: Connection) -> None:
