@@ -12,8 +12,9 @@ from oncewatch.core.names import ACKNOWLEDGED, CLOSED, OPEN, RESOLVED
 from oncewatch.core.records import EmittedEvent, Finding, QuarantinedRecord, QuarantinedRows, RowChange
 from oncewatch.store.codec import EVENT_COLUMNS, FINDING_COLUMNS, event_body, headers_json
 from oncewatch.store import entities as entities_index
+from oncewatch.store import journal
 from oncewatch.store.dialect import Connection, Dialect
-from oncewatch.store.engine_state import Spaces
+from oncewatch.store.numbered import Numbered
 from oncewatch.store.packing import EVENT, ROW, Packer
 
 # Who changed a status, when it was the monitor that saw the fact change.
@@ -23,20 +24,19 @@ FACT = {ACKNOWLEDGED: OPEN, CLOSED: OPEN}
 
 # A row already stored (a rows event quarantined before a restart) is kept as it is.
 IGNORE_REPEATS = " ON CONFLICT DO NOTHING"
-ROW_CHANGE_INSERT = ("seq, txid, row_index, schema_name, table_name, op, pk, before_row, after_row, binlog_file, "
-                     "end_pos, commit_time, commit_clock, snapshot")
 
 
 class Batch:
     """Writes inside one store transaction; obtained from `Store.batch()`."""
 
     def __init__(self, conn: Connection, dialect: Dialect, packer: Packer, entity_ids: entities_index.EntityIds,
-                 spaces: Spaces):
+                 spaces: Numbered, sources: Numbered):
         self.conn = conn
         self.dialect = dialect
         self.packer = packer
         self.entity_ids = entity_ids
         self.spaces = spaces
+        self.sources = sources
 
     def set_checkpoint(self, name: str, value: Any) -> None:
         self.conn.execute("INSERT INTO checkpoints (name, value, updated_at) VALUES (?, ?, ?) "
@@ -50,13 +50,14 @@ class Batch:
         # past the largest, are known before the rows are written, and the rows go many to a statement.
         (last,), = self.conn.execute("SELECT COALESCE(MAX(seq), 0) FROM row_changes")
         seqs = list(range(last + 1, last + 1 + len(rows)))
-        pack = self.packer.pack
-        self.insert_rows(f"INSERT INTO row_changes ({ROW_CHANGE_INSERT}) VALUES ", "(?,?,?,?,?,?,?,?,?,?,?,?,?,?)", 16,
-                     [(seq, r.txid, r.row_index, r.schema, r.table, r.op, flat_json(r.pk),
-                       None if r.before is None else pack(ROW, flat_json(r.before)),
-                       None if r.after is None else pack(ROW, flat_json(r.after)),
-                       r.binlog_file, r.end_pos, r.commit_time, r.commit_clock, int(r.snapshot))
-                      for seq, r in zip(seqs, rows)])
+        pack, source = self.packer.pack, self.sources.number
+        self.insert_rows(journal.INSERT, journal.ROW, journal.ROWS_PER_STATEMENT,
+                         [(seq, r.txid, r.row_index,
+                           source(self.conn, (r.schema, r.table, r.op, r.binlog_file, r.commit_clock)),
+                           flat_json(r.pk), None if r.before is None else pack(ROW, flat_json(r.before)),
+                           None if r.after is None else pack(ROW, flat_json(r.after)),
+                           r.end_pos, r.commit_time, int(r.snapshot))
+                          for seq, r in zip(seqs, rows)])
         entities_index.file(self.conn, self.entity_ids, [(entity, seqs[i]) for i, entity in entities],
                             self.insert_rows)
         return seqs

@@ -11,7 +11,7 @@ by key need not stay whole in memory: `ColdEntries` reads a missed key back from
 drops entries by age, on the writer's own connection, so inside its transaction
 (checks.horizon explains the spilling).
 
-A row holds its space's number (`open_state_spaces`, `Spaces`) and the engine's key as it is: the name and the
+A row holds its space's number (`open_state_spaces`, store.numbered) and the engine's key as it is: the name and the
 key as JSON text took 41 bytes more a record read, twice each with the index by age (issue 47). A store made
 before kept them in `engine_entries`; its first writer of this version moves them (`move_old_entries`).
 """
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from oncewatch.core.exact_json import from_json, to_json
 from oncewatch.store.dialect import Connection
-from oncewatch.store.errors import StoreError
+from oncewatch.store.numbered import Numbered
 from oncewatch.store.packing import ENGINE
 from oncewatch.store.schema import in_key_order
 
@@ -38,48 +38,11 @@ HEAD = "engine_head"
 ENTRIES_PER_STATEMENT = 50
 OLD_TABLE = "engine_entries"  # (space name, key as JSON text, at, value), before the spaces were numbered
 MOVE_CHUNK = 50_000
-NUMBER_TRIES = 100
 
 
-class Spaces:
-    """The numbers of the spaces' names, as the store's writers give them: one past the largest, a writer that
-    lost the race to another (a group's members save their shards into one PostgreSQL store) trying again. A
-    number given in a transaction that rolled back is forgotten (`committed`, `rolled_back`: Store.batch)."""
-
-    def __init__(self) -> None:
-        self.known: dict[str, int] = {}
-        self.pending: dict[str, int] = {}
-
-    def find(self, conn: Connection, name: str) -> int | None:
-        """`name`'s number, None while no entry of it was ever saved."""
-        number = self.known.get(name) or self.pending.get(name)
-        if number is None:
-            row = conn.execute("SELECT id FROM open_state_spaces WHERE name = ?", (name,)).fetchone()
-            if row is not None:
-                number = self.known[name] = row[0]
-        return number
-
-    def number(self, conn: Connection, name: str) -> int:
-        """`name`'s number, given it (and stored, inside the caller's transaction) if it has none."""
-        number = self.find(conn, name)
-        for _ in range(NUMBER_TRIES):
-            if number is not None:
-                return number
-            # WHERE true: SQLite would read the ON of an upsert after a SELECT's FROM as a join's
-            conn.execute("INSERT INTO open_state_spaces (id, name) SELECT COALESCE(MAX(id), 0) + 1, ? "
-                         "FROM open_state_spaces WHERE true ON CONFLICT DO NOTHING", (name,))
-            row = conn.execute("SELECT id FROM open_state_spaces WHERE name = ?", (name,)).fetchone()
-            if row is not None:
-                number = self.pending[name] = row[0]
-        raise StoreError(f"no number for the engine's space {name!r} after {NUMBER_TRIES} tries: other writers "
-                         f"of the store took each one first; start the monitor again")
-
-    def committed(self) -> None:
-        self.known.update(self.pending)
-        self.pending.clear()
-
-    def rolled_back(self) -> None:
-        self.pending.clear()
+def spaces() -> Numbered:
+    """The numbers of the spaces' names (a name is a 1-tuple)."""
+    return Numbered("open_state_spaces", ("name",))
 
 
 def _names(shard: int | None) -> tuple[str, str]:
@@ -91,7 +54,7 @@ def save(tx: Batch, delta: dict[str, Any], shard: int | None = None) -> None:
     """Apply one `state_delta()` inside the caller's store transaction (`shard`: a group's shard's engine)."""
     head, prefix = _names(shard)
     for name, change in delta["changes"].items():
-        space = tx.spaces.number(tx.conn, prefix + name)
+        space = tx.spaces.number(tx.conn, (prefix + name,))
         if change["full"]:
             tx.conn.execute("DELETE FROM open_state WHERE space = ?", (space,))
         # many rows to a statement: PostgreSQL runs an executemany one statement a row
@@ -119,7 +82,7 @@ def load(store: Store, hot: dict[str, int] | None = None, shard: int | None = No
     entries: dict[str, list[list[Any]]] = {}
     cold: dict[str, int] = {}
     for kind in head.get("dropped", {}):  # every space saved
-        space = store.spaces.find(store.conn, prefix + kind)
+        space = store.spaces.find(store.conn, (prefix + kind,))
         rows: Any = []
         if space is not None and kind in hot:
             rows = store.conn.execute("SELECT key, at, value FROM open_state WHERE space = ? "
@@ -132,7 +95,7 @@ def load(store: Store, hot: dict[str, int] | None = None, shard: int | None = No
     return {**head, "entries": entries, **({"cold": cold} if cold else {})}
 
 
-def move_old_entries(conn: Connection, tables_sql: str, spaces: Spaces, insert_rows: InsertRows) -> int:
+def move_old_entries(conn: Connection, tables_sql: str, spaces: Numbered, insert_rows: InsertRows) -> int:
     """An older store's `engine_entries` moved into `open_state` and dropped, inside the caller's transaction,
     MOVE_CHUNK entries at a time; returns the entries moved. `tables_sql`: the dialect's query of the store's
     tables. A value PostgreSQL kept as text (before its column became bytea) moves as that text's bytes, which
@@ -142,7 +105,7 @@ def move_old_entries(conn: Connection, tables_sql: str, spaces: Spaces, insert_r
     moved = 0
     for rows in in_key_order(conn, OLD_TABLE, "space, key", ("", ""), MOVE_CHUNK, more="at, value"):
         insert_rows("INSERT INTO open_state (space, key, at, value) VALUES ", "(?, ?, ?, ?)", ENTRIES_PER_STATEMENT,
-                    [(spaces.number(conn, space), from_json(key), at, value.encode() if isinstance(value, str) else value)
+                    [(spaces.number(conn, (space,)), from_json(key), at, value.encode() if isinstance(value, str) else value)
                      for space, key, at, value in rows], "")
         moved += len(rows)
     conn.execute(f"DROP TABLE {OLD_TABLE}")
@@ -161,29 +124,29 @@ class ColdEntries:
         self.unpack = store.packer.unpack
 
     def get(self, space: str, key: str) -> tuple[float, Any] | None:
-        number = self.spaces.find(self.conn, space)
+        number = self.spaces.find(self.conn, (space,))
         row = None if number is None else self.conn.execute(
             "SELECT at, value FROM open_state WHERE space = ? AND key = ?", (number, key)).fetchone()
         return None if row is None else (row[0], from_json(self.unpack(row[1])))
 
     def drop_before(self, space: str, cutoff: float) -> list[str]:
-        number = self.spaces.find(self.conn, space)
+        number = self.spaces.find(self.conn, (space,))
         return [] if number is None else self._keys(self.conn.execute(
             "DELETE FROM open_state WHERE space = ? AND at < ? RETURNING key", (number, cutoff)))
 
     def drop_oldest(self, space: str, n: int) -> list[str]:
-        number = self.spaces.find(self.conn, space)
+        number = self.spaces.find(self.conn, (space,))
         return [] if number is None else self._keys(self.conn.execute(
             "DELETE FROM open_state WHERE space = ? AND key IN (SELECT key FROM open_state WHERE space = ? "
             "ORDER BY at LIMIT ?) RETURNING key", (number, number, n)))
 
     def drop_all(self, space: str) -> None:
-        number = self.spaces.find(self.conn, space)
+        number = self.spaces.find(self.conn, (space,))
         if number is not None:
             self.conn.execute("DELETE FROM open_state WHERE space = ?", (number,))
 
     def keys(self, space: str) -> list[str]:
-        number = self.spaces.find(self.conn, space)
+        number = self.spaces.find(self.conn, (space,))
         return [] if number is None else self._keys(self.conn.execute(
             "SELECT key FROM open_state WHERE space = ?", (number,)))
 

@@ -29,7 +29,7 @@ from psycopg import pq
 
 from oncewatch.core.config import PostgresTarget
 from oncewatch.store.errors import NotAStoreError, StoreError, StoreLockedError, StoreUnavailableError
-from oncewatch.store import engine_state, entities
+from oncewatch.store import engine_state, entities, journal
 from oncewatch.store.dialect import POSTGRES
 from oncewatch.store.schema import PACKED_COLUMNS, add_columns
 
@@ -140,6 +140,7 @@ def create(conn: PgConnection, schema: str) -> None:
     try:
         conn.execute("SELECT pg_advisory_xact_lock(?)", (APPLICATION_ID + 1,))
         if schema_mark(conn) != digest(schema):
+            journal.set_old_rows_aside(conn, POSTGRES.tables)
             conn.executescript(schema)
             add_columns(conn)
             _bytea_packed(conn)
@@ -147,7 +148,8 @@ def create(conn: PgConnection, schema: str) -> None:
                 conn.executemany(head + row + tail, rows)
 
             entities.move_old_index(conn, POSTGRES.tables, entities.EntityIds(), insert_rows)
-            engine_state.move_old_entries(conn, POSTGRES.tables, engine_state.Spaces(), insert_rows)
+            engine_state.move_old_entries(conn, POSTGRES.tables, engine_state.spaces(), insert_rows)
+            journal.move_old_rows(conn, POSTGRES.tables, journal.row_sources(), insert_rows)
             conn.execute(f"CREATE TABLE IF NOT EXISTS {MARK_TABLE} (application_id BIGINT NOT NULL, "
                          f"schema_sha256 TEXT NOT NULL)")
             conn.execute(f"DELETE FROM {MARK_TABLE}")

@@ -18,6 +18,7 @@ from oncewatch.store.codec import (FINDING_COLUMNS, ROW_CHANGE_COLUMNS, HistoryE
 from oncewatch.store import entities as entity_index
 from oncewatch.store import retention
 from oncewatch.store.dialect import Dialect
+from oncewatch.store.journal import rows_from
 from oncewatch.store.store import Store
 
 # A drill-down shows at most this many rows and events of one entity, newest kept.
@@ -141,7 +142,8 @@ def rows_by_entity(store: Store, entities: Iterable[str], per_entity: int = 50) 
     for i in range(0, len(wanted), 500):
         part = wanted[i:i + 500]
         by_seq.update((r[0], row_change_from_row(r[1:], store.packer.unpack)) for r in store.conn.execute(
-            f"SELECT seq, {ROW_CHANGE_COLUMNS} FROM row_changes WHERE seq IN ({','.join('?' * len(part))})", part))
+            f"SELECT seq, {ROW_CHANGE_COLUMNS} FROM {rows_from(store.conn)} WHERE seq IN ({','.join('?' * len(part))})",
+            part))
     found = {entity: [by_seq[s] for s in seqs if s in by_seq] for entity, seqs in seqs_of.items()}
     return {entity: rows for entity, rows in found.items() if rows}
 

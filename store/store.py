@@ -25,7 +25,7 @@ from oncewatch.core.names import OPEN
 from oncewatch.core.protocol import Health, HealthRow
 from oncewatch.core.records import (EmittedEvent, Finding, QuarantinedRecord, QuarantinedRows, RowChange,
                                     TradeVerdict)
-from oncewatch.store import engine_state, entities
+from oncewatch.store import engine_state, entities, journal
 from oncewatch.store.batch import Batch
 from oncewatch.store.codec import (EVENT_COLUMNS, FINDING_COLUMNS, ROW_CHANGE_COLUMNS, VERDICT_COLUMNS, HealthRowError,
                                    event_from_row, finding_from_row, headers_from_json, health_from_json, health_json,
@@ -51,7 +51,8 @@ class Store:
         self._lock = threading.Lock()
         self.packer: Packer
         self.entity_ids = entities.EntityIds()
-        self.spaces = engine_state.Spaces()
+        self.spaces = engine_state.spaces()
+        self.sources = journal.row_sources()
         self._held = held
         if isinstance(target, PostgresTarget):
             from oncewatch.store import postgres  # psycopg for a PostgreSQL store only: it doubles a command's start-up
@@ -73,11 +74,13 @@ class Store:
         self.packer = Packer(self.conn)
         if not readonly:
             with said_full(target):
+                journal.set_old_rows_aside(self.conn, self.dialect.tables)
                 self.conn.executescript(SCHEMA)  # a store made by an older version gains the newer tables
                 with self.batch() as tx:
                     add_columns(self.conn)  # and the newer columns of its older tables
                     entities.move_old_index(self.conn, self.dialect.tables, self.entity_ids, tx.insert_rows)
                     engine_state.move_old_entries(self.conn, self.dialect.tables, self.spaces, tx.insert_rows)
+                    journal.move_old_rows(self.conn, self.dialect.tables, self.sources, tx.insert_rows)
 
     def _open_postgres(self, readonly: bool, monitor: bool) -> None:
         from oncewatch.store import postgres
@@ -101,12 +104,13 @@ class Store:
         with self._lock, said_full(self.path):
             self.conn.execute(self.dialect.begin_write)
             try:
-                yield Batch(self.conn, self.dialect, self.packer, self.entity_ids, self.spaces)
+                yield Batch(self.conn, self.dialect, self.packer, self.entity_ids, self.spaces, self.sources)
                 self.conn.execute("COMMIT")
             except BaseException:
                 self.packer.rolled_back()
                 self.entity_ids.rolled_back()
                 self.spaces.rolled_back()
+                self.sources.rolled_back()
                 # SQLite may have rolled back itself (SQLITE_FULL can): a ROLLBACK then would raise and
                 # hide the error that matters.
                 if self.conn.in_transaction:
@@ -115,6 +119,7 @@ class Store:
             self.packer.committed()
             self.entity_ids.committed()
             self.spaces.committed()
+            self.sources.committed()
 
     # -------------------------------------------------------------- reads
 
@@ -144,7 +149,7 @@ class Store:
         return rows
 
     def row_changes(self, where: str = "", params: tuple = (), limit: int | None = None) -> list[RowChange]:
-        sql = (f"SELECT {ROW_CHANGE_COLUMNS} FROM row_changes " + (f"WHERE {where} " if where else "")
+        sql = (f"SELECT {ROW_CHANGE_COLUMNS} FROM {journal.rows_from(self.conn)} " + (f"WHERE {where} " if where else "")
                + "ORDER BY seq" + (f" LIMIT {int(limit)}" if limit else ""))
         return [row_change_from_row(r, self.packer.unpack) for r in self.conn.execute(sql, params)]
 

@@ -12,7 +12,7 @@ import threading
 import time
 
 from devservices.kafka_connect import CDC_SCHEMA, TOPIC_PREFIX
-from oncewatch.store import Store, StoreError
+from oncewatch.store import Store, StoreError, journal
 
 from .conftest import admin_connection, cdc_toml, monitor_config_toml, wait_for
 
@@ -183,7 +183,8 @@ def test_in_cdc_mode_the_monitor_and_the_connect_worker_killed_lose_and_double_n
     def stored() -> int:
         store = Store(str(tmp_path / "store.db"), readonly=True)
         try:
-            (n,), = store.conn.execute("SELECT COUNT(*) FROM row_changes WHERE table_name = ?", (table_name,))
+            (n,), = store.conn.execute(f"SELECT COUNT(*) FROM {journal.rows_from(store.conn)} WHERE table_name = ?",
+                                       (table_name,))
             return n
         finally:
             store.close()

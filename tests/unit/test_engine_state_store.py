@@ -132,12 +132,12 @@ def test_a_space_numbered_in_a_transaction_rolled_back_is_numbered_again(store_t
     store = Store(store_target)
     with pytest.raises(RuntimeError):
         with store.batch() as tx:
-            assert tx.spaces.number(tx.conn, "effects") == 1
+            assert tx.spaces.number(tx.conn, ("effects",)) == 1
             raise RuntimeError("the checkpoint failed")
-    assert store.spaces.find(store.conn, "effects") is None
+    assert store.spaces.find(store.conn, ("effects",)) is None
     with store.batch() as tx:
-        assert (tx.spaces.number(tx.conn, "orders"), tx.spaces.number(tx.conn, "effects")) == (1, 2)
-    assert store.spaces.known == {"orders": 1, "effects": 2}
+        assert (tx.spaces.number(tx.conn, ("orders",)), tx.spaces.number(tx.conn, ("effects",))) == (1, 2)
+    assert store.spaces.known == {("orders",): 1, ("effects",): 2}
     store.close()
 
 
@@ -148,11 +148,11 @@ def test_writers_numbering_spaces_at_once_each_get_a_number_of_their_own(store_t
     first, second = Store(store_target), Store(store_target)
     numbered: dict[str, int] = {}
     with first.batch() as tx:
-        numbered["shard/0/effects"] = tx.spaces.number(tx.conn, "shard/0/effects")
+        numbered["shard/0/effects"] = tx.spaces.number(tx.conn, ("shard/0/effects",))
 
         def other() -> None:
             with second.batch() as tx2:
-                numbered["shard/1/effects"] = tx2.spaces.number(tx2.conn, "shard/1/effects")
+                numbered["shard/1/effects"] = tx2.spaces.number(tx2.conn, ("shard/1/effects",))
 
         racing = threading.Thread(target=other)
         racing.start()

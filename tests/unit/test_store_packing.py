@@ -9,9 +9,8 @@ from devservices.samples import Shop, order, payment, shipment
 from oncewatch.core.config import PostgresTarget
 from oncewatch.core.exact_json import flat_json
 from oncewatch.store import Store
-from oncewatch.store.batch import ROW_CHANGE_INSERT
 from oncewatch.store.packing import PackedValueError, Packer
-from oncewatch.store.schema import PACKED_COLUMNS
+from oncewatch.store.schema import PACKED_COLUMNS, columns
 
 TRAIN_AFTER = 60
 
@@ -89,25 +88,41 @@ def test_a_value_whose_dictionary_is_gone_is_a_clear_error(tmp_path) -> None:
 
 def test_an_older_store_keeps_its_text_values_and_packs_the_new_ones(store_target) -> None:
     """Row images, event bodies and engine entries an older version kept as text (text columns in PostgreSQL,
-    which the next writer makes bytea) read back as they were, beside the values packed after them."""
+    which the next writer makes bytea), in row changes that held their schema, table, op, binlog file and commit
+    clock in every row, read back as they were, before the next writer moves them and after, beside the values
+    packed after them."""
     store = Store(store_target)
     postgres = isinstance(store_target, PostgresTarget)
+    store.conn.execute("DROP TABLE row_changes")
+    store.conn.execute(OLDER_ROW_CHANGES.replace("BLOB", "TEXT" if postgres else "BLOB"))
     if postgres:
         for table, column in PACKED_COLUMNS:
-            store.conn.execute(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE text")
+            if table != "row_changes":
+                store.conn.execute(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE text")
         store.conn.execute("UPDATE oncewatch_store SET schema_sha256 = 'made by an older version'")
     rows, _ = traffic(40)
     old = rows[:5]
     for seq, r in enumerate(old, 1):
-        store.conn.execute(f"INSERT INTO row_changes ({ROW_CHANGE_INSERT}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        store.conn.execute("INSERT INTO row_changes (seq, txid, row_index, schema_name, table_name, op, pk, before_row, "
+                           "after_row, binlog_file, end_pos, commit_time, commit_clock, snapshot) VALUES "
+                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                            (seq, r.txid, r.row_index, r.schema, r.table, r.op, flat_json(r.pk),
                             None if r.before is None else flat_json(r.before), flat_json(r.after), r.binlog_file,
                             r.end_pos, r.commit_time, r.commit_clock, 0))
     store.close()
     assert Store(store_target, readonly=True).row_changes() == old
     writer = Store(store_target)
+    assert "schema_name" not in columns(writer.conn, "row_changes")
+    assert writer.row_changes() == old
     writer.packer.train_samples = TRAIN_AFTER
     with writer.batch() as tx:
         tx.add_row_changes(rows[5:])
     assert writer.row_changes() == rows
     assert Store(store_target, readonly=True).row_changes() == rows
+
+
+# row_changes as a version before issue 47's row_sources made it
+OLDER_ROW_CHANGES = """CREATE TABLE row_changes (seq INTEGER PRIMARY KEY, txid TEXT NOT NULL, row_index INTEGER NOT NULL,
+    schema_name TEXT NOT NULL, table_name TEXT NOT NULL, op TEXT NOT NULL, pk TEXT NOT NULL, before_row BLOB,
+    after_row BLOB, binlog_file TEXT NOT NULL, end_pos INTEGER NOT NULL, commit_time REAL NOT NULL,
+    commit_clock TEXT NOT NULL, snapshot INTEGER NOT NULL DEFAULT 0, UNIQUE (txid, row_index, snapshot))"""

@@ -1,0 +1,76 @@
+"""The row changes' layout: what most of them repeat (schema, table, op, binlog file, commit clock) kept once in
+`row_sources`, each row pointing to its source by number (issue 47), and how an older store's rows, which held
+that text in every row, move over.
+
+A store's rows are read through `rows_from` (the rows joined with their sources), so every column a reader knows
+keeps its name, in an older store not moved yet (its writer not started since) too.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from oncewatch.store.dialect import Connection
+from oncewatch.store.numbered import Numbered
+from oncewatch.store.schema import columns, in_key_order
+
+if TYPE_CHECKING:
+    from oncewatch.store.entities import InsertRows
+
+log = logging.getLogger(__name__)
+
+SOURCE_COLUMNS = ("schema_name", "table_name", "op", "binlog_file", "commit_clock")
+ROW_CHANGES = "row_changes JOIN row_sources ON row_sources.id = row_changes.source"
+OLD_TABLE = "row_changes_old"  # an older store's rows, renamed out of the way of the new table until moved
+MOVE_CHUNK = 20_000
+ROWS_PER_STATEMENT = 16
+INSERT = ("INSERT INTO row_changes (seq, txid, row_index, source, pk, before_row, after_row, end_pos, commit_time, "
+          "snapshot) VALUES ")
+ROW = "(?,?,?,?,?,?,?,?,?,?)"
+
+
+def rows_from(conn: Connection) -> str:
+    """What a query of row changes reads FROM: the rows with their sources; an older store's rows alone, which hold
+    the same columns (asked at every query: a reader may be open while the writer moves them)."""
+    return ROW_CHANGES if "source" in columns(conn, "row_changes") else "row_changes"
+
+
+def row_sources() -> Numbered:
+    """The numbers of the rows' sources: (schema, table, op, binlog file, commit clock)."""
+    return Numbered("row_sources", SOURCE_COLUMNS)
+
+
+def set_old_rows_aside(conn: Connection, tables_sql: str) -> None:
+    """Before the schema is made: an older store's row_changes, with its sources' text in every row, renamed to
+    OLD_TABLE, so that the schema makes the new table beside it (`move_old_rows` then moves the rows)."""
+    tables = {t for (t,) in conn.execute(tables_sql)}
+    if "row_changes" in tables and OLD_TABLE not in tables and "schema_name" in columns(conn, "row_changes"):
+        conn.execute(f"ALTER TABLE row_changes RENAME TO {OLD_TABLE}")
+
+
+def move_old_rows(conn: Connection, tables_sql: str, sources: Numbered, insert_rows: InsertRows) -> int:
+    """The rows set aside moved into row_changes (same seq) and OLD_TABLE dropped, inside the caller's transaction;
+    returns the rows moved. A packed value PostgreSQL kept as text moves as that text's bytes, which store.packing
+    reads as the text it was."""
+    if OLD_TABLE not in {t for (t,) in conn.execute(tables_sql)}:
+        return 0
+    moved = 0
+    for rows in in_key_order(conn, OLD_TABLE, "seq", (-1,), MOVE_CHUNK, more=", ".join(
+            ("txid", "row_index", *SOURCE_COLUMNS, "pk", "before_row", "after_row", "end_pos", "commit_time",
+             "snapshot"))):
+        insert_rows(INSERT, ROW, ROWS_PER_STATEMENT,
+                    [(seq, txid, index, sources.number(conn, (schema, table, op, file, clock)), pk, _bytes(before),
+                      _bytes(after), pos, at, snapshot)
+                     for seq, txid, index, schema, table, op, file, clock, pk, before, after, pos, at, snapshot in rows],
+                    "")
+        moved += len(rows)
+    conn.execute(f"DROP TABLE {OLD_TABLE}")
+    if moved:
+        log.info("the row changes moved to their numbered sources", extra={"event": "row_changes_moved",
+                                                                           "rows": moved})
+    return moved
+
+
+def _bytes(value: str | bytes | None) -> bytes | None:
+    return value.encode() if isinstance(value, str) else value
