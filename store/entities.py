@@ -7,9 +7,10 @@ entry of `entity_entries` is that number and the record's (a row change's seq, o
 order keep a shop's entries an append, as its ids come in order; a number hashed from the name took a third less
 room but landed each entry anywhere in the index, at 2.5 times the judge's CPU. The store's one writer of records
 (the monitor, under its lock) gives the numbers, as it gives row changes their seq, and keeps the names it has
-numbered in `EntityIds`. Stores made before kept the name in every entry (`entity_index`, with the kind and the
-record's coordinates as text, then `entity_refs`); their first writer of this version moves them here
-(`move_old_index`).
+numbered in `EntityIds`. A name is kept as its prefix's number (up to its last ':', 'pk:shop.orders:', kept once
+in `entity_prefixes`) and the rest. Stores made before kept the name in every entry (`entity_index`, with the kind
+and the record's coordinates as text, then `entity_refs`), or whole in `entity_names`; their first writer of this
+version moves them here (`move_old_index`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, TypeVar
 
 from oncewatch.core.names import split_partition_key
 from oncewatch.store.dialect import Connection
+from oncewatch.store.numbered import Numbered
 from oncewatch.store.schema import in_key_order
 
 log = logging.getLogger(__name__)
@@ -27,6 +29,7 @@ log = logging.getLogger(__name__)
 CHUNK = 500  # names or refs to a statement
 T = TypeVar("T")
 OLD_INDEXES = ("entity_index", "entity_refs")  # the name in every entry: (entity, kind, ref text), (entity, ref)
+OLD_NAMES = "entity_names_old"  # an older store's entity_names (id, name whole), set aside (schema.set_older_aside)
 MOVE_CHUNK = 50_000
 CACHED = 100_000  # names the writer keeps the numbers of (about 15 MiB); a name not kept is looked up
 # Batch.insert_rows: (head, one row's placeholders, rows per statement, rows, tail)
@@ -50,6 +53,26 @@ def event_rowid(ref: int) -> int:
     return -ref
 
 
+def split_name(name: str) -> tuple[str, str]:
+    """(prefix, rest) of an entity's name: the prefix up to its last ':', kept once in entity_prefixes."""
+    cut = name.rfind(":") + 1
+    return name[:cut], name[cut:]
+
+
+NAMES = "entity_names n JOIN entity_prefixes p ON p.id = n.prefix"  # `p.prefix || n.rest`: a name whole
+
+
+def _named(conn: Connection, names: Sequence[str], columns: str, tail: str = "") -> Iterator[tuple[Any, ...]]:
+    """(name, *columns) of each of `names` stored (found by their rests, and those of other prefixes left out)."""
+    wanted = set(names)
+    rests = sorted({split_name(name)[1] for name in wanted})
+    for part, marks in _chunks(rests):
+        for row in conn.execute(f"SELECT p.prefix || n.rest, {columns} FROM {NAMES}{tail} WHERE n.rest IN ({marks})",
+                                part):
+            if row[0] in wanted:
+                yield row
+
+
 class EntityIds:
     """The writer's numbers of entity names: the committed ones it has met (the most recent CACHED), and those its
     open transaction gave, kept apart until it commits (a transaction rolled back leaves no name in the store)."""
@@ -57,6 +80,7 @@ class EntityIds:
     def __init__(self) -> None:
         self.known: dict[str, int] = {}
         self.pending: dict[str, int] = {}
+        self.prefixes = Numbered("entity_prefixes", ("prefix",))
 
     def of(self, conn: Connection, names: Iterable[str], insert_rows: InsertRows) -> dict[str, int]:
         """The number of each of `names`, a new name numbered (and stored) in the order first met."""
@@ -68,14 +92,17 @@ class EntityIds:
                 missing.append(name)
             else:
                 out[name] = number
-        for part, marks in _chunks(missing):
-            for number, name in conn.execute(f"SELECT id, name FROM entity_names WHERE name IN ({marks})", part):
-                out[name] = self.known[name] = number
+        for name, number in _named(conn, missing, "n.id"):
+            out[name] = self.known[name] = number
         new = [name for name in missing if name not in out]
         if new:
             (last,), = conn.execute("SELECT COALESCE(MAX(id), 0) FROM entity_names")
             numbered = [(last + 1 + i, name) for i, name in enumerate(new)]
-            insert_rows("INSERT INTO entity_names (id, name) VALUES ", "(?,?)", 50, numbered, "")
+            rows = []
+            for number, name in numbered:
+                prefix, rest = split_name(name)
+                rows.append((number, self.prefixes.number(conn, (prefix,)), rest))
+            insert_rows("INSERT INTO entity_names (id, prefix, rest) VALUES ", "(?,?,?)", 50, rows, "")
             for number, name in numbered:
                 out[name] = self.pending[name] = number
         return out
@@ -83,11 +110,13 @@ class EntityIds:
     def committed(self) -> None:
         self.known.update(self.pending)
         self.pending.clear()
+        self.prefixes.committed()
         if len(self.known) > CACHED:  # the most recently numbered half kept: a shop's records come name by name
             self.known = dict(list(self.known.items())[-CACHED // 2:])
 
     def rolled_back(self) -> None:
         self.pending.clear()
+        self.prefixes.rolled_back()
 
     def forget(self, names: Iterable[str]) -> None:
         """Names deleted from the store (their records all pruned): met again, they are numbered anew."""
@@ -106,13 +135,9 @@ def file(conn: Connection, ids: EntityIds, entries: list[tuple[str, int]], inser
 
 def refs_of(conn: Connection, names: Iterable[str]) -> dict[str, list[int]]:
     """The refs filed under each of `names` (a name with none is not in the answer)."""
-    names = sorted(set(names))
     out: dict[str, list[int]] = {}
-    for part, marks in _chunks(names):
-        for name, ref in conn.execute(
-                "SELECT n.name, e.ref FROM entity_names n JOIN entity_entries e ON e.entity = n.id "
-                f"WHERE n.name IN ({marks})", part):
-            out.setdefault(name, []).append(ref)
+    for name, ref in _named(conn, sorted(set(names)), "e.ref", " JOIN entity_entries e ON e.entity = n.id"):
+        out.setdefault(name, []).append(ref)
     return out
 
 
@@ -122,7 +147,7 @@ def names_of(conn: Connection, refs: Iterable[int]) -> set[str]:
     out: set[str] = set()
     for part, marks in _chunks(refs):
         out.update(name for (name,) in conn.execute(
-            f"SELECT n.name FROM entity_entries e JOIN entity_names n ON n.id = e.entity WHERE e.ref IN ({marks})",
+            f"SELECT p.prefix || n.rest FROM {NAMES} JOIN entity_entries e ON e.entity = n.id WHERE e.ref IN ({marks})",
             part))
     return out
 
@@ -136,9 +161,14 @@ def forget(conn: Connection, ids: EntityIds, refs: Sequence[int]) -> int:
         gone += len(deleted)
         numbers.update(number for (number,) in deleted)
     for part, marks in _chunks(sorted(numbers)):
-        ids.forget(name for (name,) in conn.execute(
+        deleted = conn.execute(
             f"DELETE FROM entity_names WHERE id IN ({marks}) AND NOT EXISTS "
-            "(SELECT 1 FROM entity_entries e WHERE e.entity = entity_names.id) RETURNING name", part).fetchall())
+            "(SELECT 1 FROM entity_entries e WHERE e.entity = entity_names.id) RETURNING prefix, rest", part).fetchall()
+        if deleted:
+            used = sorted({prefix for prefix, _ in deleted})
+            prefixes = dict(conn.execute(f"SELECT id, prefix FROM entity_prefixes WHERE id IN "
+                                         f"({','.join('?' * len(used))})", used))
+            ids.forget(prefixes[prefix] + rest for prefix, rest in deleted)
     return gone
 
 
@@ -149,6 +179,8 @@ def move_old_index(conn: Connection, tables_sql: str, ids: EntityIds, insert_row
     an entry whose event is no longer kept is left out, as retention would have pruned it; `entity_refs` (entity,
     ref as here)."""
     tables = {t for (t,) in conn.execute(tables_sql)}
+    if OLD_NAMES in tables:
+        _move_old_names(conn, ids, insert_rows)
     moved = 0
     for old in OLD_INDEXES:
         if old not in tables:
@@ -164,6 +196,20 @@ def move_old_index(conn: Connection, tables_sql: str, ids: EntityIds, insert_row
         log.info("the entity index moved to its numbered tables", extra={"event": "entity_index_moved",
                                                                          "entries": moved})
     return moved
+
+
+def _move_old_names(conn: Connection, ids: EntityIds, insert_rows: InsertRows) -> None:
+    """An older store's names, whole in every row of entity_names (set aside as OLD_NAMES), moved under the same
+    numbers, each as its prefix's number and the rest, and OLD_NAMES dropped."""
+    moved = 0
+    for rows in in_key_order(conn, OLD_NAMES, "id", (-1,), MOVE_CHUNK, more="name"):
+        insert_rows("INSERT INTO entity_names (id, prefix, rest) VALUES ", "(?,?,?)", 50,
+                    [(number, ids.prefixes.number(conn, (prefix,)), rest)
+                     for number, (prefix, rest) in ((number, split_name(name)) for number, name in rows)], "")
+        moved += len(rows)
+    conn.execute(f"DROP TABLE {OLD_NAMES}")
+    log.info("the entity index's names moved to their numbered prefixes", extra={"event": "entity_names_moved",
+                                                                                "names": moved})
 
 
 def _entry(conn: Connection, row: tuple[Any, ...]) -> tuple[str, int] | None:

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 SOURCE_COLUMNS = ("schema_name", "table_name", "op", "binlog_file", "commit_clock")
 ROW_CHANGES = "row_changes JOIN row_sources ON row_sources.id = row_changes.source"
-OLD_TABLE = "row_changes_old"  # an older store's rows, renamed out of the way of the new table until moved
+OLD_TABLE = "row_changes_old"  # an older store's rows, set aside (schema.set_older_aside) until moved
 MOVE_CHUNK = 20_000
 ROWS_PER_STATEMENT = 16
 INSERT = ("INSERT INTO row_changes (seq, txid, row_index, source, pk, before_row, after_row, end_pos, commit_time, "
@@ -41,16 +41,8 @@ def row_sources() -> Numbered:
     return Numbered("row_sources", SOURCE_COLUMNS)
 
 
-def set_old_rows_aside(conn: Connection, tables_sql: str) -> None:
-    """Before the schema is made: an older store's row_changes, with its sources' text in every row, renamed to
-    OLD_TABLE, so that the schema makes the new table beside it (`move_old_rows` then moves the rows)."""
-    tables = {t for (t,) in conn.execute(tables_sql)}
-    if "row_changes" in tables and OLD_TABLE not in tables and "schema_name" in columns(conn, "row_changes"):
-        conn.execute(f"ALTER TABLE row_changes RENAME TO {OLD_TABLE}")
-
-
 def move_old_rows(conn: Connection, tables_sql: str, sources: Numbered, insert_rows: InsertRows) -> int:
-    """The rows set aside moved into row_changes (same seq) and OLD_TABLE dropped, inside the caller's transaction;
+    """An older store's rows, set aside, moved into row_changes (same seq) and OLD_TABLE dropped, inside the caller's transaction;
     returns the rows moved. A packed value PostgreSQL kept as text moves as that text's bytes, which store.packing
     reads as the text it was."""
     if OLD_TABLE not in {t for (t,) in conn.execute(tables_sql)}:

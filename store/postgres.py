@@ -31,7 +31,7 @@ from oncewatch.core.config import PostgresTarget
 from oncewatch.store.errors import NotAStoreError, StoreError, StoreLockedError, StoreUnavailableError
 from oncewatch.store import engine_state, entities, journal
 from oncewatch.store.dialect import POSTGRES
-from oncewatch.store.schema import PACKED_COLUMNS, add_columns
+from oncewatch.store.schema import PACKED_COLUMNS, add_columns, set_older_aside
 
 APPLICATION_ID = 0x6F6E6377  # "oncw", as SQLite's application_id; also the advisory lock's key
 MARK_TABLE = "oncewatch_store"
@@ -140,7 +140,7 @@ def create(conn: PgConnection, schema: str) -> None:
     try:
         conn.execute("SELECT pg_advisory_xact_lock(?)", (APPLICATION_ID + 1,))
         if schema_mark(conn) != digest(schema):
-            journal.set_old_rows_aside(conn, POSTGRES.tables)
+            set_older_aside(conn, POSTGRES.tables)
             conn.executescript(schema)
             add_columns(conn)
             _bytea_packed(conn)

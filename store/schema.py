@@ -68,7 +68,13 @@ DROP INDEX IF EXISTS row_changes_table;
 -- event's rowid.
 CREATE TABLE IF NOT EXISTS entity_names (
     id INTEGER PRIMARY KEY,
-    name TEXT NOT NULL UNIQUE
+    prefix INTEGER NOT NULL,   -- entity_prefixes.id: the name up to its last ':' ('pk:shop.orders:', 'trade_no:')
+    rest TEXT NOT NULL,        -- the name after it
+    UNIQUE (rest, prefix)      -- rest first: a lookup of names reads by their rests
+);
+CREATE TABLE IF NOT EXISTS entity_prefixes (
+    id INTEGER PRIMARY KEY,
+    prefix TEXT NOT NULL UNIQUE
 );
 CREATE TABLE IF NOT EXISTS entity_entries (
     entity INTEGER NOT NULL,
@@ -226,6 +232,20 @@ PACKED_COLUMNS = (("row_changes", "before_row"), ("row_changes", "after_row"), (
 def columns(conn: Connection, table: str) -> set[str]:
     """The names of a table's columns (in SQLite or PostgreSQL)."""
     return {d[0] for d in conn.execute(f"SELECT * FROM {table} LIMIT 0").description}
+
+
+# Tables whose layout changed: (the table, a column only its older layout has, the name it is set aside under
+# until its rows are moved into the new one: store.journal, store.entities)
+RELAID = (("row_changes", "schema_name", "row_changes_old"), ("entity_names", "name", "entity_names_old"))
+
+
+def set_older_aside(conn: Connection, tables_sql: str) -> None:
+    """Before the schema is made: each table of RELAID still in its older layout renamed aside, so that the
+    schema makes the new one beside it."""
+    tables = {t for (t,) in conn.execute(tables_sql)}
+    for table, old_column, aside in RELAID:
+        if table in tables and aside not in tables and old_column in columns(conn, table):
+            conn.execute(f"ALTER TABLE {table} RENAME TO {aside}")
 
 
 def in_key_order(conn: Connection, table: str, key: str, start: tuple[Any, ...], chunk: int, more: str = ""

@@ -35,7 +35,7 @@ from oncewatch.store.files import MEMORY, create_private, make_dir, make_private
 from oncewatch.store.lock import MonitorLock
 from oncewatch.store.packing import Packer
 from oncewatch.store.dialect import POSTGRES, SQLITE, postgres_schema
-from oncewatch.store.schema import SCHEMA, add_columns, columns, connect, create
+from oncewatch.store.schema import SCHEMA, add_columns, columns, connect, create, set_older_aside
 
 POSTGRES_SCHEMA = postgres_schema(SCHEMA)
 COUNTED = ("row_changes", "events", "quarantine", "findings", "entity_names", "entity_entries", "series")
@@ -74,7 +74,7 @@ class Store:
         self.packer = Packer(self.conn)
         if not readonly:
             with said_full(target):
-                journal.set_old_rows_aside(self.conn, self.dialect.tables)
+                set_older_aside(self.conn, self.dialect.tables)
                 self.conn.executescript(SCHEMA)  # a store made by an older version gains the newer tables
                 with self.batch() as tx:
                     add_columns(self.conn)  # and the newer columns of its older tables

@@ -9,11 +9,12 @@ import pytest
 from devservices.samples import Shop, shipment
 from oncewatch.core.config import PostgresTarget
 from oncewatch.store import Store, queries, retention
+from oncewatch.store.entities import NAMES
 
 
 def filed(store: Store) -> list[tuple[str, int]]:
     return sorted(store.conn.execute(
-        "SELECT n.name, e.ref FROM entity_entries e JOIN entity_names n ON n.id = e.entity"))
+        f"SELECT p.prefix || n.rest, e.ref FROM {NAMES} JOIN entity_entries e ON e.entity = n.id"))
 
 
 @pytest.mark.parametrize("old", ["entity_index", "entity_refs"])
@@ -67,7 +68,7 @@ def test_the_entries_and_names_of_pruned_records_go_with_them(store_target) -> N
         tx.add_events([shop.event("shipment.created", 1000.0, order_no="T1")], [(0, "trade_no:T1")])
     assert retention.prune(store, 2000.0)["entity_index"] == 3
     assert filed(store) == [("pk:a:2", 2), ("trade_no:T1", 2)]
-    assert {n for (n,) in store.conn.execute("SELECT name FROM entity_names")} == {"pk:a:2", "trade_no:T1"}
+    assert {n for (n,) in store.conn.execute(f"SELECT p.prefix || n.rest FROM {NAMES}")} == {"pk:a:2", "trade_no:T1"}
     assert [r.after["shipment_id"] for r in queries.rows_by_entity(store, ["trade_no:T1"])["trade_no:T1"]] == ["S2"]
     with store.batch() as tx:  # a name whose records all went, met again: numbered anew, and found
         tx.add_row_changes(shop.tx(6000.0, shipment("S3", "T3")).rows, [(0, "pk:a:1")])
@@ -86,3 +87,32 @@ def test_names_numbered_in_a_transaction_rolled_back_are_numbered_again(store_ta
     assert filed(store) == [("pk:a:1", 1), ("trade_no:T1", 1)]
     assert store.count("entity_names") == 2
     store.close()
+
+
+def test_an_older_stores_names_whole_move_under_the_same_numbers(store_target) -> None:
+    """Issue 47: a store made before kept each name whole in entity_names; its first writer of this version keeps
+    each prefix once ('pk:shop.shipments:', 'trade_no:') and the rest beside its number, the entries untouched."""
+    shop, store = Shop(), Store(store_target)
+    with store.batch() as tx:
+        for i in range(5):
+            tx.add_row_changes(shop.tx(1000.0 + i, shipment(f"S{i}", f"T{i}")).rows,
+                               [(0, f"trade_no:T{i}"), (0, f"pk:shop.shipments:S{i}")])
+    want = filed(store)
+    names = store.conn.execute(f"SELECT n.id, p.prefix || n.rest FROM {NAMES}").fetchall()
+    store.conn.execute("DROP TABLE entity_names")
+    store.conn.execute("DELETE FROM entity_prefixes")
+    store.conn.execute("CREATE TABLE entity_names (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)")
+    store.conn.executemany("INSERT INTO entity_names (id, name) VALUES (?, ?)", names)
+    if isinstance(store_target, PostgresTarget):
+        store.conn.execute("UPDATE oncewatch_store SET schema_sha256 = 'made by an older version'")
+    store.close()
+    writer = Store(store_target)
+    assert filed(writer) == want and len(want) == 10
+    assert sorted(p for (p,) in writer.conn.execute("SELECT prefix FROM entity_prefixes")) == [
+        "pk:shop.shipments:", "trade_no:"]
+    assert [r.after["shipment_id"] for r in queries.timeline(writer, "T3").rows] == ["S3"]
+    with writer.batch() as tx:  # filed again: under the number it had
+        tx.add_row_changes(shop.tx(2000.0, shipment("S9", "T3")).rows, [(0, "trade_no:T3")])
+    assert writer.count("entity_names") == 10
+    assert len(queries.rows_by_entity(writer, ["trade_no:T3"])["trade_no:T3"]) == 2
+    writer.close()

@@ -17,6 +17,7 @@ from oncewatch.core.exact_json import to_json
 from oncewatch.core.records import EmittedEvent, QuarantinedRecord, QuarantinedRows
 from oncewatch.dashboards import metrics
 from oncewatch.store import Store
+from oncewatch.store.entities import NAMES
 
 PATHS = {"event_type": "type", "trade_no": "trade_no", "order_key": "order_no", "amount": "amount",
          "status": "status", "effect_id": "items.0.id"}
@@ -77,8 +78,8 @@ JSON_TEXTS = [
 def filed_events(store: Store) -> list[tuple[str, str]]:
     """(entity, the event's coordinates) of every event entry of the entity index."""
     return sorted((name, f"{t}/{p}@{o}") for name, t, p, o in store.conn.execute(
-        'SELECT n.name, e.topic, e.partition, e."offset" FROM entity_entries r JOIN entity_names n ON n.id = r.entity '
-        'JOIN events e ON e.rowid = -r.ref'))
+        f'SELECT p.prefix || n.rest, e.topic, e.partition, e."offset" FROM {NAMES} JOIN entity_entries r '
+        'ON r.entity = n.id JOIN events e ON e.rowid = -r.ref'))
 
 
 def test_json_events_round_trip_exactly_with_headers_keys_and_coordinates(store_target):
