@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from oncewatch.core.exact_json import from_json, to_json
 from oncewatch.store.dialect import Connection
 from oncewatch.store.numbered import Numbered
-from oncewatch.store.packing import ENGINE
+from oncewatch.store.packing import ENGINE, as_bytes
 from oncewatch.store.schema import in_key_order
 
 if TYPE_CHECKING:
@@ -98,14 +98,13 @@ def load(store: Store, hot: dict[str, int] | None = None, shard: int | None = No
 def move_old_entries(conn: Connection, tables_sql: str, spaces: Numbered, insert_rows: InsertRows) -> int:
     """An older store's `engine_entries` moved into `open_state` and dropped, inside the caller's transaction,
     MOVE_CHUNK entries at a time; returns the entries moved. `tables_sql`: the dialect's query of the store's
-    tables. A value PostgreSQL kept as text (before its column became bytea) moves as that text's bytes, which
-    store.packing reads as the text it was."""
+    tables."""
     if OLD_TABLE not in {t for (t,) in conn.execute(tables_sql)}:
         return 0
     moved = 0
     for rows in in_key_order(conn, OLD_TABLE, "space, key", ("", ""), MOVE_CHUNK, more="at, value"):
         insert_rows("INSERT INTO open_state (space, key, at, value) VALUES ", "(?, ?, ?, ?)", ENTRIES_PER_STATEMENT,
-                    [(spaces.number(conn, (space,)), from_json(key), at, value.encode() if isinstance(value, str) else value)
+                    [(spaces.number(conn, (space,)), from_json(key), at, as_bytes(value))
                      for space, key, at, value in rows], "")
         moved += len(rows)
     conn.execute(f"DROP TABLE {OLD_TABLE}")

@@ -22,14 +22,14 @@ from typing import Any, TypeVar
 from oncewatch.core.names import split_partition_key
 from oncewatch.store.dialect import Connection
 from oncewatch.store.numbered import Numbered
-from oncewatch.store.schema import in_key_order
+from oncewatch.store.schema import aside, in_key_order
 
 log = logging.getLogger(__name__)
 
 CHUNK = 500  # names or refs to a statement
 T = TypeVar("T")
 OLD_INDEXES = ("entity_index", "entity_refs")  # the name in every entry: (entity, kind, ref text), (entity, ref)
-OLD_NAMES = "entity_names_old"  # an older store's entity_names (id, name whole), set aside (schema.set_older_aside)
+OLD_NAMES = aside("entity_names")  # an older store's entity_names (id, name whole), set aside (schema.set_older_aside)
 MOVE_CHUNK = 50_000
 CACHED = 100_000  # names the writer keeps the numbers of (about 15 MiB); a name not kept is looked up
 # Batch.insert_rows: (head, one row's placeholders, rows per statement, rows, tail)

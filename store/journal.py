@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from oncewatch.store.dialect import Connection
 from oncewatch.store.numbered import Numbered
-from oncewatch.store.schema import columns, in_key_order
+from oncewatch.store.packing import as_bytes
+from oncewatch.store.schema import aside, columns, in_key_order
 
 if TYPE_CHECKING:
     from oncewatch.store.entities import InsertRows
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 
 SOURCE_COLUMNS = ("schema_name", "table_name", "op", "binlog_file", "commit_clock")
 ROW_CHANGES = "row_changes JOIN row_sources ON row_sources.id = row_changes.source"
-OLD_TABLE = "row_changes_old"  # an older store's rows, set aside (schema.set_older_aside) until moved
+OLD_TABLE = aside("row_changes")  # an older store's rows, set aside (schema.set_older_aside) until moved
 MOVE_CHUNK = 20_000
 ROWS_PER_STATEMENT = 16
 INSERT = ("INSERT INTO row_changes (seq, txid, row_index, source, pk, before_row, after_row, end_pos, commit_time, "
@@ -42,9 +43,8 @@ def row_sources() -> Numbered:
 
 
 def move_old_rows(conn: Connection, tables_sql: str, sources: Numbered, insert_rows: InsertRows) -> int:
-    """An older store's rows, set aside, moved into row_changes (same seq) and OLD_TABLE dropped, inside the caller's transaction;
-    returns the rows moved. A packed value PostgreSQL kept as text moves as that text's bytes, which store.packing
-    reads as the text it was."""
+    """An older store's rows, set aside, moved into row_changes (same seq) and OLD_TABLE dropped, inside the
+    caller's transaction; returns the rows moved."""
     if OLD_TABLE not in {t for (t,) in conn.execute(tables_sql)}:
         return 0
     moved = 0
@@ -52,17 +52,11 @@ def move_old_rows(conn: Connection, tables_sql: str, sources: Numbered, insert_r
             ("txid", "row_index", *SOURCE_COLUMNS, "pk", "before_row", "after_row", "end_pos", "commit_time",
              "snapshot"))):
         insert_rows(INSERT, ROW, ROWS_PER_STATEMENT,
-                    [(seq, txid, index, sources.number(conn, (schema, table, op, file, clock)), pk, _bytes(before),
-                      _bytes(after), pos, at, snapshot)
-                     for seq, txid, index, schema, table, op, file, clock, pk, before, after, pos, at, snapshot in rows],
-                    "")
+                    [(seq, txid, index, sources.number(conn, tuple(source)), pk, as_bytes(before), as_bytes(after), pos,
+                      at, snapshot) for seq, txid, index, *source, pk, before, after, pos, at, snapshot in rows], "")
         moved += len(rows)
     conn.execute(f"DROP TABLE {OLD_TABLE}")
     if moved:
         log.info("the row changes moved to their numbered sources", extra={"event": "row_changes_moved",
                                                                            "rows": moved})
     return moved
-
-
-def _bytes(value: str | bytes | None) -> bytes | None:
-    return value.encode() if isinstance(value, str) else value

@@ -36,6 +36,12 @@ RAW = 0
 MAX_DICTIONARIES = 31  # ids stay below any byte that starts JSON text
 
 
+def as_bytes(value: str | bytes | None) -> bytes | None:
+    """A packed column's value moved from an older table: text PostgreSQL kept before the column became bytea
+    moves as that text's bytes, which `unpack` reads as the text it was."""
+    return value.encode() if isinstance(value, str) else value
+
+
 class PackedValueError(StoreError):
     """A packed value the store cannot read back: its dictionary is missing, or its bytes are damaged."""
 

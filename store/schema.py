@@ -234,18 +234,23 @@ def columns(conn: Connection, table: str) -> set[str]:
     return {d[0] for d in conn.execute(f"SELECT * FROM {table} LIMIT 0").description}
 
 
-# Tables whose layout changed: (the table, a column only its older layout has, the name it is set aside under
-# until its rows are moved into the new one: store.journal, store.entities)
-RELAID = (("row_changes", "schema_name", "row_changes_old"), ("entity_names", "name", "entity_names_old"))
+# Tables whose layout changed: (the table, a column only its older layout has). Its older rows are set aside
+# until they are moved into the new one (store.journal, store.entities).
+RELAID = (("row_changes", "schema_name"), ("entity_names", "name"))
+
+
+def aside(table: str) -> str:
+    """The name a table of RELAID in its older layout is set aside under."""
+    return f"{table}_old"
 
 
 def set_older_aside(conn: Connection, tables_sql: str) -> None:
     """Before the schema is made: each table of RELAID still in its older layout renamed aside, so that the
     schema makes the new one beside it."""
     tables = {t for (t,) in conn.execute(tables_sql)}
-    for table, old_column, aside in RELAID:
-        if table in tables and aside not in tables and old_column in columns(conn, table):
-            conn.execute(f"ALTER TABLE {table} RENAME TO {aside}")
+    for table, old_column in RELAID:
+        if table in tables and aside(table) not in tables and old_column in columns(conn, table):
+            conn.execute(f"ALTER TABLE {table} RENAME TO {aside(table)}")
 
 
 def in_key_order(conn: Connection, table: str, key: str, start: tuple[Any, ...], chunk: int, more: str = ""
