@@ -149,7 +149,10 @@ def test_the_drilldown_of_each_rule_in_chromium(demo: DemoRun, shown: dict[str, 
         if queries.reading_of(entity):
             text = wait_for(narrow, ["Readings", f"{rule} {finding.name}", "Consumer-group lag"], 2)
             assert figure(text, "Readings") > 0
-            assert narrow.evaluate(DASHED) == 2  # the group's lag and spread, each with its threshold
+            # the group's lag and spread, each with its threshold, read as the Overview's are: a rerun just begun
+            # keeps the last run's charts beside the new ones for a moment (4 seen on a loaded fresh clone)
+            dashed = reading(lambda: narrow.evaluate(DASHED), 2)
+            assert dashed == 2, dashed
             assert entity.partition(":")[2] in text  # its lag per partition, as last polled
         else:
             text = wait_for(narrow, ["Row changes", "Kafka events", f"{rule} {finding.name}"], 1)
