@@ -163,7 +163,9 @@ class RemotePart:
                 if ahead != self._sent_ahead and self._send(("ahead", ahead)):
                     self._sent_ahead = ahead
             if not self._items.poll(0.1):
-                if not self._process.is_alive():
+                # a child writes everything before it ends, so once it has ended its last words are in the pipe: a
+                # failure sent just after the poll above gave up is the failure, not a death without a word
+                if not self._process.is_alive() and not self._items.poll(0):
                     raise self._died()
                 if time.monotonic() - life_at > STUCK_SECONDS:
                     raise self._stuck()

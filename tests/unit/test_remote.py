@@ -146,6 +146,42 @@ def test_a_failure_comes_after_everything_read_before_it_with_its_type_and_its_f
         part.close()
 
 
+class FirstPollTooSoon:
+    """The pipe from the child as a monitor saw it that polled a moment before the child's last message came."""
+
+    def __init__(self, conn: Any):
+        self.conn, self.polled = conn, False
+
+    def poll(self, timeout: float) -> bool:
+        if not self.polled:
+            self.polled = True
+            return False
+        return self.conn.poll(timeout)
+
+    def recv(self) -> Any:
+        return self.conn.recv()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def test_a_failure_sent_as_the_child_ends_is_that_failure_not_a_death_without_a_word() -> None:
+    """A child sends its failure, then ends (exit code 0). A monitor whose poll gave up just before the failure came
+    and that then found the process gone raised ReaderProcessDiedError, losing the failure's type and traceback
+    (test_under_fire on a loaded fresh clone: 'ended without a word (exit code 0)')."""
+    purged = BinlogPurgedError("the checkpoint's binlog is purged")
+    part = remote("counter", Counting(upto=0, fail=purged))
+    part.start()
+    try:
+        part._process.join(10)  # the child has sent its failure and ended
+        assert part._process.exitcode == 0
+        part._items = FirstPollTooSoon(part._items)
+        with pytest.raises(BinlogPurgedError, match="purged"):
+            next(part.items(threading.Event()))
+    finally:
+        part.close()
+
+
 def test_a_reader_whose_process_is_killed_fails_and_is_counted() -> None:
     failures: list[Any] = []
 
