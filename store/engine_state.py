@@ -18,21 +18,18 @@ before kept them in `engine_entries`; its first writer of this version moves the
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 from oncewatch.core.exact_json import from_json, to_json
 from oncewatch.store.dialect import Connection
 from oncewatch.store.numbered import Numbered
 from oncewatch.store.packing import ENGINE, as_bytes
-from oncewatch.store.schema import in_key_order
+from oncewatch.store.schema import move_rows
 
 if TYPE_CHECKING:
     from oncewatch.store.batch import Batch
     from oncewatch.store.entities import InsertRows
     from oncewatch.store.store import Store
-
-log = logging.getLogger(__name__)
 
 HEAD = "engine_head"
 ENTRIES_PER_STATEMENT = 50
@@ -83,13 +80,15 @@ def load(store: Store, hot: dict[str, int] | None = None, shard: int | None = No
     cold: dict[str, int] = {}
     for kind in head.get("dropped", {}):  # every space saved
         space = store.spaces.find(store.conn, (prefix + kind,))
-        rows: Any = []
-        if space is not None and kind in hot:
+        if space is None:  # no entry of it was ever saved
+            entries[kind] = []
+            continue
+        if kind in hot:
             rows = store.conn.execute("SELECT key, at, value FROM open_state WHERE space = ? "
                                       "ORDER BY at DESC LIMIT ?", (space, hot[kind])).fetchall()
             (total,), = store.conn.execute("SELECT COUNT(*) FROM open_state WHERE space = ?", (space,))
             cold[kind] = total - len(rows)
-        elif space is not None:
+        else:
             rows = store.conn.execute("SELECT key, at, value FROM open_state WHERE space = ?", (space,))
         entries[kind] = [[key, at, from_json(store.packer.unpack(value))] for key, at, value in rows]
     return {**head, "entries": entries, **({"cold": cold} if cold else {})}
@@ -101,17 +100,10 @@ def move_old_entries(conn: Connection, tables_sql: str, spaces: Numbered, insert
     tables."""
     if OLD_TABLE not in {t for (t,) in conn.execute(tables_sql)}:
         return 0
-    moved = 0
-    for rows in in_key_order(conn, OLD_TABLE, "space, key", ("", ""), MOVE_CHUNK, more="at, value"):
-        insert_rows("INSERT INTO open_state (space, key, at, value) VALUES ", "(?, ?, ?, ?)", ENTRIES_PER_STATEMENT,
-                    [(spaces.number(conn, (space,)), from_json(key), at, as_bytes(value))
-                     for space, key, at, value in rows], "")
-        moved += len(rows)
-    conn.execute(f"DROP TABLE {OLD_TABLE}")
-    if moved:
-        log.info("the engine's open state moved to its numbered table", extra={"event": "open_state_moved",
-                                                                                "entries": moved})
-    return moved
+    return move_rows(conn, OLD_TABLE, "space, key", ("", ""), MOVE_CHUNK, "at, value", lambda rows: insert_rows(
+        "INSERT INTO open_state (space, key, at, value) VALUES ", "(?, ?, ?, ?)", ENTRIES_PER_STATEMENT,
+        [(spaces.number(conn, (space,)), from_json(key), at, as_bytes(value)) for space, key, at, value in rows], ""),
+        "open_state_moved")
 
 
 class ColdEntries:

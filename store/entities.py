@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from oncewatch.core.names import split_partition_key
 from oncewatch.store.dialect import Connection
 from oncewatch.store.numbered import Numbered
-from oncewatch.store.schema import aside, in_key_order
+from oncewatch.store.schema import aside, in_key_order, move_rows
 
 log = logging.getLogger(__name__)
 
@@ -98,14 +98,16 @@ class EntityIds:
         if new:
             (last,), = conn.execute("SELECT COALESCE(MAX(id), 0) FROM entity_names")
             numbered = [(last + 1 + i, name) for i, name in enumerate(new)]
-            rows = []
-            for number, name in numbered:
-                prefix, rest = split_name(name)
-                rows.append((number, self.prefixes.number(conn, (prefix,)), rest))
-            insert_rows("INSERT INTO entity_names (id, prefix, rest) VALUES ", "(?,?,?)", 50, rows, "")
+            self.store_names(conn, numbered, insert_rows)
             for number, name in numbered:
                 out[name] = self.pending[name] = number
         return out
+
+    def store_names(self, conn: Connection, numbered: Iterable[tuple[int, str]], insert_rows: InsertRows) -> None:
+        """Each (number, name) stored in entity_names as the number, its prefix's number and the rest."""
+        rows = [(number, self.prefixes.number(conn, (prefix,)), rest)
+                for number, (prefix, rest) in ((number, split_name(name)) for number, name in numbered)]
+        insert_rows("INSERT INTO entity_names (id, prefix, rest) VALUES ", "(?,?,?)", 50, rows, "")
 
     def committed(self) -> None:
         self.known.update(self.pending)
@@ -201,15 +203,8 @@ def move_old_index(conn: Connection, tables_sql: str, ids: EntityIds, insert_row
 def _move_old_names(conn: Connection, ids: EntityIds, insert_rows: InsertRows) -> None:
     """An older store's names, whole in every row of entity_names (set aside as OLD_NAMES), moved under the same
     numbers, each as its prefix's number and the rest, and OLD_NAMES dropped."""
-    moved = 0
-    for rows in in_key_order(conn, OLD_NAMES, "id", (-1,), MOVE_CHUNK, more="name"):
-        insert_rows("INSERT INTO entity_names (id, prefix, rest) VALUES ", "(?,?,?)", 50,
-                    [(number, ids.prefixes.number(conn, (prefix,)), rest)
-                     for number, (prefix, rest) in ((number, split_name(name)) for number, name in rows)], "")
-        moved += len(rows)
-    conn.execute(f"DROP TABLE {OLD_NAMES}")
-    log.info("the entity index's names moved to their numbered prefixes", extra={"event": "entity_names_moved",
-                                                                                "names": moved})
+    move_rows(conn, OLD_NAMES, "id", (-1,), MOVE_CHUNK, "name",
+              lambda rows: ids.store_names(conn, rows, insert_rows), "entity_names_moved")
 
 
 def _entry(conn: Connection, row: tuple[Any, ...]) -> tuple[str, int] | None:

@@ -8,18 +8,15 @@ keeps its name, in an older store not moved yet (its writer not started since) t
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 from oncewatch.store.dialect import Connection
 from oncewatch.store.numbered import Numbered
 from oncewatch.store.packing import as_bytes
-from oncewatch.store.schema import aside, columns, in_key_order
+from oncewatch.store.schema import aside, columns, move_rows
 
 if TYPE_CHECKING:
     from oncewatch.store.entities import InsertRows
-
-log = logging.getLogger(__name__)
 
 SOURCE_COLUMNS = ("schema_name", "table_name", "op", "binlog_file", "commit_clock")
 ROW_CHANGES = "row_changes JOIN row_sources ON row_sources.id = row_changes.source"
@@ -47,16 +44,10 @@ def move_old_rows(conn: Connection, tables_sql: str, sources: Numbered, insert_r
     caller's transaction; returns the rows moved."""
     if OLD_TABLE not in {t for (t,) in conn.execute(tables_sql)}:
         return 0
-    moved = 0
-    for rows in in_key_order(conn, OLD_TABLE, "seq", (-1,), MOVE_CHUNK, more=", ".join(
-            ("txid", "row_index", *SOURCE_COLUMNS, "pk", "before_row", "after_row", "end_pos", "commit_time",
-             "snapshot"))):
-        insert_rows(INSERT, ROW, ROWS_PER_STATEMENT,
-                    [(seq, txid, index, sources.number(conn, tuple(source)), pk, as_bytes(before), as_bytes(after), pos,
-                      at, snapshot) for seq, txid, index, *source, pk, before, after, pos, at, snapshot in rows], "")
-        moved += len(rows)
-    conn.execute(f"DROP TABLE {OLD_TABLE}")
-    if moved:
-        log.info("the row changes moved to their numbered sources", extra={"event": "row_changes_moved",
-                                                                           "rows": moved})
-    return moved
+    more = ", ".join(("txid", "row_index", *SOURCE_COLUMNS, "pk", "before_row", "after_row", "end_pos", "commit_time",
+                      "snapshot"))
+    return move_rows(conn, OLD_TABLE, "seq", (-1,), MOVE_CHUNK, more, lambda rows: insert_rows(
+        INSERT, ROW, ROWS_PER_STATEMENT,
+        [(seq, txid, index, sources.number(conn, tuple(source)), pk, as_bytes(before), as_bytes(after), pos, at,
+          snapshot) for seq, txid, index, *source, pk, before, after, pos, at, snapshot in rows], ""),
+        "row_changes_moved")

@@ -139,11 +139,11 @@ def rows_by_entity(store: Store, entities: Iterable[str], per_entity: int = 50) 
                for entity, refs in entity_index.refs_of(store.conn, entities).items()}
     wanted = sorted({seq for seqs in seqs_of.values() for seq in seqs})
     by_seq: dict[int, RowChange] = {}
+    source = rows_from(store.conn)
     for i in range(0, len(wanted), 500):
         part = wanted[i:i + 500]
         by_seq.update((r[0], row_change_from_row(r[1:], store.packer.unpack)) for r in store.conn.execute(
-            f"SELECT seq, {ROW_CHANGE_COLUMNS} FROM {rows_from(store.conn)} WHERE seq IN ({','.join('?' * len(part))})",
-            part))
+            f"SELECT seq, {ROW_CHANGE_COLUMNS} FROM {source} WHERE seq IN ({','.join('?' * len(part))})", part))
     found = {entity: [by_seq[s] for s in seqs if s in by_seq] for entity, seqs in seqs_of.items()}
     return {entity: rows for entity, rows in found.items() if rows}
 

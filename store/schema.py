@@ -11,16 +11,19 @@ and would change a stranger's file.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from oncewatch.store.dialect import Connection
 from oncewatch.store.errors import NotAStoreError, StoreError
 from oncewatch.store.files import MEMORY, make_dir, said_full
+
+log = logging.getLogger(__name__)
 
 APPLICATION_ID = 0x6F6E6377  # "oncw"
 # Stores made before the mark are known by these tables; their next writer marks them.
@@ -262,6 +265,21 @@ def in_key_order(conn: Connection, table: str, key: str, start: tuple[Any, ...],
                                f"ORDER BY {key} LIMIT ?", (*after, chunk)).fetchall():
         after = tuple(rows[-1][:len(start)])
         yield rows
+
+
+def move_rows(conn: Connection, table: str, key: str, start: tuple[Any, ...], chunk: int, more: str,
+              insert: Callable[[list[tuple[Any, ...]]], None], moved_event: str) -> int:
+    """An older store's `table` moved row for row into its newer one and dropped, inside the caller's transaction:
+    each slice of `in_key_order` handed to `insert`; the rows moved are logged as `moved_event` and returned."""
+    moved = 0
+    for rows in in_key_order(conn, table, key, start, chunk, more):
+        insert(rows)
+        moved += len(rows)
+    conn.execute(f"DROP TABLE {table}")
+    if moved:
+        log.info("an older store's table moved to its newer layout", extra={"event": moved_event, "table": table,
+                                                                             "rows": moved})
+    return moved
 
 
 def add_columns(conn: Connection) -> None:
