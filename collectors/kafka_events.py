@@ -35,7 +35,7 @@ from oncewatch.collectors.kafka_formats import TopicParser
 from oncewatch.collectors.kafka_raw import UnreadableBatchError, failed_batch, unpack
 from oncewatch.core.config import KafkaConfig
 from oncewatch.core.names import UNPARSEABLE, partition_key, split_partition_key
-from oncewatch.core.protocol import EventBatch, Gap, KafkaEventsStatus
+from oncewatch.core.protocol import BrokerKnown, EndKnown, EventBatch, Gap, KafkaEventsStatus
 from oncewatch.core.records import EmittedEvent, PartitionStatus, QuarantinedRecord
 
 log = logging.getLogger("oncewatch.collectors.kafka_events")
@@ -150,23 +150,28 @@ class KafkaEventCollector:
     POLL_MS, POLL_RECORDS = 500, 2000  # of each poll `items` makes
 
     def __init__(self, cfg: KafkaConfig, positions: dict[str, int] | None = None,
-                 partitions: Collection[str] | None = None, known: dict[str, tuple[int, int | None]] | None = None,
+                 partitions: Collection[str] | None = None, known: BrokerKnown | None = None,
                  hold: Callable[[], Collection[str]] = frozenset):
         """`partitions` ("topic/partition"): read only those (a group's router reads what the group assigned it).
         `hold`: the partitions `items` leaves unread at each poll (read far past the binlog).
-        `known`: per partition the end and leader epoch a reader before this one last learned (`known()`), so that
-        a broker restarted since, which reports an end gone back or a new epoch, is seen as the reader before
-        would have seen it (a group's partitions change readers at every rebalance)."""
+        `known`: what a reader before this one knew of the broker (`known()`): the ends and leader epochs it
+        learned, the ends it held, how long they settle. A broker restarted since, which reports an end gone back
+        or a new epoch, or one that was away and is not settled yet, is then seen as the reader before would have
+        seen it: the same reader's process started again, the monitor's next run, a group's partition moved."""
         self.cfg = cfg
         self._only = None if partitions is None else frozenset(partitions)
         self._parsers = {t.name: TopicParser(t, cfg.max_record_bytes) for t in cfg.topics}
         start = {parse_tp_key(k): int(v) for k, v in (positions or {}).items()}
         self._s = _State(positions={tp: o for tp, o in start.items() if tp.topic in self._parsers})
-        for key, (end, epoch) in (known or {}).items():
+        known = known or BrokerKnown()
+        for key, end, epoch, held in known.ends:
             tp = parse_tp_key(key)
             self._s.ends[tp] = (end, 0.0)  # learned by another: it vouches for nothing here
             if epoch is not None:
                 self._s.epochs[tp] = epoch
+            if held is not None:
+                self._s.held[tp] = held
+        self._s.settle_until = known.settle_until
         self._first_run = not positions
         self._lock = threading.Lock()
         self._timeout_ms = int(cfg.request_timeout_seconds * 1000)
@@ -237,21 +242,26 @@ class KafkaEventCollector:
             parts = tuple(PartitionStatus(tp.topic, tp.partition, s.positions[tp],
                                           *s.ends.get(tp, (s.positions[tp], 0.0)))
                           for tp in sorted(self._assigned) if tp in s.positions)
-            held = tuple(tp_key(tp) for tp in sorted(s.held))
+            known = self._known()
             return KafkaEventsStatus(
-                connected=s.connected, state=_state(s, held), last_error=s.last_error,
-                disconnected_since=s.disconnected_since, reconnects=s.reconnects, records_read=s.records_read,
-                events_read=s.events_read, waiting_for=s.waiting_for, partitions=parts, gaps=tuple(s.gaps),
-                held=held, settle_until=s.settle_until)
+                connected=s.connected, state=_state(s, tuple(e.partition for e in known.ends if e.held is not None)),
+                last_error=s.last_error, disconnected_since=s.disconnected_since, reconnects=s.reconnects,
+                records_read=s.records_read, events_read=s.events_read, waiting_for=s.waiting_for, partitions=parts,
+                gaps=tuple(s.gaps), known=known)
 
     def positions(self) -> dict[str, int]:
         with self._lock:
             return {tp_key(tp): o for tp, o in sorted(self._s.positions.items())}
 
-    def known(self) -> dict[str, tuple[int, int | None]]:
-        """Per partition, the end and leader epoch last learned (for the reader after this one: `known`)."""
+    def known(self) -> BrokerKnown:
+        """What this reader knows of the broker, for the reader after it (`known`)."""
         with self._lock:
-            return {tp_key(tp): (end, self._s.epochs.get(tp)) for tp, (end, _) in sorted(self._s.ends.items())}
+            return self._known()
+
+    def _known(self) -> BrokerKnown:
+        s = self._s
+        return BrokerKnown(tuple(EndKnown(tp_key(tp), end, s.epochs.get(tp), s.held.get(tp))
+                                 for tp, (end, _) in sorted(s.ends.items())), s.settle_until)
 
     def caught_up(self, timeout_ms: int | None = None) -> bool:
         """True when, as of now, every partition of the configured topics has been read to its end.
@@ -490,17 +500,18 @@ class KafkaEventCollector:
         them); call with the lock held.
 
         An end vouches that every record produced before `at` is below it, unless the partition's leader is new
-        (another epoch) or its end went back: a broker killed and started again reports its partitions' high
-        watermark as it last saved it, seconds old, while records it had acknowledged lie above it, unread and
-        unreadable until the next record written there moves the watermark on. Such a partition's end is held:
-        its clock stays where it was before, until an end past the held one shows the broker has moved on.
+        (another epoch) or its end went back (the broker restarted, or a new leader): such a partition's end is held,
+        and the broker taken for away, its clock standing where it was before.
 
-        And after the broker was away (a reconnect, or a restart seen so), no end vouches for
-        `producer_delivery_seconds`: the shop's producers keep what they could not send meanwhile and append it
-        once the broker is back, stamped (CreateTime) as when it was sent, so an end learned just after the
-        outage does not cover what was stamped before it."""
+        After the broker was away (a reconnect, a restart seen so), no end vouches for `producer_delivery_seconds`:
+        the shop's producers keep what they could not send meanwhile and append it once the broker is back, stamped
+        (CreateTime) as when it was sent, so an end learned just after the outage does not cover what was stamped
+        before it. Once that time is up a held end vouches again, moved or not. It used to wait for an end past it,
+        for a broker restarted after SIGKILL was said to report the high watermark it last saved, with acknowledged
+        records above it unreadable until the next write; a Kafka 4 broker killed a second after acknowledging
+        3,000 records reported every end whole at once, and a partition nobody wrote to after the restart held the
+        Kafka clock, and an audit run's end, for good."""
         s = self._s
-        settling = at < s.settle_until
         for tp, epoch in (epochs or {}).items():
             if tp in ends and s.epochs.get(tp, epoch) != epoch:
                 self._hold(tp, ends[tp], f"new leader epoch {epoch}")
@@ -509,12 +520,10 @@ class KafkaEventCollector:
             known = s.ends.get(tp)
             if known is not None and end < known[0]:
                 self._hold(tp, end, f"end went back from {known[0]} to {end}")
-            held = s.held.get(tp)
-            if settling or held is not None and end <= held:
+            if at < s.settle_until:
                 s.ends[tp] = (end, known[1] if known is not None else 0.0)
                 continue
-            if held is not None:
-                del s.held[tp]
+            if (held := s.held.pop(tp, None)) is not None:
                 log.info("kafka partition's end vouched for again", extra={
                     "event": "kafka_end_released", "partition": tp_key(tp), "end": end, "held_at": held})
             s.ends[tp] = (end, at)
@@ -522,8 +531,8 @@ class KafkaEventCollector:
     def _hold(self, tp: TopicPartition, end: int, why: str) -> None:
         self._settle()
         if tp not in self._s.held:
-            log.warning("kafka partition's end not vouched for until a new record moves it: the broker may hold "
-                        "acknowledged records above it (restarted, or a new leader)", extra={
+            log.warning("kafka partition's end not vouched for until the producers may have sent what they kept: "
+                        "the broker restarted, or a new leader", extra={
                             "event": "kafka_end_held", "partition": tp_key(tp), "end": end, "why": why})
         self._s.held[tp] = max(end, self._s.held.get(tp, end))
 

@@ -50,6 +50,7 @@ CLOSE_REASONS = ("fixed", "false_positive", "accepted_risk", "duplicate")
 # Checkpoints: how far each input was read, written with what it produced.
 BINLOG_CHECKPOINT = "binlog"
 KAFKA_CHECKPOINT = "kafka_events"
+KAFKA_KNOWN_CHECKPOINT = "kafka_known"  # what the events reader knew of the broker (core.protocol.BrokerKnown)
 CDC_CHECKPOINT = "cdc"  # CDC mode: the change source's topic offsets (its GTID set is in BINLOG_CHECKPOINT)
 CDC_GTID_CHECKPOINT = "cdc_gtid"  # CDC check mode: the GTID set the CDC topics have delivered (the binlog's is apart)
 

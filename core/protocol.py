@@ -89,6 +89,27 @@ class Gap:
     at: float
 
 
+class EndKnown(NamedTuple):
+    """An events reader's last learned end of one partition ('topic/partition'), the partition's leader epoch then,
+    and the end it holds, not vouched for since the broker restarted (None when it holds none)."""
+
+    partition: str
+    end: int
+    epoch: int | None
+    held: int | None = None
+
+
+@dataclass(frozen=True)
+class BrokerKnown:
+    """What an events reader knew of the broker, handed to the reader after it: the same reader's process started
+    again, the monitor's next run (its checkpoint), a group's partition moved to another router. A broker that
+    restarted, or went away and came back, is then seen as the reader before would have seen it, not taken for a
+    broker whose ends vouch for everything stamped before they were learned (collectors.kafka_events._learn)."""
+
+    ends: tuple[EndKnown, ...] = ()
+    settle_until: float = 0.0  # the broker was away: no end vouches before this time
+
+
 @dataclass(frozen=True)
 class KafkaEventsStatus:
     """The events collector's (collectors.kafka_events), for the health row, /metrics and the pages. `state`
@@ -104,8 +125,12 @@ class KafkaEventsStatus:
     waiting_for: tuple[str, ...] = ()
     partitions: tuple[PartitionStatus, ...] = ()
     gaps: tuple[Gap, ...] = ()
-    held: tuple[str, ...] = ()  # partitions whose end is not vouched for since their broker restarted
-    settle_until: float = 0.0  # the broker was away: no end vouches before this time
+    known: BrokerKnown = BrokerKnown()  # the ends learned, their epochs, those held, and how long they settle
+
+    @property
+    def held(self) -> tuple[str, ...]:
+        """The partitions whose end is not vouched for since their broker restarted."""
+        return tuple(e.partition for e in self.known.ends if e.held is not None)
 
     @property
     def caught_up(self) -> bool:

@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 import msgspec
 
 from oncewatch.core.exact_json import JSON_DECODER, from_json, parse_exact_json, to_json
-from oncewatch.core.protocol import (BinlogStatus, BootstrapStatus, CdcStatus, ComponentHealth, GroupMemberHealth,
-                                     Health, KafkaEventsStatus, MonitorHealth, ReaderHealth, Status)
+from oncewatch.core.protocol import (BinlogStatus, BootstrapStatus, BrokerKnown, CdcStatus, ComponentHealth,
+                                     GroupMemberHealth, Health, KafkaEventsStatus, MonitorHealth, ReaderHealth, Status)
 from oncewatch.core.records import EmittedEvent, Evidence, Finding, OffsetsSnapshot, RowChange, TradeVerdict
 
 
@@ -24,6 +24,17 @@ def finding_from_row(row: sqlite3.Row | tuple) -> Finding:
                    summary=summary, first_seen=first_seen, last_seen=last_seen, resolved_at=resolved_at,
                    resolution=resolution,
                    evidence=tuple(Evidence(**e) for e in from_json(evidence)))
+
+
+def known_value(known: BrokerKnown) -> Any:
+    """A checkpoint's value of what an events reader knew of the broker: {"ends": [[partition, end, epoch, held]],
+    "settle_until": time}."""
+    return msgspec.to_builtins(known)
+
+
+def known_from_value(value: Any) -> BrokerKnown:
+    """The inverse of `known_value`."""
+    return msgspec.convert(value, BrokerKnown)
 
 
 EVENT_COLUMNS = 'topic, partition, "offset", timestamp_ms, timestamp_type, record_key, format, body'

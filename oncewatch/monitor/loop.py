@@ -209,8 +209,12 @@ class Monitor:
         return remote(BINLOG, PartSpec(BinlogCollector, (mysql, start), ahead_as="ahead"), ahead=self._binlog_ahead)
 
     def _events(self, kafka: KafkaConfig) -> Part:
+        """The events collector from the committed positions, told what the reader before it knew of the broker (the
+        last one of this run, or of the run before): one started while the broker is away or after it restarted
+        must not take the ends it learns first for ends that vouch for what the shop's producers still hold."""
         positions = dict(self.progress.kafka) or None
-        return remote(KAFKA_EVENTS, PartSpec(KafkaEventCollector, (kafka, positions), ahead_as="hold"),
+        return remote(KAFKA_EVENTS, PartSpec(KafkaEventCollector, (kafka, positions),
+                                             {"known": self.progress.kafka_known}, ahead_as="hold"),
                       ahead=self._kafka_ahead)
 
     def _cdc_copies(self, mysql: MySQLConfig, kafka: KafkaConfig, cdc: CdcConfig) -> Part:
@@ -219,10 +223,10 @@ class Monitor:
         return remote(CDC, PartSpec(CdcCollector, (mysql, kafka, cdc),
                                     {"positions": positions, "start_gtid": gtid, "copies": True}))
 
-    def _kafka_partitions(self) -> tuple[PartitionStatus, ...]:
+    def _kafka_status(self) -> KafkaEventsStatus | None:
         part = self.readers[KAFKA_EVENTS].part
         status = part.status() if part is not None else None
-        return status.partitions if isinstance(status, KafkaEventsStatus) else ()
+        return status if isinstance(status, KafkaEventsStatus) else None
 
     # -------------------------------------------------------------- main loop
 
@@ -240,7 +244,7 @@ class Monitor:
         self.writer.restore()
         close_metrics = metrics(self.cfg)
         self._configure_readers()
-        kafka_partitions = self._kafka_partitions if KAFKA_EVENTS in self.readers else None
+        kafka_status = self._kafka_status if KAFKA_EVENTS in self.readers else None
         for reader in self.readers.values():
             reader.start()
         last_health = last_series = last_clock = next_prune = next_budget = 0.0
@@ -254,7 +258,7 @@ class Monitor:
                     self.health.refresh(kafka=now - last_health >= HEALTH_SECONDS)
                     last_clock = now
                 if items or clock_due and (now - last_health >= HEALTH_SECONDS or self._verdict_due(now)):
-                    self.writer.apply([i for i in items if not isinstance(i, ReaderFailed)], kafka_partitions)
+                    self.writer.apply([i for i in items if not isinstance(i, ReaderFailed)], kafka_status)
                 for failure in failures:
                     if failure.fatal:
                         raise failure.error

@@ -36,12 +36,14 @@ from oncewatch.collectors.kafka_events import EventBatch
 from oncewatch.core.config import Config
 from oncewatch.core.gtids import gtid_set
 from oncewatch.core.names import (BINLOG_CHECKPOINT, BOOTSTRAP, CDC_CHECKPOINT, CDC_GTID_CHECKPOINT, ENGINE_STATS,
-                                  KAFKA_CHECKPOINT, partition_key)
+                                  KAFKA_CHECKPOINT, KAFKA_KNOWN_CHECKPOINT, partition_key)
+from oncewatch.core.protocol import BrokerKnown, KafkaEventsStatus
 from oncewatch.core.records import (BinlogPosition, CdcCopy, EmittedEvent, Finding, Heartbeat, Heartbeats,
-                                    OffsetsSnapshot, PartitionStatus, QuarantinedRecord, QuarantinedRows, RowChange,
+                                    OffsetsSnapshot, QuarantinedRecord, QuarantinedRows, RowChange,
                                     TradeVerdict, Transaction)
 from oncewatch.monitor.entities import EntityIndex
 from oncewatch.store import Batch, Store, engine_state, retention, reviews, verdicts
+from oncewatch.store.codec import known_from_value, known_value
 
 log = logging.getLogger("oncewatch.monitor.writer")
 
@@ -65,6 +67,7 @@ class Progress:
     cdc: dict[str, int] = field(default_factory=dict)  # CDC mode: the CDC topics' offsets taken in
     cdc_gtid: str = ""  # CDC check mode: the GTID set the CDC topics delivered (in source mode, `binlog`'s)
     kafka: dict[str, int] = field(default_factory=dict)  # likewise, partition key -> next offset
+    kafka_known: BrokerKnown | None = None  # what the events reader last knew of the broker, for the next reader
     offsets: OffsetsSnapshot | None = None  # the last offsets snapshot applied
     binlog_ends: list[BinlogEnd] = field(default_factory=list)  # the server's binlog ends probed, not yet applied
     bootstrapped_rows: int = 0  # rows of the watched tables applied by the bootstrap under way
@@ -111,6 +114,8 @@ class Writer:
         if saved_state is not None:
             self.engine.restore(saved_state)
         self.progress.kafka = self.store.checkpoint(KAFKA_CHECKPOINT) or {}
+        known = self.store.checkpoint(KAFKA_KNOWN_CHECKPOINT)
+        self.progress.kafka_known = known_from_value(known) if known is not None else None
         self.progress.cdc = self.store.checkpoint(CDC_CHECKPOINT) or {}
         self.progress.cdc_gtid = (self.store.checkpoint(CDC_GTID_CHECKPOINT) or {}).get("gtid", "")
         saved = self.store.checkpoint(BINLOG_CHECKPOINT)
@@ -138,10 +143,10 @@ class Writer:
 
     # -------------------------------------------------------------- batches
 
-    def apply(self, items: Iterable[Applied], kafka_partitions: Callable[[], Sequence[PartitionStatus]] | None) -> None:
+    def apply(self, items: Iterable[Applied], kafka_status: Callable[[], KafkaEventsStatus | None] | None) -> None:
         """`items` in order through the engine and a tick of its timer, in one store transaction (the engine's
         spilled state is read and dropped inside it), ending with a checkpoint when one is due (see above).
-        `kafka_partitions` gives the events collector's partitions (None without Kafka)."""
+        `kafka_status` gives the events collector's status, None while it has none (None without Kafka)."""
         p, u = self.progress, self.unsaved
         due = False
         with self.store.batch() as tx:
@@ -194,7 +199,7 @@ class Writer:
                 else:
                     self.engine.on_offsets(item)
                     p.offsets = item
-            self._tick(kafka_partitions)
+            self._tick(kafka_status)
             u.findings.extend(self.engine.drain())
             # drained every batch all the same: undrained, they would ride in every state delta
             u.verdicts.extend(self.engine.drain_verdicts())
@@ -225,17 +230,24 @@ class Writer:
         cdc = self.cfg.cdc
         return self.progress.binlog_time if cdc is not None and cdc.mode == "source" else now
 
-    def _tick(self, kafka_partitions: Callable[[], Sequence[PartitionStatus]] | None) -> None:
+    def _tick(self, kafka_status: Callable[[], KafkaEventsStatus | None] | None) -> None:
         now = time.time()
         p = self.progress
+        status = kafka_status() if kafka_status is not None else None
+        # Kept from a connected reader only: one starting again says nothing yet, and what the reader before it knew
+        # of the broker is what it was given (oncewatch.monitor.loop), checkpointed for the monitor's next run.
+        if status is not None and status.connected and status.known != p.kafka_known:
+            p.kafka_known = status.known
+            self.unsaved.checkpoints[KAFKA_KNOWN_CHECKPOINT] = known_value(status.known)
         if p.binlog_ends and p.binlog is not None:
             covered, p.binlog_ends = binlog_watermark(p.binlog_ends, gtid_set(p.binlog.gtid))
             p.binlog_time = max(p.binlog_time, covered or 0.0)
         binlog_time = max(self.caught_up_clock(now), p.binlog_time) if p.binlog_caught_up else p.binlog_time
-        if kafka_partitions is None or p.kafka_caught_up:
+        if kafka_status is None or p.kafka_caught_up:
             kafka_time = now
         else:
-            kafka_time = kafka_watermark(kafka_partitions(), p.kafka, p.newest_event_ms, p.kafka_time)
+            partitions = status.partitions if status is not None else ()
+            kafka_time = kafka_watermark(partitions, p.kafka, p.newest_event_ms, p.kafka_time)
         p.kafka_time = max(p.kafka_time, kafka_time)
         self.engine.tick(now, binlog_time, p.kafka_time)
 

@@ -10,9 +10,15 @@ and every finding's history in time order.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import signal
 import threading
 import time
+from pathlib import Path
+
+import pytest
 
 from devservices import broker
 from devservices.shop_monitor import findings, free_port, run_until_idle, shop_config, shop_settings
@@ -25,7 +31,16 @@ from .shop_monitor import IDLE, prepared
 DOWN_SECONDS = 2 * RULES["missing_event_grace_seconds"]  # the broker's absence, well past the grace
 
 
-def test_a_broker_killed_under_a_live_monitor_raises_no_finding_the_control_does_not(tmp_path):
+def reader_pid(log: Path, reader: str) -> int:
+    """The process id of the monitor's newest reader process named `reader`, from its log."""
+    pids = [line["pid"] for line in map(json.loads, log.read_text().splitlines())
+            if line.get("event") == "reader_process_started" and line.get("reader") == reader]
+    assert pids, f"no {reader} reader process in {log}"
+    return pids[-1]
+
+
+@pytest.mark.parametrize("reader_killed", [False, True], ids=["reader_kept", "reader_killed_meanwhile"])
+def test_a_broker_killed_under_a_live_monitor_raises_no_finding_the_control_does_not(tmp_path, reader_killed):
     live_dir, control_dir = tmp_path / "live", tmp_path / "control"
     live_dir.mkdir()
     control_dir.mkdir()
@@ -43,6 +58,10 @@ def test_a_broker_killed_under_a_live_monitor_raises_no_finding_the_control_does
         time.sleep(6)
         killed = broker.kafka_kill()
         assert killed, "the dev broker was not running"
+        if reader_killed:
+            # the reader's process that saw the broker go is not the one that sees it come back
+            time.sleep(1)
+            os.kill(reader_pid(tmp_path / "live.log", "kafka_events"), signal.SIGKILL)
         time.sleep(DOWN_SECONDS)
         broker.kafka_up()
         shop_run.join()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from oncewatch.core.protocol import (BinlogStatus, BootstrapStatus, CdcCounts, CdcStatus, ComponentHealth, Gap,
-                                     GroupMemberHealth, HealthRow, KafkaEventsStatus, MonitorHealth, ReaderHealth,
-                                     RoutersHealth, ShardHealth, Slo)
+from oncewatch.core.protocol import (BinlogStatus, BootstrapStatus, BrokerKnown, CdcCounts, CdcStatus, ComponentHealth,
+                                     EndKnown, Gap, GroupMemberHealth, HealthRow, KafkaEventsStatus, MonitorHealth,
+                                     ReaderHealth, RoutersHealth, ShardHealth, Slo)
 from oncewatch.core.records import (BinlogPosition, GroupOffsets, GroupPartition, OffsetsSnapshot, PartitionRange,
                                     PartitionStatus)
 from oncewatch.store import Store
@@ -24,8 +24,9 @@ VALUES = [
                               heartbeat_topic="__debezium-heartbeat.cdc", heartbeats_read=9, caught_up=True)),
     ComponentHealth(KafkaEventsStatus(connected=True, state="reading", reconnects=1, records_read=3, events_read=2,
                                       partitions=(PartitionStatus("events", 0, 5, 7, 1.5),),
-                                      gaps=(Gap("events", 0, 1, 4, "deleted", 2.0),), held=("events/0",),
-                                      settle_until=3.0), READER),
+                                      gaps=(Gap("events", 0, 1, 4, "deleted", 2.0),),
+                                      known=BrokerKnown((EndKnown("events/0", 7, 2, 6), EndKnown("events/1", 3, 2)),
+                                                        3.0)), READER),
     ComponentHealth(OffsetsSnapshot(1.0, "offsets: KafkaTimeoutError", (PartitionRange("events", 0, 0, 7),), (
         GroupOffsets("points", "Stable", (GroupPartition("events", 0, 5, 2, 0.25),
                                           GroupPartition("events", 1, None, None, None))),))),

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+from kafka import TopicPartition
+
 from oncewatch.checks.clocks import kafka_watermark
+from oncewatch.collectors.kafka_events import KafkaEventCollector
+from oncewatch.core.config import parse
+from oncewatch.core.protocol import BrokerKnown, EndKnown
 from oncewatch.core.records import PartitionStatus
+
+KAFKA = parse({"mysql": {"host": "127.0.0.1", "user": "oncewatch", "tables": ["shop.orders"]},
+               "kafka": {"bootstrap_servers": ["127.0.0.1:9092"],
+                         "topics": [{"name": "t", "format": "json", "required": []}]},
+               "store": {"path": ":memory:"}}).kafka
 
 
 def part(partition: int, end: int, end_at: float) -> PartitionStatus:
@@ -37,23 +47,36 @@ def test_a_reader_told_what_the_reader_before_it_learned_holds_an_end_gone_back_
     """A group's partitions change readers at every rebalance: a new reader of a broker restarted meanwhile must
     hold the stale end the broker reports, as the reader before it would have (the chaos soak's group raised 223
     false F7 when its new routers took such an end for a fresh one)."""
-    from kafka import TopicPartition
 
-    from oncewatch.collectors.kafka_events import KafkaEventCollector
-    from oncewatch.core.config import parse
-
-    kafka = parse({"mysql": {"host": "127.0.0.1", "user": "oncewatch", "tables": ["shop.orders"]},
-                   "kafka": {"bootstrap_servers": ["127.0.0.1:9092"],
-                             "topics": [{"name": "t", "format": "json", "required": []}]},
-                   "store": {"path": ":memory:"}}).kafka
     gone_back, fresh = TopicPartition("t", 0), TopicPartition("t", 1)
-    reader = KafkaEventCollector(kafka, {"t/0": 90, "t/1": 40}, {"t/0", "t/1"}, {"t/0": (120, 3), "t/1": (50, 3)})
+    reader = KafkaEventCollector(KAFKA, {"t/0": 90, "t/1": 40}, {"t/0", "t/1"},
+                                 BrokerKnown((EndKnown("t/0", 120, 3), EndKnown("t/1", 50, 3))))
     with reader._lock:
         reader._learn({gone_back: 100, fresh: 60}, 1000.0, {gone_back: 3, fresh: 3})
-    assert reader._s.ends == {gone_back: (100, 0.0), fresh: (60, 1000.0)}  # the end gone back vouches for nothing
+    # the end gone back says the broker restarted: no end vouches for now, the others' neither
+    assert reader._s.ends == {gone_back: (100, 0.0), fresh: (60, 0.0)}
     with reader._lock:
         reader._learn({fresh: 70}, 1001.0, {fresh: 4})  # a new leader: its end is held too
-        # past the held end, once the producers' delivery time after the outage is up, it vouches again
+    assert reader.status().held == ("t/0", "t/1")
+    with reader._lock:
+        # once the producers' delivery time after the outage is up, each vouches again, moved or not
         later = reader._s.settle_until + 1
         reader._learn({gone_back: 121, fresh: 70}, later, {gone_back: 3, fresh: 4})
-    assert reader._s.ends == {gone_back: (121, later), fresh: (70, 1000.0)}
+    assert reader._s.ends == {gone_back: (121, later), fresh: (70, later)} and not reader._s.held
+
+
+def test_a_reader_told_the_broker_was_away_lets_no_end_vouch_until_the_settle_time_and_keeps_the_ends_held():
+    """The reader before it saw the broker come back (or restart) and died while the producers might still send what
+    they kept: this one, its process started again, learns ends that vouch for nothing before that settle time, and
+    a held end stays held as long (test_broker_kill.py, the reader killed meanwhile)."""
+
+    held, free = TopicPartition("t", 0), TopicPartition("t", 1)
+    known = BrokerKnown((EndKnown("t/0", 40, 2, 40), EndKnown("t/1", 30, 2)), settle_until=2000.0)
+    reader = KafkaEventCollector(KAFKA, {"t/0": 40, "t/1": 30}, {"t/0", "t/1"}, known)
+    assert reader.known() == known and reader.status().held == ("t/0",)
+    with reader._lock:
+        reader._learn({held: 40, free: 35}, 1500.0, {held: 2, free: 2})
+    assert reader._s.ends == {held: (40, 0.0), free: (35, 0.0)} and reader.status().held == ("t/0",)  # settling
+    with reader._lock:
+        reader._learn({held: 40, free: 35}, 2001.0, {held: 2, free: 2})
+    assert reader._s.ends == {held: (40, 2001.0), free: (35, 2001.0)} and reader.status().held == ()  # settled

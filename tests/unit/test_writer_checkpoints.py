@@ -16,6 +16,7 @@ from oncewatch.checks.settings import Settings
 from oncewatch.core.config import load
 from oncewatch.core.exact_json import from_json, to_json
 from oncewatch.core.names import BINLOG_CHECKPOINT
+from oncewatch.core.protocol import BrokerKnown, EndKnown, KafkaEventsStatus
 from oncewatch.monitor.entities import EntityIndex
 from oncewatch.monitor.writer import Writer
 from oncewatch.store import Store, engine_state
@@ -104,4 +105,20 @@ def test_a_fragment_of_a_transaction_too_large_to_hold_is_saved_as_it_comes(tmp_
     writer.apply([fragment], None)
     assert saved(store) == (whole.position.gtid, 1, 0)
     assert store.checkpoint(BINLOG_CHECKPOINT)["within_rows"] == 1
+    store.close()
+
+
+def test_what_the_events_reader_knew_of_the_broker_is_kept_for_the_next_run_from_a_connected_reader_only(tmp_path):
+    """A monitor started again while the broker is away, or just after it restarted, gives its events reader what
+    the last reader knew (tests/integration/test_broker_kill.py): its ends, their epochs, those held, and how long
+    they settle. A reader starting again, not connected yet, has nothing to say and overwrites none of it."""
+    writer, store = writer_over(tmp_path / "store.db", checkpoint_seconds=0)
+    settling = BrokerKnown((EndKnown("events/0", 40, 2, 40), EndKnown("events/1", 7, 2)), settle_until=1_000.0)
+    shop = Shop()
+    writer.apply([shop.tx(100.0, order("O1", "pending"))], lambda: KafkaEventsStatus(connected=True, known=settling))
+    writer.apply([shop.tx(101.0, order("O2", "pending"))], lambda: KafkaEventsStatus(connected=False))
+    store.close()
+
+    restarted, store = writer_over(tmp_path / "store.db", checkpoint_seconds=0)
+    assert restarted.progress.kafka_known == settling
     store.close()

@@ -30,7 +30,7 @@ from oncewatch.collectors.kafka_client import connection
 from oncewatch.collectors.kafka_events import KafkaEventCollector, tp_key
 from oncewatch.core.config import Config
 from oncewatch.core.gtids import parse
-from oncewatch.core.protocol import RoutersStatus
+from oncewatch.core.protocol import BrokerKnown, EndKnown, RoutersStatus
 from oncewatch.core.records import Heartbeat, PartitionStatus, Transaction
 from oncewatch.monitor.group.membership import Rebalance, join
 from oncewatch.monitor.group.part import Failed, GroupPart
@@ -47,7 +47,7 @@ METADATA_MS = 5_000  # a topic made or grown is in the routers' assignment this 
 BATCH_BYTES = 256 * 1024
 # beside an event partition's position, the end and leader epoch its router last learned: the next router to read it
 # (after a rebalance, or this instance started again) holds its end back if the broker restarted meanwhile
-KNOWN = "{}#known"
+KNOWN = "{}#known"  # per partition [end, leader epoch, end held or null, settle until]; older stores: the first two
 # A partition whose mark has not moved for this long (read to below its end, or its end held) is said so in the log
 # (once, until it moves again): every judge's Kafka clock waits for it.
 HELD_SECONDS = 60.0
@@ -247,6 +247,13 @@ class ChangeRouter(GroupPart):
                                 "event": "change_source_position_refused", "refused": self.stale})
 
 
+def known_of(stored: dict[str, list[Any]]) -> BrokerKnown:
+    """What the routers before this one knew of the broker's partitions, from each one's KNOWN: a router's settle
+    time is its reader's, the same on each of its partitions."""
+    return BrokerKnown(tuple(EndKnown(p, k[0], k[1], k[2] if len(k) > 2 else None) for p, k in sorted(stored.items())),
+                       max((k[3] for k in stored.values() if len(k) > 3), default=0.0))
+
+
 class EventRouter:
     """The event partitions this instance was assigned, read from their stored positions by a collector `start`
     makes; driven by the routers' thread (`poll`, `mark`), closed by `stop`."""
@@ -260,17 +267,16 @@ class EventRouter:
         self.router = Router(settings, cfg.group.shards)
         self.newest_ms: dict[str, int] = {}
         self.quarantined: list[Any] = []
-        self.stored: tuple[dict[str, int], dict[str, tuple[int, int | None]]] | None = None  # positions, known
+        self.stored: tuple[dict[str, int], BrokerKnown] | None = None  # positions, known
         self.standing: dict[str, Standing] = {}  # partition -> its mark
 
     def start(self) -> None:
         assert self.cfg.kafka is not None
         stored = {p: source_position(self.store, p) for p in self.partitions}
-        known = {p: source_position(self.store, KNOWN.format(p)) for p in self.partitions}
+        known = {p: k for p in self.partitions if (k := source_position(self.store, KNOWN.format(p))) is not None}
         self.collector = KafkaEventCollector(self.cfg.kafka,
                                              {p: o for p, o in stored.items() if o is not None} or None,
-                                             self.partitions,
-                                             {p: (k[0], k[1]) for p, k in known.items() if k is not None})
+                                             self.partitions, known_of(known))
         self.collector.start()
 
     def poll(self) -> None:
@@ -303,8 +309,8 @@ class EventRouter:
         with self.store.batch() as tx:
             for key, offset in positions.items():
                 save_source_position(tx, key, offset)
-            for key, (end, epoch) in known.items():
-                save_source_position(tx, KNOWN.format(key), [end, epoch])
+            for key, end, epoch, held in known.ends:
+                save_source_position(tx, KNOWN.format(key), [end, epoch, held, known.settle_until])
             tx.add_quarantined(self.quarantined)
         self.quarantined, self.stored = [], (positions, known)
 
