@@ -14,6 +14,7 @@ from oncewatch.store.codec import EVENT_COLUMNS, FINDING_COLUMNS, event_body, he
 from oncewatch.store import entities as entities_index
 from oncewatch.store import journal
 from oncewatch.store.dialect import Connection, Dialect
+from oncewatch.store.engine_state import Spaces
 from oncewatch.store.numbered import Numbered
 from oncewatch.store.packing import EVENT, ROW, Packer
 
@@ -30,7 +31,7 @@ class Batch:
     """Writes inside one store transaction; obtained from `Store.batch()`."""
 
     def __init__(self, conn: Connection, dialect: Dialect, packer: Packer, entity_ids: entities_index.EntityIds,
-                 spaces: Numbered, sources: Numbered):
+                 spaces: Spaces, sources: Numbered):
         self.conn = conn
         self.dialect = dialect
         self.packer = packer

@@ -11,9 +11,12 @@ by key need not stay whole in memory: `ColdEntries` reads a missed key back from
 drops entries by age, on the writer's own connection, so inside its transaction
 (checks.horizon explains the spilling).
 
-A row holds its space's number (`open_state_spaces`, store.numbered) and the engine's key as it is: the name and the
-key as JSON text took 41 bytes more a record read, twice each with the index by age (issue 47). A store made
-before kept them in `engine_entries`; its first writer of this version moves them (`move_old_entries`).
+A row holds its space's number (`open_state_spaces`, store.numbered), and the engine's key cut after its last
+separator: the number of the part up to there (`open_state_prefixes`: an announced key's topic and event type, an
+effect's table) and the rest. The space's name and the key as JSON text in every row took 41 bytes more a record
+read, the keys' prefixes 40 more, each twice with the index by age (issue 47). Stores made before kept them in
+`engine_entries`, then with the keys whole in `open_state`; their first writer of this version moves them
+(`move_old_entries`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from oncewatch.core.exact_json import from_json, to_json
 from oncewatch.store.dialect import Connection
 from oncewatch.store.numbered import Numbered
 from oncewatch.store.packing import ENGINE, as_bytes
-from oncewatch.store.schema import move_rows
+from oncewatch.store.schema import aside, move_rows
 
 if TYPE_CHECKING:
     from oncewatch.store.batch import Batch
@@ -33,13 +36,44 @@ if TYPE_CHECKING:
 
 HEAD = "engine_head"
 ENTRIES_PER_STATEMENT = 50
-OLD_TABLE = "engine_entries"  # (space name, key as JSON text, at, value), before the spaces were numbered
+OLD_TABLES = ("engine_entries",  # (space name, key as JSON text, at, value), before the spaces were numbered
+              aside("open_state"))  # (space, key whole, at, value), before the keys' prefixes were
 MOVE_CHUNK = 50_000
+SEPARATOR = "\x1f"  # between the parts of the engine's keys (checks.announcements, checks.verdicts)
+INSERT = "INSERT INTO open_state (space, prefix, rest, at, value) VALUES "
+ROW = "(?, ?, ?, ?, ?)"
 
 
-def spaces() -> Numbered:
-    """The numbers of the spaces' names (a name is a 1-tuple)."""
-    return Numbered("open_state_spaces", ("name",))
+class Spaces(Numbered):
+    """The numbers of the spaces' names (a name is a 1-tuple), and of the prefixes of their keys (`prefixes`)."""
+
+    def __init__(self) -> None:
+        super().__init__("open_state_spaces", ("name",))
+        self.prefixes = Numbered("open_state_prefixes", ("prefix",))
+
+    def cut(self, conn: Connection, key: str) -> tuple[int, str]:
+        """(the number of `key`'s prefix, given it if it has none, its rest)."""
+        prefix, rest = split_key(key)
+        return self.prefixes.number(conn, (prefix,)), rest
+
+    def keys(self, conn: Connection, rows: list[tuple[Any, ...]]) -> list[Any]:
+        """Rows (prefix number, rest, *more) with their keys whole: (key, *more)."""
+        texts = self.prefixes.values_of(conn, {prefix for prefix, *_ in rows})
+        return [(texts[prefix][0] + rest, *more) for prefix, rest, *more in rows]
+
+    def committed(self) -> None:
+        super().committed()
+        self.prefixes.committed()
+
+    def rolled_back(self) -> None:
+        super().rolled_back()
+        self.prefixes.rolled_back()
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """(prefix, rest) of an engine's key: the prefix up to its last separator, '' when it has none."""
+    cut = key.rfind(SEPARATOR) + 1
+    return key[:cut], key[cut:]
 
 
 def _names(shard: int | None) -> tuple[str, str]:
@@ -50,21 +84,26 @@ def _names(shard: int | None) -> tuple[str, str]:
 def save(tx: Batch, delta: dict[str, Any], shard: int | None = None) -> None:
     """Apply one `state_delta()` inside the caller's store transaction (`shard`: a group's shard's engine)."""
     head, prefix = _names(shard)
+    spaces = tx.spaces
     for name, change in delta["changes"].items():
-        space = tx.spaces.number(tx.conn, (prefix + name,))
+        space = spaces.number(tx.conn, (prefix + name,))
         if change["full"]:
             tx.conn.execute("DELETE FROM open_state WHERE space = ?", (space,))
         # many rows to a statement: PostgreSQL runs an executemany one statement a row
-        tx.insert_rows("INSERT INTO open_state (space, key, at, value) VALUES ", "(?, ?, ?, ?)",
-                       ENTRIES_PER_STATEMENT,
-                       [(space, k, t, tx.packer.pack(ENGINE, to_json(v, sort_keys=False)))
+        tx.insert_rows(INSERT, ROW, ENTRIES_PER_STATEMENT,
+                       [(space, *spaces.cut(tx.conn, k), t, tx.packer.pack(ENGINE, to_json(v, sort_keys=False)))
                         for k, t, v in change["put"]],
-                       " ON CONFLICT(space, key) DO UPDATE SET at = excluded.at, value = excluded.value")
-        gone = change["gone"]
-        for i in range(0, len(gone), ENTRIES_PER_STATEMENT):
-            chunk = gone[i:i + ENTRIES_PER_STATEMENT]
-            tx.conn.execute(f"DELETE FROM open_state WHERE space = ? AND key IN ({','.join('?' * len(chunk))})",
-                            (space, *chunk))
+                       " ON CONFLICT(space, prefix, rest) DO UPDATE SET at = excluded.at, value = excluded.value")
+        by_prefix: dict[str, list[str]] = {}
+        for key in change["gone"]:
+            key_prefix, rest = split_key(key)
+            by_prefix.setdefault(key_prefix, []).append(rest)
+        for key_prefix, rests in by_prefix.items():
+            number = spaces.prefixes.find(tx.conn, (key_prefix,))
+            for i in range(0, len(rests) if number is not None else 0, ENTRIES_PER_STATEMENT):
+                chunk = rests[i:i + ENTRIES_PER_STATEMENT]
+                tx.conn.execute(f"DELETE FROM open_state WHERE space = ? AND prefix = ? AND rest IN "
+                                f"({','.join('?' * len(chunk))})", (space, number, *chunk))
     tx.set_state(head, {k: v for k, v in delta.items() if k != "changes"})
 
 
@@ -84,26 +123,33 @@ def load(store: Store, hot: dict[str, int] | None = None, shard: int | None = No
             entries[kind] = []
             continue
         if kind in hot:
-            rows = store.conn.execute("SELECT key, at, value FROM open_state WHERE space = ? "
+            rows = store.conn.execute("SELECT prefix, rest, at, value FROM open_state WHERE space = ? "
                                       "ORDER BY at DESC LIMIT ?", (space, hot[kind])).fetchall()
             (total,), = store.conn.execute("SELECT COUNT(*) FROM open_state WHERE space = ?", (space,))
             cold[kind] = total - len(rows)
         else:
-            rows = store.conn.execute("SELECT key, at, value FROM open_state WHERE space = ?", (space,))
-        entries[kind] = [[key, at, from_json(store.packer.unpack(value))] for key, at, value in rows]
+            rows = store.conn.execute("SELECT prefix, rest, at, value FROM open_state WHERE space = ?",
+                                      (space,)).fetchall()
+        entries[kind] = [[key, at, from_json(store.packer.unpack(value))]
+                         for key, at, value in store.spaces.keys(store.conn, rows)]
     return {**head, "entries": entries, **({"cold": cold} if cold else {})}
 
 
-def move_old_entries(conn: Connection, tables_sql: str, spaces: Numbered, insert_rows: InsertRows) -> int:
-    """An older store's `engine_entries` moved into `open_state` and dropped, inside the caller's transaction,
+def move_old_entries(conn: Connection, tables_sql: str, spaces: Spaces, insert_rows: InsertRows) -> int:
+    """An older store's entries (OLD_TABLES) moved into `open_state` and dropped, inside the caller's transaction,
     MOVE_CHUNK entries at a time; returns the entries moved. `tables_sql`: the dialect's query of the store's
     tables."""
-    if OLD_TABLE not in {t for (t,) in conn.execute(tables_sql)}:
-        return 0
-    return move_rows(conn, OLD_TABLE, "space, key", ("", ""), MOVE_CHUNK, "at, value", lambda rows: insert_rows(
-        "INSERT INTO open_state (space, key, at, value) VALUES ", "(?, ?, ?, ?)", ENTRIES_PER_STATEMENT,
-        [(spaces.number(conn, (space,)), from_json(key), at, as_bytes(value)) for space, key, at, value in rows], ""),
-        "open_state_moved")
+    tables = {t for (t,) in conn.execute(tables_sql)}
+    moved = 0
+    # engine_entries: the space by name, the key as JSON text; open_state set aside: the space by number, the key whole
+    for table, start, space_of, key_of in ((OLD_TABLES[0], ("", ""), lambda name: spaces.number(conn, (name,)),
+                                            from_json), (OLD_TABLES[1], (-1, ""), int, str)):
+        if table in tables:
+            moved += move_rows(conn, table, "space, key", start, MOVE_CHUNK, "at, value", lambda rows: insert_rows(
+                INSERT, ROW, ENTRIES_PER_STATEMENT, [(space_of(space), *spaces.cut(conn, key_of(key)), at,
+                                                      as_bytes(value)) for space, key, at, value in rows], ""),
+                "open_state_moved")
+    return moved
 
 
 class ColdEntries:
@@ -116,20 +162,23 @@ class ColdEntries:
 
     def get(self, space: str, key: str) -> tuple[float, Any] | None:
         number = self.spaces.find(self.conn, (space,))
-        row = None if number is None else self.conn.execute(
-            "SELECT at, value FROM open_state WHERE space = ? AND key = ?", (number, key)).fetchone()
+        prefix, rest = split_key(key)
+        prefix_number = self.spaces.prefixes.find(self.conn, (prefix,))
+        row = None if number is None or prefix_number is None else self.conn.execute(
+            "SELECT at, value FROM open_state WHERE space = ? AND prefix = ? AND rest = ?",
+            (number, prefix_number, rest)).fetchone()
         return None if row is None else (row[0], from_json(self.unpack(row[1])))
 
     def drop_before(self, space: str, cutoff: float) -> list[str]:
         number = self.spaces.find(self.conn, (space,))
         return [] if number is None else self._keys(self.conn.execute(
-            "DELETE FROM open_state WHERE space = ? AND at < ? RETURNING key", (number, cutoff)))
+            "DELETE FROM open_state WHERE space = ? AND at < ? RETURNING prefix, rest", (number, cutoff)))
 
     def drop_oldest(self, space: str, n: int) -> list[str]:
         number = self.spaces.find(self.conn, (space,))
         return [] if number is None else self._keys(self.conn.execute(
-            "DELETE FROM open_state WHERE space = ? AND key IN (SELECT key FROM open_state WHERE space = ? "
-            "ORDER BY at LIMIT ?) RETURNING key", (number, number, n)))
+            "DELETE FROM open_state WHERE space = ? AND (prefix, rest) IN (SELECT prefix, rest FROM open_state "
+            "WHERE space = ? ORDER BY at LIMIT ?) RETURNING prefix, rest", (number, number, n)))
 
     def drop_all(self, space: str) -> None:
         number = self.spaces.find(self.conn, (space,))
@@ -139,8 +188,7 @@ class ColdEntries:
     def keys(self, space: str) -> list[str]:
         number = self.spaces.find(self.conn, (space,))
         return [] if number is None else self._keys(self.conn.execute(
-            "SELECT key FROM open_state WHERE space = ?", (number,)))
+            "SELECT prefix, rest FROM open_state WHERE space = ?", (number,)))
 
-    @staticmethod
-    def _keys(cursor: Any) -> list[str]:
-        return [key for (key,) in cursor.fetchall()]
+    def _keys(self, cursor: Any) -> list[str]:
+        return [key for (key,) in self.spaces.keys(self.conn, cursor.fetchall())]

@@ -22,6 +22,7 @@ class Numbered:
 
     def __init__(self, table: str, columns: tuple[str, ...]):
         self.table = table
+        self.columns = columns
         self.known: dict[tuple[Any, ...], int] = {}
         self.pending: dict[tuple[Any, ...], int] = {}
         match = " AND ".join(f"{c} = ?" for c in columns)
@@ -51,6 +52,16 @@ class Numbered:
                 number = self.pending[value] = row[0]
         raise StoreError(f"no number for {value!r} in {self.table} after {TRIES} tries: other writers of the store "
                          f"took each one first; start the monitor again")
+
+    def values_of(self, conn: Connection, numbers: set[int]) -> dict[int, tuple[Any, ...]]:
+        """The value of each of `numbers` (each one given, in this transaction or before)."""
+        out = {n: v for values in (self.known, self.pending) for v, n in values.items() if n in numbers}
+        if missing := sorted(numbers - out.keys()):
+            for number, *value in conn.execute(f"SELECT id, {', '.join(self.columns)} FROM {self.table} WHERE id IN "
+                                               f"({','.join('?' * len(missing))})", missing):
+                self.known[tuple(value)] = number
+                out[number] = tuple(value)
+        return out
 
     def committed(self) -> None:
         self.known.update(self.pending)

@@ -188,19 +188,26 @@ CREATE TABLE IF NOT EXISTS series (
     value REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS series_name_at ON series (name, at);
--- The engine's open state, an entry a row (store.engine_state): each space's name once, under a number.
+-- The engine's open state, an entry a row (store.engine_state): each space's name once, under a number, and the
+-- prefixes of the engine's keys (up to their last separator: an announced key's topic and event type) likewise.
 CREATE TABLE IF NOT EXISTS open_state_spaces (
     id INTEGER PRIMARY KEY,
     name TEXT NOT NULL UNIQUE
 );
+CREATE TABLE IF NOT EXISTS open_state_prefixes (
+    id INTEGER PRIMARY KEY,
+    prefix TEXT NOT NULL UNIQUE
+);
 CREATE TABLE IF NOT EXISTS open_state (
     space INTEGER NOT NULL,    -- open_state_spaces.id
-    key TEXT NOT NULL,         -- the engine's key as it is (not JSON: its separators took 6 bytes each there)
+    prefix INTEGER NOT NULL,   -- open_state_prefixes.id
+    rest TEXT NOT NULL,        -- the engine's key after its prefix, as it is (not JSON)
     at REAL NOT NULL,
     value BLOB NOT NULL,
-    PRIMARY KEY (space, key)
+    PRIMARY KEY (space, prefix, rest)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS open_state_at ON open_state (space, at);
+-- by age: what the horizon drops (an older layout's index, open_state_at, goes with its table when it is moved)
+CREATE INDEX IF NOT EXISTS open_state_age ON open_state (space, at);
 -- The zstd dictionaries packed values need (store.packing): never changed, never deleted.
 CREATE TABLE IF NOT EXISTS dictionaries (
     id INTEGER PRIMARY KEY,
@@ -239,7 +246,7 @@ def columns(conn: Connection, table: str) -> set[str]:
 
 # Tables whose layout changed: (the table, a column only its older layout has). Its older rows are set aside
 # until they are moved into the new one (store.journal, store.entities).
-RELAID = (("row_changes", "schema_name"), ("entity_names", "name"))
+RELAID = (("row_changes", "schema_name"), ("entity_names", "name"), ("open_state", "key"))
 
 
 def aside(table: str) -> str:

@@ -51,7 +51,7 @@ class Store:
         self._lock = threading.Lock()
         self.packer: Packer
         self.entity_ids = entities.EntityIds()
-        self.spaces = engine_state.spaces()
+        self.spaces = engine_state.Spaces()
         self.sources = journal.row_sources()
         self._held = held
         if isinstance(target, PostgresTarget):

@@ -95,9 +95,11 @@ def test_spilled_spaces_keep_their_newest_entries_in_memory_and_the_rest_in_the_
     assert left == 0
 
 
-def test_an_older_stores_entries_move_to_the_numbered_table_and_load_as_they_were(store_target):
-    """Issue 47: a store made before kept each entry's space by name and its key as JSON text (`engine_entries`);
-    its first writer of this version moves them, and the engine loads the same state."""
+@pytest.mark.parametrize("older", ["engine_entries", "open_state_keys_whole"])
+def test_an_older_stores_entries_move_to_the_numbered_table_and_load_as_they_were(store_target, older):
+    """Issue 47: stores made before kept each entry's space by name and its key as JSON text (`engine_entries`), then
+    the space by number and the key whole (`open_state` with a column `key`); their first writer of this version
+    moves them, and the engine loads the same state."""
     settings = shop_settings()
     engine = Engine(settings)
     store = Store(store_target)
@@ -108,22 +110,33 @@ def test_an_older_stores_entries_move_to_the_numbered_table_and_load_as_they_wer
         engine_state.save(tx, engine.state_delta())
     want = canonical(engine_state.load(store))
     # the entries as a version before kept them
-    rows = store.conn.execute("SELECT n.name, s.key, s.at, s.value FROM open_state s "
-                              "JOIN open_state_spaces n ON n.id = s.space").fetchall()
-    postgres = isinstance(store_target, PostgresTarget)
-    store.conn.execute(f"CREATE TABLE engine_entries (space TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL, "
-                       f"value {'BYTEA' if postgres else 'BLOB'} NOT NULL, PRIMARY KEY (space, key))")
-    store.conn.executemany("INSERT INTO engine_entries VALUES (?, ?, ?, ?)",
-                           [(name, to_json(key), at, value) for name, key, at, value in rows])
-    store.conn.execute("DELETE FROM open_state")
-    store.conn.execute("DELETE FROM open_state_spaces")
-    if postgres:
+    rows = store.conn.execute("SELECT s.space, n.name, p.prefix || s.rest, s.at, s.value FROM open_state s "
+                              "JOIN open_state_spaces n ON n.id = s.space "
+                              "JOIN open_state_prefixes p ON p.id = s.prefix").fetchall()
+    blob = "BYTEA" if isinstance(store_target, PostgresTarget) else "BLOB"
+    store.conn.execute("DROP TABLE open_state")
+    store.conn.execute("DELETE FROM open_state_prefixes")
+    if older == "engine_entries":
+        store.conn.execute(f"CREATE TABLE engine_entries (space TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL, "
+                           f"value {blob} NOT NULL, PRIMARY KEY (space, key))")
+        store.conn.executemany("INSERT INTO engine_entries VALUES (?, ?, ?, ?)",
+                               [(name, to_json(key), at, value) for _, name, key, at, value in rows])
+        store.conn.execute("DELETE FROM open_state_spaces")
+    else:
+        store.conn.execute(f"CREATE TABLE open_state (space INTEGER NOT NULL, key TEXT NOT NULL, at REAL NOT NULL, "
+                           f"value {blob} NOT NULL, PRIMARY KEY (space, key))")
+        store.conn.execute("CREATE INDEX open_state_at ON open_state (space, at)")
+        store.conn.executemany("INSERT INTO open_state VALUES (?, ?, ?, ?)",
+                               [(space, key, at, value) for space, _, key, at, value in rows])
+    if isinstance(store_target, PostgresTarget):
         store.conn.execute("UPDATE oncewatch_store SET schema_sha256 = 'made by an older version'")
     store.close()
-    assert len(rows) > 100 and any("\x1f" in key for _, key, _, _ in rows)
+    assert len(rows) > 100 and any("\x1f" in key for _, _, key, _, _ in rows)
     writer = Store(store_target)
-    assert "engine_entries" not in {t for (t,) in writer.conn.execute(writer.dialect.tables)}
+    tables = {t for (t,) in writer.conn.execute(writer.dialect.tables)}
+    assert not tables & {"engine_entries", "open_state_old"}
     assert writer.conn.execute("SELECT COUNT(*) FROM open_state").fetchone()[0] == len(rows)
+    assert writer.conn.execute("SELECT COUNT(*) FROM open_state_prefixes").fetchone()[0] < len(rows) / 10
     assert canonical(engine_state.load(writer)) == want
     writer.close()
 
