@@ -23,10 +23,16 @@ def context() -> multiprocessing.context.BaseContext:
     return forkserver
 
 
+def pid() -> int | None:
+    """The forkserver's process id while it runs, None before it started (for its CPU on /metrics). multiprocessing
+    says it only on its module's private server, the one `start` started."""
+    return getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+
+
 def start() -> None:
     """Start the forkserver now if it is not running (its imports take about a second of its own)."""
     context()
     multiprocessing.forkserver.ensure_running()
 
 
-__all__ = ["PRELOAD", "context", "start"]
+__all__ = ["PRELOAD", "context", "pid", "start"]

@@ -232,6 +232,7 @@ class MonitorHealth:
     slo: Slo | None = None
     store_space: StoreSpace | None = None  # None without a budget
     cpu_seconds: float | None = None  # the monitor's own process: the rules, the store, the readers in threads
+    forkserver_cpu_seconds: float | None = None  # the process the readers' processes are forked from
 
     def cannot_judge(self) -> tuple[str, ...]:
         """The rules blind everywhere, then per rule the tables a shape problem blinds it for ("F7 on t")."""

@@ -412,10 +412,13 @@ def _health(health: dict[str, views.Component]) -> Iterator[Metric]:
                    ("collector",))
     cpu = _counter("cpu_seconds", "CPU time (user + system) of each part of the monitor: the readers that run in a "
                    "process of their own (the binlog or CDC topics, Kafka events, CDC check mode's topics) and the "
-                   "monitor's own process (part=\"monitor\": the rules, the store, the readers in threads). A "
-                   "reader's starts again from 0 when its process is started again.", ("part",))
-    if (monitor := views.monitor_of(health)) is not None and monitor.cpu_seconds is not None:
-        cpu.add_metric([names.MONITOR], monitor.cpu_seconds)
+                   "monitor's own process (part=\"monitor\": the rules, the store, the readers in threads) and the "
+                   "process the readers' are forked from (part=\"forkserver\": its imports, then a fork a reader "
+                   "start). A reader's starts again from 0 when its process is started again.", ("part",))
+    if (monitor := views.monitor_of(health)) is not None:
+        for part, seconds in ((names.MONITOR, monitor.cpu_seconds), (names.FORKSERVER, monitor.forkserver_cpu_seconds)):
+            if seconds is not None:
+                cpu.add_metric([part], seconds)
     for name in names.COLLECTORS:
         row = health[name].health if name in health else None
         if not isinstance(row, ComponentHealth):

@@ -24,10 +24,12 @@ from oncewatch.core.config import SloConfig
 from oncewatch.core.domain import Rules
 from oncewatch.core.gtids import gtid_set
 from oncewatch.core.histogram import delay_p99
+from oncewatch.core import forkserver
 from oncewatch.core.names import BINLOG, KAFKA_EVENTS, MONITOR
 from oncewatch.core.protocol import (BinlogStatus, BinlogTail, CdcStatus, ComponentHealth, EventSource,
                                      KafkaEventsStatus, MonitorHealth, Slo, StoreSpace)
 from oncewatch.monitor.readers import Reader, running_part
+from oncewatch.monitor.remote import process_cpu_seconds
 from oncewatch.monitor.verdict import judge
 from oncewatch.monitor.writer import Progress
 from oncewatch.store import Store
@@ -187,7 +189,8 @@ class Health:
             shape_problems=tuple(shape), probe_error=self.probe_error, store_outages=self.outages.count,
             store_outage_seconds=self.outages.seconds, thresholds=thresholds(self.rules),
             slo=Slo(self.slo.objective, self.slo.within_seconds), store_space=space,
-            cpu_seconds=time.process_time()))
+            cpu_seconds=time.process_time(),
+            forkserver_cpu_seconds=process_cpu_seconds(pid) if (pid := forkserver.pid()) is not None else None))
         if with_series:
             with self.store.batch() as tx:
                 tx.add_series(self._series_points(time.time()))

@@ -83,6 +83,8 @@ def test_collector_health(served) -> None:
                  topic="shop.events", reason="too_large") == 1
     assert value(fams, "oncewatch_kafka_read_offset", topic="shop.events", partition="2") == 298
     assert value(fams, "oncewatch_store_up") == 1
+    assert {dict(k)["part"]: v for k, v in fams["oncewatch_cpu_seconds"][1].items()} == {
+        "monitor": 96.0, "forkserver": 1.25, "binlog": 41.5, "kafka_events": 12.25}
 
 
 def test_verdict_and_stream_lag(served) -> None:

@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 
 from oncewatch.collectors.binlog import BinlogPurgedError
+from oncewatch.core import forkserver
 from oncewatch.monitor.readers import Reader, ReaderFailed
 from oncewatch.monitor import remote as remote_module
 from oncewatch.monitor.remote import (CallFailedError, ReaderProcessDiedError, ReaderProcessStuckError,
-                                      RemoteEventSource, RemotePart, remote, remote_traceback)
+                                      RemoteEventSource, RemotePart, process_cpu_seconds, remote, remote_traceback)
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,8 @@ def test_items_come_in_order_from_another_process_with_the_status_and_the_ahead_
         assert part.caught_up() is True  # asked of the child now
         assert part.call("status") == CountingStatus(True, 5)
         assert part.cpu_seconds() is not None
+        # the process it was forked from says its own CPU too (/metrics' part="forkserver")
+        assert forkserver.pid() not in (None, os.getpid()) and process_cpu_seconds(forkserver.pid()) is not None
     finally:
         part.stop()
         part.close()
