@@ -53,7 +53,8 @@ def file_bytes(store: Path) -> int:
 
 
 # What each part of the store holds, by the tables (and their indexes) that make it.
-PARTS = {"raw": ("row_changes", "events"), "entities": ("entity_names", "entity_entries"), "state": ("open_state", "open_state_spaces"),
+PARTS = {"raw": ("row_changes", "events"), "entities": ("entity_names", "entity_entries", "event_entries"),
+         "state": ("open_state", "open_state_spaces", "open_state_prefixes"),
          "findings": ("findings", "finding_history", "reviews")}
 
 

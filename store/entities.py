@@ -2,8 +2,12 @@
 filed under (oncewatch.monitor.entities says which), so the drill-down finds them without a scan.
 
 Each entity's name is kept once, in `entity_names`, under a number given in the order names are first seen; an
-entry of `entity_entries` is that number and the record's (a row change's seq, or minus an event's rowid): about
-25 bytes an entry with its index, where the name in every entry took about 95 (issue 47). Numbers in first-seen
+entry is that number and the record's: a row change's seq in `entity_entries`, an event's rowid in `event_entries`
+(callers see one number, a ref: the seq, or minus the rowid). About 25 bytes an entry with its index, where the
+name in every entry took about 95 (issue 47). Two tables, so that each one's index by record is an append: with the
+events' refs below zero in the rows' table, every event's entry went to the far left of that index, whose pages
+were then half empty (8 bytes a record read). Stores made before hold their events' entries in `entity_entries`,
+which their first writer of this version moves (`move_event_entries`). Numbers in first-seen
 order keep a shop's entries an append, as its ids come in order; a number hashed from the name took a third less
 room but landed each entry anywhere in the index, at 2.5 times the judge's CPU. The store's one writer of records
 (the monitor, under its lock) gives the numbers, as it gives row changes their seq, and keeps the names it has
@@ -127,30 +131,45 @@ class EntityIds:
             self.pending.pop(name, None)
 
 
+# (table, its record column, that column as a ref in SQL): row changes' entries, events'
+ENTRIES = (("entity_entries", "ref", "e.ref"), ("event_entries", "event", "-e.event"))
+
+
+def by_table(refs: Iterable[int]) -> Iterator[tuple[tuple[str, str, str], list[int]]]:
+    """Each table of ENTRIES with the values, in its record column, of those of `refs` it holds."""
+    refs = sorted(set(refs))
+    yield ENTRIES[0], [ref for ref in refs if ref > 0]
+    yield ENTRIES[1], [event_rowid(ref) for ref in reversed(refs) if ref < 0]
+
+
 def file(conn: Connection, ids: EntityIds, entries: list[tuple[str, int]], insert_rows: InsertRows) -> None:
     """File each record `ref` under the entity `name` of (name, ref); `insert_rows`: Batch.insert_rows."""
     if entries:
         number = ids.of(conn, (name for name, _ in entries), insert_rows)
-        insert_rows("INSERT INTO entity_entries (entity, ref) VALUES ", "(?,?)", 50,
-                    [(number[name], ref) for name, ref in entries], " ON CONFLICT DO NOTHING")
+        rows = [(number[name], ref) for name, ref in entries if ref > 0]
+        events = [(number[name], event_rowid(ref)) for name, ref in entries if ref < 0]
+        for (table, column, _), filed in zip(ENTRIES, (rows, events)):
+            insert_rows(f"INSERT INTO {table} (entity, {column}) VALUES ", "(?,?)", 50, filed, " ON CONFLICT DO NOTHING")
 
 
 def refs_of(conn: Connection, names: Iterable[str]) -> dict[str, list[int]]:
     """The refs filed under each of `names` (a name with none is not in the answer)."""
     out: dict[str, list[int]] = {}
-    for name, ref in _named(conn, sorted(set(names)), "e.ref", " JOIN entity_entries e ON e.entity = n.id"):
-        out.setdefault(name, []).append(ref)
+    names = sorted(set(names))
+    for table, _, ref in ENTRIES:
+        for name, value in _named(conn, names, ref, f" JOIN {table} e ON e.entity = n.id"):
+            out.setdefault(name, []).append(value)
     return out
 
 
 def names_of(conn: Connection, refs: Iterable[int]) -> set[str]:
     """Every entity the records `refs` are filed under."""
-    refs = sorted(set(refs))
     out: set[str] = set()
-    for part, marks in _chunks(refs):
-        out.update(name for (name,) in conn.execute(
-            f"SELECT p.prefix || n.rest FROM {NAMES} JOIN entity_entries e ON e.entity = n.id WHERE e.ref IN ({marks})",
-            part))
+    for (table, column, _), values in by_table(refs):
+        for part, marks in _chunks(values):
+            out.update(name for (name,) in conn.execute(
+                f"SELECT p.prefix || n.rest FROM {NAMES} JOIN {table} e ON e.entity = n.id WHERE e.{column} IN "
+                f"({marks})", part))
     return out
 
 
@@ -158,14 +177,17 @@ def forget(conn: Connection, ids: EntityIds, refs: Sequence[int]) -> int:
     """Delete the entries of the records `refs` (pruned), and the names left with none; returns how many entries
     went."""
     gone, numbers = 0, set()
-    for part, marks in _chunks(refs):
-        deleted = conn.execute(f"DELETE FROM entity_entries WHERE ref IN ({marks}) RETURNING entity", part).fetchall()
-        gone += len(deleted)
-        numbers.update(number for (number,) in deleted)
+    for (table, column, _), values in by_table(refs):
+        for part, marks in _chunks(values):
+            deleted = conn.execute(f"DELETE FROM {table} WHERE {column} IN ({marks}) RETURNING entity",
+                                   part).fetchall()
+            gone += len(deleted)
+            numbers.update(number for (number,) in deleted)
     for part, marks in _chunks(sorted(numbers)):
         deleted = conn.execute(
             f"DELETE FROM entity_names WHERE id IN ({marks}) AND NOT EXISTS "
-            "(SELECT 1 FROM entity_entries e WHERE e.entity = entity_names.id) RETURNING prefix, rest", part).fetchall()
+            "(SELECT 1 FROM entity_entries e WHERE e.entity = entity_names.id) AND NOT EXISTS "
+            "(SELECT 1 FROM event_entries e WHERE e.entity = entity_names.id) RETURNING prefix, rest", part).fetchall()
         if deleted:
             used = sorted({prefix for prefix, _ in deleted})
             prefixes = dict(conn.execute(f"SELECT id, prefix FROM entity_prefixes WHERE id IN "
@@ -197,6 +219,20 @@ def move_old_index(conn: Connection, tables_sql: str, ids: EntityIds, insert_row
     if moved:
         log.info("the entity index moved to its numbered tables", extra={"event": "entity_index_moved",
                                                                          "entries": moved})
+    return moved
+
+
+def move_event_entries(conn: Connection) -> int:
+    """An older store's events' entries, in entity_entries under minus their rowid, moved to event_entries inside
+    the caller's transaction; returns how many (looked for at every writer's start: one step into an index)."""
+    if conn.execute("SELECT 1 FROM entity_entries WHERE ref < 0 LIMIT 1").fetchone() is None:
+        return 0
+    (moved,), = conn.execute("SELECT COUNT(*) FROM entity_entries WHERE ref < 0")
+    conn.execute("INSERT INTO event_entries (entity, event) SELECT entity, -ref FROM entity_entries WHERE ref < 0 "
+                 "ORDER BY -ref ON CONFLICT DO NOTHING")
+    conn.execute("DELETE FROM entity_entries WHERE ref < 0")
+    log.info("an older store's events' entity entries moved to their own table", extra={
+        "event": "event_entries_moved", "entries": moved})
     return moved
 
 

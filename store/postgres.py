@@ -148,6 +148,7 @@ def create(conn: PgConnection, schema: str) -> None:
                 conn.executemany(head + row + tail, rows)
 
             entities.move_old_index(conn, POSTGRES.tables, entities.EntityIds(), insert_rows)
+            entities.move_event_entries(conn)
             engine_state.move_old_entries(conn, POSTGRES.tables, engine_state.Spaces(), insert_rows)
             journal.move_old_rows(conn, POSTGRES.tables, journal.row_sources(), insert_rows)
             conn.execute(f"CREATE TABLE IF NOT EXISTS {MARK_TABLE} (application_id BIGINT NOT NULL, "

@@ -67,8 +67,8 @@ CREATE TABLE IF NOT EXISTS row_sources (
 -- No page or command reads row changes by table and time; the index an older version made for it goes.
 DROP INDEX IF EXISTS row_changes_table;
 -- The drill-down's way in (store.entities): the records filed under each entity ('trade_no:T1'), its name kept
--- once under a number the writer gives in the order names are first seen. ref: a row change's seq, or minus an
--- event's rowid.
+-- once under a number the writer gives in the order names are first seen; a row change's entries (ref: its seq)
+-- apart from an event's (its rowid), so that each index by record is an append.
 CREATE TABLE IF NOT EXISTS entity_names (
     id INTEGER PRIMARY KEY,
     prefix INTEGER NOT NULL,   -- entity_prefixes.id: the name up to its last ':' ('pk:shop.orders:', 'trade_no:')
@@ -86,6 +86,12 @@ CREATE TABLE IF NOT EXISTS entity_entries (
 ) WITHOUT ROWID;
 -- what retention finds the entries of pruned records by, and a timeline the entities of its records
 CREATE INDEX IF NOT EXISTS entity_entries_ref ON entity_entries (ref);
+CREATE TABLE IF NOT EXISTS event_entries (
+    entity INTEGER NOT NULL,
+    event INTEGER NOT NULL,    -- events.rowid
+    PRIMARY KEY (entity, event)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS event_entries_event ON event_entries (event);
 CREATE TABLE IF NOT EXISTS events (
     topic TEXT NOT NULL,
     partition INTEGER NOT NULL,

@@ -38,7 +38,8 @@ from oncewatch.store.dialect import POSTGRES, SQLITE, postgres_schema
 from oncewatch.store.schema import SCHEMA, add_columns, columns, connect, create, set_older_aside
 
 POSTGRES_SCHEMA = postgres_schema(SCHEMA)
-COUNTED = ("row_changes", "events", "quarantine", "findings", "entity_names", "entity_entries", "series")
+COUNTED = ("row_changes", "events", "quarantine", "findings", "entity_names", "entity_entries", "event_entries",
+           "series")
 
 class Store:
     """A handle on the store at `target` (a SQLite file's path, or a PostgreSQL database), created there
@@ -79,6 +80,7 @@ class Store:
                 with self.batch() as tx:
                     add_columns(self.conn)  # and the newer columns of its older tables
                     entities.move_old_index(self.conn, self.dialect.tables, self.entity_ids, tx.insert_rows)
+                    entities.move_event_entries(self.conn)
                     engine_state.move_old_entries(self.conn, self.dialect.tables, self.spaces, tx.insert_rows)
                     journal.move_old_rows(self.conn, self.dialect.tables, self.sources, tx.insert_rows)
 

@@ -13,8 +13,10 @@ from oncewatch.store.entities import NAMES
 
 
 def filed(store: Store) -> list[tuple[str, int]]:
+    """(name, ref) of every entry: a row change's seq, minus an event's rowid."""
     return sorted(store.conn.execute(
-        f"SELECT p.prefix || n.rest, e.ref FROM {NAMES} JOIN entity_entries e ON e.entity = n.id"))
+        f"SELECT p.prefix || n.rest, e.ref FROM {NAMES} JOIN entity_entries e ON e.entity = n.id UNION ALL "
+        f"SELECT p.prefix || n.rest, -e.event FROM {NAMES} JOIN event_entries e ON e.entity = n.id"))
 
 
 @pytest.mark.parametrize("old", ["entity_index", "entity_refs"])
@@ -46,7 +48,8 @@ def test_an_older_stores_index_moves_over_and_finds_the_same_records(store_targe
     writer = Store(store_target)
     tables = {t for (t,) in writer.conn.execute(writer.dialect.tables)}
     assert old not in tables
-    assert writer.count("entity_entries") == 9 and writer.count("entity_names") == 5  # 5 rows, 4 events still kept
+    assert writer.count("entity_entries") == 5 and writer.count("event_entries") == 4  # 4 events still kept
+    assert writer.count("entity_names") == 5
     found = queries.timeline(writer, "T1")
     assert [r.after["shipment_id"] for r in found.rows] == ["S1"]
     assert [e.offset for e in found.events] == [1]
@@ -115,4 +118,27 @@ def test_an_older_stores_names_whole_move_under_the_same_numbers(store_target) -
         tx.add_row_changes(shop.tx(2000.0, shipment("S9", "T3")).rows, [(0, "trade_no:T3")])
     assert writer.count("entity_names") == 10
     assert len(queries.rows_by_entity(writer, ["trade_no:T3"])["trade_no:T3"]) == 2
+    writer.close()
+
+
+def test_an_older_stores_event_entries_move_to_their_own_table(store_target) -> None:
+    """Issue 47: a store made before filed an event's entries in entity_entries under minus its rowid, beside the
+    row changes' seqs; its first writer of this version moves them to event_entries, where the drill-down finds
+    them, and the index of the rows' entries holds rows alone."""
+    shop, store = Shop(), Store(store_target)
+    with store.batch() as tx:
+        for i in range(3):
+            tx.add_row_changes(shop.tx(1000.0 + i, shipment(f"S{i}", f"T{i}")).rows, [(0, f"trade_no:T{i}")])
+        tx.add_events([shop.event("shipment.created", 1000.0 + i, order_no=f"T{i}") for i in range(3)],
+                      [(i, f"trade_no:T{i}") for i in range(3)])
+    want = filed(store)
+    store.conn.execute("INSERT INTO entity_entries (entity, ref) SELECT entity, -event FROM event_entries")
+    store.conn.execute("DELETE FROM event_entries")
+    if isinstance(store_target, PostgresTarget):
+        store.conn.execute("UPDATE oncewatch_store SET schema_sha256 = 'made by an older version'")
+    store.close()
+    writer = Store(store_target)
+    assert filed(writer) == want and len(want) == 6
+    assert (writer.count("entity_entries"), writer.count("event_entries")) == (3, 3)
+    assert [e.keys["order_key"] for e in queries.timeline(writer, "T2").events] == ["T2"]
     writer.close()

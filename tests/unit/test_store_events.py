@@ -78,8 +78,8 @@ JSON_TEXTS = [
 def filed_events(store: Store) -> list[tuple[str, str]]:
     """(entity, the event's coordinates) of every event entry of the entity index."""
     return sorted((name, f"{t}/{p}@{o}") for name, t, p, o in store.conn.execute(
-        f'SELECT p.prefix || n.rest, e.topic, e.partition, e."offset" FROM {NAMES} JOIN entity_entries r '
-        'ON r.entity = n.id JOIN events e ON e.rowid = -r.ref'))
+        f'SELECT p.prefix || n.rest, e.topic, e.partition, e."offset" FROM {NAMES} JOIN event_entries r '
+        'ON r.entity = n.id JOIN events e ON e.rowid = r.event'))
 
 
 def test_json_events_round_trip_exactly_with_headers_keys_and_coordinates(store_target):
