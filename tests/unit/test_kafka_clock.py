@@ -80,3 +80,19 @@ def test_a_reader_told_the_broker_was_away_lets_no_end_vouch_until_the_settle_ti
     with reader._lock:
         reader._learn({held: 40, free: 35}, 2001.0, {held: 2, free: 2})
     assert reader._s.ends == {held: (40, 2001.0), free: (35, 2001.0)} and reader.status().held == ()  # settled
+
+
+def test_an_end_asked_before_a_larger_one_was_learned_is_an_older_answer_not_a_broker_gone_back():
+    """Two threads learn ends: the poll's fetches and the broker's answers to `caught_up`. An answer asked before a
+    fetch brought a larger end, and taken in after it, is older, not the broker reporting less (bench/load.py held
+    the Kafka clock for the settle time some ten times in 10 minutes on it, with no broker restarted). One asked
+    after is the broker's end gone back."""
+    tp = TopicPartition("t", 0)
+    reader = KafkaEventCollector(KAFKA, {"t/0": 0}, {"t/0"})
+    with reader._lock:
+        reader._learn({tp: 7952}, 10.0)  # a fetch's highwater, seen at 10
+        reader._learn({tp: 7949}, 9.5)  # the broker's answer, asked at 9.5, taken in after
+    assert reader._s.ends == {tp: (7952, 10.0)} and not reader._s.held and reader._s.settle_until == 0.0
+    with reader._lock:
+        reader._learn({tp: 7949}, 10.5)  # asked after: the broker reports less than it did
+    assert reader.status().held == ("t/0",) and reader._s.settle_until > 0.0
