@@ -52,9 +52,12 @@ class Spaces(Numbered):
         self.prefixes = Numbered("open_state_prefixes", ("prefix",))
 
     def cut(self, conn: Connection, key: str) -> tuple[int, str]:
-        """(the number of `key`'s prefix, given it if it has none, its rest)."""
-        prefix, rest = split_key(key)
-        return self.prefixes.number(conn, (prefix,)), rest
+        """(the number of `key`'s prefix, given it if it has none, its rest). Called for every entry saved: the
+        committed numbers are looked up first, by hand."""
+        at = key.rfind(SEPARATOR) + 1
+        prefix = (key[:at],)
+        number = self.prefixes.known.get(prefix)
+        return number if number is not None else self.prefixes.number(conn, prefix), key[at:]
 
     def keys(self, conn: Connection, rows: list[tuple[Any, ...]]) -> list[Any]:
         """Rows (prefix number, rest, *more) with their keys whole: (key, *more)."""
