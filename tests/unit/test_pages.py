@@ -393,7 +393,7 @@ def test_report_bytes_are_the_verifiable_export(env: Path) -> None:
     cfg = views.config()
     for fmt in reports.FORMATS:
         data = reports.report(cfg, fmt, rule="F1")
-        assert report_check.verify(data, fmt)
+        assert report_check.verify(data, fmt), (fmt, report_check.check(data, fmt))
     assert b"# findings: 1" in reports.report(cfg, "csv", rule="F1")
 
 

@@ -170,6 +170,16 @@ def test_each_format_verifies_and_the_documented_recipe_gives_the_hash(store):
     assert hashlib.sha256(data_section).hexdigest() == header["data_sha256"]
 
 
+def test_a_report_made_at_half_a_millisecond_verifies(store):
+    """Its header's times are to the microsecond; the XLSX report's typed cells keep the millisecond Excel keeps,
+    and one made at .0565 s was read back as .056 where the check says .057 (openpyxl writes a serial in 16
+    digits): the report failed its own verification."""
+    for micro in (56500, 38500, 29500, 388500):
+        now = dt.datetime(2027, 1, 5, 16, 45, 37, micro, tzinfo=dt.timezone.utc)
+        data = reports.export(store, "xlsx", config_fingerprint="c0ffee", now=now)
+        assert report_check.check(data, "xlsx") == [], micro
+
+
 def test_a_changed_byte_of_data_fails_verification(store):
     out = all_formats(store)
 
