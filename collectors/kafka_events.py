@@ -243,12 +243,12 @@ class KafkaEventCollector:
             parts = tuple(PartitionStatus(tp.topic, tp.partition, s.positions[tp],
                                           *s.ends.get(tp, (s.positions[tp], 0.0)))
                           for tp in sorted(self._assigned) if tp in s.positions)
-            known = self._known()
+            held = tuple(tp_key(tp) for tp in sorted(s.held))
             return KafkaEventsStatus(
-                connected=s.connected, state=_state(s, tuple(e.partition for e in known.ends if e.held is not None)),
-                last_error=s.last_error, disconnected_since=s.disconnected_since, reconnects=s.reconnects,
-                records_read=s.records_read, events_read=s.events_read, waiting_for=s.waiting_for, partitions=parts,
-                gaps=tuple(s.gaps), known=known)
+                connected=s.connected, state=_state(s, held), last_error=s.last_error,
+                disconnected_since=s.disconnected_since, reconnects=s.reconnects, records_read=s.records_read,
+                events_read=s.events_read, waiting_for=s.waiting_for, partitions=parts, gaps=tuple(s.gaps),
+                known=self._known())
 
     def positions(self) -> dict[str, int]:
         with self._lock:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from oncewatch.core.exact_json import from_json, to_json
 from oncewatch.store.dialect import Connection
-from oncewatch.store.numbered import Numbered
+from oncewatch.store.numbered import Numbered, prefix_and_rest
 from oncewatch.store.packing import ENGINE, as_bytes
 from oncewatch.store.schema import aside, move_rows
 
@@ -54,10 +54,9 @@ class Spaces(Numbered):
     def cut(self, conn: Connection, key: str) -> tuple[int, str]:
         """(the number of `key`'s prefix, given it if it has none, its rest). Called for every entry saved: the
         committed numbers are looked up first, by hand."""
-        at = key.rfind(SEPARATOR) + 1
-        prefix = (key[:at],)
-        number = self.prefixes.known.get(prefix)
-        return number if number is not None else self.prefixes.number(conn, prefix), key[at:]
+        prefix, rest = split_key(key)
+        number = self.prefixes.known.get((prefix,))
+        return number if number is not None else self.prefixes.number(conn, (prefix,)), rest
 
     def keys(self, conn: Connection, rows: list[tuple[Any, ...]]) -> list[Any]:
         """Rows (prefix number, rest, *more) with their keys whole: (key, *more)."""
@@ -75,8 +74,7 @@ class Spaces(Numbered):
 
 def split_key(key: str) -> tuple[str, str]:
     """(prefix, rest) of an engine's key: the prefix up to its last separator, '' when it has none."""
-    cut = key.rfind(SEPARATOR) + 1
-    return key[:cut], key[cut:]
+    return prefix_and_rest(key, SEPARATOR)
 
 
 def _names(shard: int | None) -> tuple[str, str]:

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from oncewatch.core.names import split_partition_key
 from oncewatch.store.dialect import Connection
-from oncewatch.store.numbered import Numbered
+from oncewatch.store.numbered import Numbered, prefix_and_rest
 from oncewatch.store.schema import aside, in_key_order, move_rows
 
 log = logging.getLogger(__name__)
@@ -59,8 +59,7 @@ def event_rowid(ref: int) -> int:
 
 def split_name(name: str) -> tuple[str, str]:
     """(prefix, rest) of an entity's name: the prefix up to its last ':', kept once in entity_prefixes."""
-    cut = name.rfind(":") + 1
-    return name[:cut], name[cut:]
+    return prefix_and_rest(name, ":")
 
 
 NAMES = "entity_names n JOIN entity_prefixes p ON p.id = n.prefix"  # `p.prefix || n.rest`: a name whole
@@ -189,10 +188,8 @@ def forget(conn: Connection, ids: EntityIds, refs: Sequence[int]) -> int:
             "(SELECT 1 FROM entity_entries e WHERE e.entity = entity_names.id) AND NOT EXISTS "
             "(SELECT 1 FROM event_entries e WHERE e.entity = entity_names.id) RETURNING prefix, rest", part).fetchall()
         if deleted:
-            used = sorted({prefix for prefix, _ in deleted})
-            prefixes = dict(conn.execute(f"SELECT id, prefix FROM entity_prefixes WHERE id IN "
-                                         f"({','.join('?' * len(used))})", used))
-            ids.forget(prefixes[prefix] + rest for prefix, rest in deleted)
+            prefixes = ids.prefixes.values_of(conn, {prefix for prefix, _ in deleted})
+            ids.forget(prefixes[prefix][0] + rest for prefix, rest in deleted)
     return gone
 
 

@@ -17,6 +17,13 @@ from oncewatch.store.errors import StoreError
 TRIES = 100
 
 
+def prefix_and_rest(text: str, separator: str) -> tuple[str, str]:
+    """(the part of `text` up to and with its last `separator`, kept once under a number; the rest): '' and the whole
+    text when it has none."""
+    cut = text.rfind(separator) + 1
+    return text[:cut], text[cut:]
+
+
 class Numbered:
     """The numbers of the values of `table` (columns `columns`), as its writers give them."""
 

@@ -31,6 +31,7 @@ from oncewatch.core.config import PostgresTarget
 from oncewatch.store.errors import NotAStoreError, StoreError, StoreLockedError, StoreUnavailableError
 from oncewatch.store import engine_state, entities, journal
 from oncewatch.store.dialect import POSTGRES
+from oncewatch.store.moves import move_older
 from oncewatch.store.schema import PACKED_COLUMNS, add_columns, set_older_aside
 
 APPLICATION_ID = 0x6F6E6377  # "oncw", as SQLite's application_id; also the advisory lock's key
@@ -147,10 +148,8 @@ def create(conn: PgConnection, schema: str) -> None:
             def insert_rows(head: str, row: str, _: int, rows: list[tuple[Any, ...]], tail: str = "") -> None:
                 conn.executemany(head + row + tail, rows)
 
-            entities.move_old_index(conn, POSTGRES.tables, entities.EntityIds(), insert_rows)
-            entities.move_event_entries(conn)
-            engine_state.move_old_entries(conn, POSTGRES.tables, engine_state.Spaces(), insert_rows)
-            journal.move_old_rows(conn, POSTGRES.tables, journal.row_sources(), insert_rows)
+            move_older(conn, POSTGRES.tables, entities.EntityIds(), engine_state.Spaces(), journal.row_sources(),
+                       insert_rows)
             conn.execute(f"CREATE TABLE IF NOT EXISTS {MARK_TABLE} (application_id BIGINT NOT NULL, "
                          f"schema_sha256 TEXT NOT NULL)")
             conn.execute(f"DELETE FROM {MARK_TABLE}")

@@ -33,6 +33,7 @@ from oncewatch.store.codec import (EVENT_COLUMNS, FINDING_COLUMNS, ROW_CHANGE_CO
 from oncewatch.store.errors import StoreError
 from oncewatch.store.files import MEMORY, create_private, make_dir, make_private, require_space, said_full
 from oncewatch.store.lock import MonitorLock
+from oncewatch.store.moves import move_older
 from oncewatch.store.packing import Packer
 from oncewatch.store.dialect import POSTGRES, SQLITE, postgres_schema
 from oncewatch.store.schema import SCHEMA, add_columns, columns, connect, create, set_older_aside
@@ -79,10 +80,8 @@ class Store:
                 self.conn.executescript(SCHEMA)  # a store made by an older version gains the newer tables
                 with self.batch() as tx:
                     add_columns(self.conn)  # and the newer columns of its older tables
-                    entities.move_old_index(self.conn, self.dialect.tables, self.entity_ids, tx.insert_rows)
-                    entities.move_event_entries(self.conn)
-                    engine_state.move_old_entries(self.conn, self.dialect.tables, self.spaces, tx.insert_rows)
-                    journal.move_old_rows(self.conn, self.dialect.tables, self.sources, tx.insert_rows)
+                    move_older(self.conn, self.dialect.tables, self.entity_ids, self.spaces, self.sources,
+                               tx.insert_rows)
 
     def _open_postgres(self, readonly: bool, monitor: bool) -> None:
         from oncewatch.store import postgres

@@ -20,11 +20,11 @@ from typing import Any
 import pymysql
 
 from oncewatch.collectors.binlog import TRANSPORT_ERRORS
+from oncewatch.core import forkserver
 from oncewatch.core.config import SloConfig
 from oncewatch.core.domain import Rules
 from oncewatch.core.gtids import gtid_set
 from oncewatch.core.histogram import delay_p99
-from oncewatch.core import forkserver
 from oncewatch.core.names import BINLOG, KAFKA_EVENTS, MONITOR
 from oncewatch.core.protocol import (BinlogStatus, BinlogTail, CdcStatus, ComponentHealth, EventSource,
                                      KafkaEventsStatus, MonitorHealth, Slo, StoreSpace)
