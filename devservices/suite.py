@@ -1,17 +1,19 @@
-"""`make test`'s suite: four pytest sessions side by side on three stacks of dev services.
+"""`make test`'s suite: five pytest sessions on four stacks of dev services, four of them side by side.
 
 The integration tests share their stack's services, and some restart or kill them, so one stack's tests run
 one after another in one session (tests/integration/conftest.py orders them and starts the demo beside the
 first ones). They mostly wait on servers and timers, not on a core, so they run in lanes, each a session on a
-stack of its own: the short chaos soak, which kills every server of its stack for minutes on end, the groups' tests
-and, for balance, some that restart nothing (CHAOS, on a third stack), the other tests that restart, kill or pause a
-server (RESTARTING, on a second stack) and the rest, the demo's among them (on the stack `make services` started).
-The suite starts the second and third stacks in the background (`.devstack-2` and `.devstack-3`, on the ports of
-LANES). The unit tests run meanwhile in a session of their own, with their PostgreSQL cases (marked integration:
-each on a schema of its own on the first stack, which `make test` starts before the suite) among them, since the
-first lane is the longest. The outputs are kept in
-files and printed one after the other, so they never interleave; the suite fails if any session does. Arguments
-are passed to every session (`python -m devservices.suite -x`).
+stack of its own: the short chaos soak, the groups' tests and the CDC tests that pause or kill the connector
+(CHAOS, on a third stack), the other tests that restart, kill or pause a server (RESTARTING, on a second stack),
+the tests that restart nothing but take minutes (AFTER_UNIT, on a fourth stack: the secured connections', the
+report money, the CDC pipeline's, the live clock's and the shape changes') and the rest, the demo's among them
+(on the stack `make services` started). The suite starts the second, third and fourth stacks in the background
+(`.devstack-2`, `.devstack-3` and `.devstack-4`, on the ports of LANES). The unit tests run meanwhile in a session
+of their own, with their PostgreSQL cases (marked integration: each on a schema of its own on the first stack,
+which `make test` starts before the suite) among them; they are the busiest of the sessions for the cores, so
+the fourth lane starts once they are done. The outputs are kept in files and printed one after the other, so
+they never interleave; the suite fails if any session does. Arguments are passed to every session
+(`python -m devservices.suite -x`).
 """
 
 from __future__ import annotations
@@ -26,17 +28,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 INTEGRATION = "tests/integration"
 UNIT = "tests/unit"
-# The tests that restart, kill or pause a server of their stack (or the connector), in two lanes: the short chaos
-# soak, the groups' tests and the Connect rebalance, and the others. The third lane also takes the secured
-# connections', the report money, the CDC pipeline's, the live clock's and the shape changes' tests, which restart
-# nothing, so that the three lanes take about as long (on a fresh clone here, before the shape changes moved: the
-# first lane 932 s, the second 765 s, the third 729 s, the unit tests 323 s beside them).
+# The lanes' tests, chosen so that the lanes end about together on a fresh clone here (stop 55, three lanes: the
+# first 863 s, the restarting 941 s, the chaos 834 s, the unit tests 351 s beside them; the suite 988 s).
 RESTARTING = ("test_under_fire.py", "test_broker_kill.py", "test_monitor_kill.py", "test_kafka_restart.py",
-              "test_binlog_collector.py", "test_cdc_clock.py", "test_cdc_replay.py", "test_cdc_snapshot_kill.py",
-              "test_group_fencing.py")
-CHAOS = ("test_chaos.py", "test_group.py", "test_group_start.py", "test_cdc_rebalance.py", "test_kafka_security.py",
-         "test_mysql_tls.py", "test_postgres_tls.py", "test_report_money.py", "test_cdc_pipeline.py",
-         "test_live_clock.py", "test_shape_changes.py")
+              "test_binlog_collector.py", "test_cdc_snapshot_kill.py", "test_group_fencing.py",
+              "test_effect_deletes.py")
+CHAOS = ("test_chaos.py", "test_group.py", "test_group_start.py", "test_cdc_rebalance.py", "test_cdc_clock.py",
+         "test_cdc_replay.py")
+AFTER_UNIT = ("test_kafka_security.py", "test_mysql_tls.py", "test_postgres_tls.py", "test_report_money.py",
+              "test_cdc_pipeline.py", "test_live_clock.py", "test_shape_changes.py")
 
 
 @dataclass(frozen=True)
@@ -48,14 +48,18 @@ class Lane:
     title: str
     tests: tuple[str, ...]
     stack: dict[str, str]
+    after_unit: bool = False  # the session starts once the unit tests' is done
 
 
-LANES = (Lane("chaos", "the short chaos soak, the groups and the secured connections (third stack)", CHAOS,
+LANES = (Lane("chaos", "the short chaos soak, the groups and the connector's pauses and kills (third stack)", CHAOS,
               {"ONCEWATCH_DEV_STATE": ".devstack-3", "ONCEWATCH_DEV_MARIADB_PORT": "17306",
                "ONCEWATCH_DEV_KAFKA_PORT": "17092"}),
          Lane("restarting", "the integration tests that restart servers (second stack)", RESTARTING,
               {"ONCEWATCH_DEV_STATE": ".devstack-2", "ONCEWATCH_DEV_MARIADB_PORT": "14306",
-               "ONCEWATCH_DEV_KAFKA_PORT": "14092"}))
+               "ONCEWATCH_DEV_KAFKA_PORT": "14092"}),
+         Lane("after_unit", "the integration tests that take minutes and restart nothing (fourth stack)", AFTER_UNIT,
+              {"ONCEWATCH_DEV_STATE": ".devstack-4", "ONCEWATCH_DEV_MARIADB_PORT": "21306",
+               "ONCEWATCH_DEV_KAFKA_PORT": "21092"}, after_unit=True))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
                                          *(f"--ignore={p}" for tests in own.values() for p in tests)])
         lanes = [("the integration tests", first)]
         codes = {}
-        for lane in LANES:
+        for lane in sorted(LANES, key=lambda lane: lane.after_unit):
+            if lane.after_unit:
+                unit[0].wait()
             if stacks[lane.name].wait() == 0:
                 lanes.append((lane.title, session(lane.name, ["-m", "integration", *own[lane.name]],
                                                   {**os.environ, **lane.stack})))
