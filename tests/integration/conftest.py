@@ -190,11 +190,14 @@ required = []
 {keys}"""
 
 
-def wait_for(what: str, cond: Callable[[], bool], timeout: float = 90.0, every: float = 0.5) -> None:
-    """Poll `cond` every `every` seconds until it holds; fail naming `what` after `timeout` seconds."""
+def wait_for(what: str, cond: Callable[[], bool], timeout: float = 90.0, every: float = 0.5,
+             log: Path | None = None) -> None:
+    """Poll `cond` every `every` seconds until it holds; fail naming `what` after `timeout` seconds, with the end of
+    `log` (a monitor's, say) when there is one."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
             return
         time.sleep(every)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+    tail = f"; the end of {log}:\n{log.read_text(errors='replace')[-3000:]}" if log and log.exists() else ""
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}{tail}")

@@ -13,6 +13,7 @@ restarted, the connector deleted and created again with its offsets, and a new s
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -160,6 +161,19 @@ def kill_worker() -> None:
     kafka_connect.stop(kafka_connect.CONNECT, sig=signal.SIGKILL)
 
 
+def where_missing(monitors: Monitors, missing: list[int], found: dict[str, list]) -> dict[str, object]:
+    """What tells whether rows the source monitor lacks were lost by the connector or by the monitor: how many of them
+    the table's topic holds, the check monitor's findings by rule, the monitors' error lines."""
+    if not missing:
+        return {}
+    on_topic = {json.loads(r.key)["payload"]["id"] for r in records_of(table_topic(monitors.table))
+                if r.key is not None}
+    errors = {name: [line for line in log.read_text(errors="replace").splitlines() if '"level": "error"' in line][:5]
+              for name, log in monitors.logs.items()}
+    return {"on the topic": len(on_topic & set(missing)), "check's findings": Counter(f.rule for f in found["check"]),
+            "errors": errors}
+
+
 def judge(monitors: Monitors, last_gtid: str, rows: set[int], true_duplicate: str, replayed: bool = True) -> None:
     """Both monitors caught up to `last_gtid` and still running; each row of `rows` stored once by the source
     monitor; no finding but the true duplicate's F1 and the replays' F15 (some, where `replayed`: the connector is
@@ -178,7 +192,8 @@ def judge(monitors: Monitors, last_gtid: str, rows: set[int], true_duplicate: st
                 ids = [r.pk[0] for r in s.row_changes("table_name = ?", (monitors.table,))]
     doubled = sorted(i for i, n in Counter(ids).items() if n > 1)
     missing = sorted(rows - set(ids))
-    assert not doubled and not missing, (len(doubled), doubled[:5], len(missing), missing[:5])  # each row once
+    assert not doubled and not missing, (len(doubled), doubled[:5], len(missing), missing[:5],
+                                         where_missing(monitors, missing, found))  # each row once
     assert monitors.stop() == {"source": 0, "check": 0}
     for name, fs in found.items():
         wrong = [(f.rule, f.summary) for f in fs if f.rule not in ("F1", "F15")]

@@ -99,11 +99,13 @@ def narrow(browser: DevTools) -> DevTools:
     return browser
 
 
-def reading(read: Callable[[], Any], want: Any, timeout: float = 10.0) -> Any:
-    """`read()` once it gives `want`, or its last reading after `timeout`."""
+def reading(read: Callable[[], Any], want: Any = None, timeout: float = 10.0,
+            ok: Callable[[Any], bool] | None = None) -> Any:
+    """`read()` once it gives `want` (or a reading `ok` accepts), or its last reading after `timeout`."""
+    accept = ok or (lambda got: got == want)
     deadline = time.monotonic() + timeout
     got = read()
-    while got != want and time.monotonic() < deadline:
+    while not accept(got) and time.monotonic() < deadline:
         time.sleep(0.25)
         got = read()
     return got
@@ -129,9 +131,15 @@ def test_the_overview_in_chromium(demo: DemoRun, shown: dict[str, Finding], narr
         finally:
             store.close()
 
-    low, page, high = between(open_critical, lambda: figure(narrow.evaluate("document.body.innerText"),
-                                                           "Open critical findings"))
-    assert low - 5 <= page <= high + 5, (low, page, high)  # the tile is up to a refresh old
+    def tile() -> int:
+        return figure(narrow.evaluate("document.body.innerText"), "Open critical findings")
+
+    # The tile is as of its fragment's last rerun (every REFRESH_SECONDS, longer on a loaded machine), and the demo
+    # adds criticals in bursts (its F7s at their grace: 6 in one on a fresh clone), so the tile may lag the store by
+    # a burst; it shows exactly the store's figure once the burst is drawn.
+    low, page, high = reading(lambda: between(open_critical, tile), ok=lambda got: got[0] <= got[1] <= got[2],
+                              timeout=30)
+    assert low <= page <= high, (low, page, high)
     assert page > 0
     assert narrow.evaluate(CUT_OFF) == []
     shoot(narrow, "demo-overview")

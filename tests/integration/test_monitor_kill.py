@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 from devservices.kafka_connect import CDC_SCHEMA, TOPIC_PREFIX
 from oncewatch.store import Store, StoreError, journal
@@ -90,9 +91,9 @@ def checkpoint(tmp_path) -> dict:
         store.close()
 
 
-def poll(what: str, cond) -> None:
+def poll(what: str, cond, log: Path | None = None) -> None:
     """Often enough to kill the monitor between two fragments or chunks of a few thousand rows."""
-    wait_for(what, cond, timeout=60.0, every=0.05)
+    wait_for(what, cond, timeout=60.0, every=0.05, log=log)
 
 
 def test_kill_9_inside_a_transaction_too_large_to_hold_resumes_inside_it(table_name, tmp_path):
@@ -164,7 +165,7 @@ def test_in_cdc_mode_the_monitor_and_the_connect_worker_killed_lose_and_double_n
         c.execute(f"CREATE TABLE {table_name} (id INT PRIMARY KEY, v VARCHAR(20)) ENGINE=InnoDB")
     config_path = monitor_config_toml([f"{CDC_SCHEMA}.{table_name}"], tmp_path, extra=CDC_MODE)
     monitor = start_monitor(config_path, tmp_path)
-    poll("the first checkpoint", lambda: checkpoint(tmp_path).get("gtid") is not None)
+    poll("the first checkpoint", lambda: checkpoint(tmp_path).get("gtid") is not None, tmp_path / "monitor.log")
     total_tx, worker_killed_at, monitor_killed_at = 600, 300, (150, 450)
     with admin.cursor() as c:
         for i in range(total_tx):

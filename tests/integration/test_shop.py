@@ -215,7 +215,8 @@ def test_outbox_send_faults(target: Target) -> None:
 def test_outbox_clean_run_has_no_pattern_and_no_lag(target: Target) -> None:
     truth = play(target, seed=14, orders=200, style="outbox", faults="none")
     assert truth.faults == ()
-    assert all(not keys for keys in patterns(target, truth).values())
+    # no pattern but the F10 of a send the busy machine itself made late, which the shop measured (late_sends)
+    assert_patterns_match(target, truth)
     assert all(n == 0 for lags in group_lags(target).values() for n in lags.values())
     statuses = {s for (s,) in _rows(target, "SELECT DISTINCT status FROM orders")}
     assert statuses <= {"paid", "shipped", "refunded", "closed"} and "paid" in statuses
