@@ -153,9 +153,11 @@ def write_config_file(cfg_dict: str, tmp_path: Path) -> Path:
     return path
 
 
-def monitor_config_toml(tables: list[str], tmp_path: Path, *, store: Path | None = None, extra: str = "") -> Path:
-    """Like monitor_config, as a file in `tmp_path`; the store at `store` (default tmp_path/store.db),
-    then the TOML of `extra`."""
+def monitor_config_toml(tables: list[str], tmp_path: Path, *, store: Path | None = None, extra: str = "",
+                        metrics_port: int = 0) -> Path:
+    """Like monitor_config, as a file in `tmp_path`; the store at `store` (default tmp_path/store.db), /metrics on
+    `metrics_port` (0: none; never the product's default 9464, which a monitor of another lane of `make test` may
+    hold: the monitor then exits on a config error and the test waits for it in vain), then the TOML of `extra`."""
     listed = ", ".join(f'"{t}"' for t in tables)
     return write_config_file(f"""
 [mysql]
@@ -170,6 +172,9 @@ reconnect_max_seconds = 2.0
 
 [store]
 path = "{store or tmp_path / 'store.db'}"
+
+[metrics]
+port = {metrics_port}
 {extra}""", tmp_path)
 
 

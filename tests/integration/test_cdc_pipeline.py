@@ -132,9 +132,7 @@ def test_the_pipeline_checked_against_the_binlog_finds_exactly_the_dropped_rows_
     dropped = {7, 20, 41}
     relay = Relay(table_name, dropped)
     port = free_port()
-    config = monitor_config_toml([f"{CDC_SCHEMA}.{table_name}"], tmp_path, extra=f"""
-[metrics]
-port = {port}
+    config = monitor_config_toml([f"{CDC_SCHEMA}.{table_name}"], tmp_path, metrics_port=port, extra=f"""
 [rules]
 cdc_lost_grace_seconds = 5
 {cdc_toml(relay.prefix, mode="check", transaction_grace_seconds=2)}""")

@@ -36,8 +36,6 @@ from .conftest import admin_connection, cdc_toml, monitor_config_toml, wait_for
 from .test_cdc_source import BOOTSTRAP, end_offset, records_of, wait_for_topic
 
 EFFECTS = """
-[metrics]
-port = 0
 [rules]
 cdc_lost_grace_seconds = 5
 [[domain.effects]]

@@ -190,7 +190,7 @@ def test_in_cdc_mode_the_monitor_and_the_connect_worker_killed_lose_and_double_n
         finally:
             store.close()
 
-    wait_for("every row stored", lambda: stored() >= total_tx, timeout=120)
+    wait_for("every row stored", lambda: stored() >= total_tx, timeout=120, log=tmp_path / "monitor.log")
     time.sleep(1.5)  # a health row written after the last of them
     store = Store(str(tmp_path / "store.db"), readonly=True)
     source = store.health()["binlog"].health.status

@@ -31,7 +31,7 @@ def test_every_frame_of_a_reader_bug_is_in_the_log(table_name, tmp_path, monkeyp
     admin = admin_connection("owtest")
     with admin.cursor() as c:
         c.execute(f"CREATE TABLE {table_name} (id INT PRIMARY KEY, v VARCHAR(20)) ENGINE=InnoDB")
-    config = monitor_config_toml([f"owtest.{table_name}"], tmp_path, extra="[metrics]\nport = 0\n")
+    config = monitor_config_toml([f"owtest.{table_name}"], tmp_path)
 
     # raised in the binlog reader's process, which the bug reaches in its part's spec
     inject(monkeypatch, BINLOG, Bug(BinlogCollector, "_transaction", every_time=True,

@@ -37,11 +37,11 @@ def test_canary_password_never_leaks_and_listeners_are_loopback(table_name, tmp_
         c.execute("GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'ow_canary'@'127.0.0.1'")
         c.execute("GRANT SELECT ON owtest.* TO 'ow_canary'@'127.0.0.1'")
     port = free_port()
-    config = monitor_config_toml([f"owtest.{table_name}"], tmp_path)
+    config = monitor_config_toml([f"owtest.{table_name}"], tmp_path, metrics_port=port)
     text = config.read_text().replace('user = "oncewatch"', 'user = "ow_canary"')
     text = "\n".join('password_env = "OW_CANARY"' if line.startswith("password_file") else line
                      for line in text.splitlines())
-    config.write_text(text + f"\n[metrics]\nport = {port}\n")
+    config.write_text(text)
     env = {**os.environ, "OW_CANARY": CANARY}
 
     checked = subprocess.run([sys.executable, "-m", "oncewatch.cli", "check-config", str(config)], env=env,

@@ -16,11 +16,8 @@ from tests.unit.test_store_files import fill, small_disk  # noqa: F401 - small_d
 
 from .conftest import monitor_config_toml, wait_for
 
-# An effect table: two rows of one trade_no are an F1 finding; metrics off, so no port is shared.
+# An effect table: two rows of one trade_no are an F1 finding.
 EXTRA = """
-[metrics]
-port = 0
-
 [[domain.effects]]
 table = "owtest.{table}"
 trade_no_column = "trade_no"
