@@ -1,19 +1,20 @@
-"""`make test`'s suite: five pytest sessions on four stacks of dev services, four of them side by side.
+"""`make test`'s suite: five pytest sessions side by side on four stacks of dev services.
 
 The integration tests share their stack's services, and some restart or kill them, so one stack's tests run
 one after another in one session (tests/integration/conftest.py orders them and starts the demo beside the
 first ones). They mostly wait on servers and timers, not on a core, so they run in lanes, each a session on a
 stack of its own: the short chaos soak, the groups' tests and the CDC tests that pause or kill the connector
 (CHAOS, on a third stack), the other tests that restart, kill or pause a server (RESTARTING, on a second stack),
-the tests that restart nothing but take minutes (AFTER_UNIT, on a fourth stack: the secured connections', the
-report money, the CDC pipeline's, the live clock's, the shape changes' and more) and the rest, the demo's among them
-(on the stack `make services` started). The suite starts the second, third and fourth stacks in the background
-(`.devstack-2`, `.devstack-3` and `.devstack-4`, on the ports of LANES). The unit tests run meanwhile in a session
-of their own, with their PostgreSQL cases (marked integration: each on a schema of its own on the first stack,
-which `make test` starts before the suite) among them; they are the busiest of the sessions for the cores, so
-the fourth lane starts once they are done. The outputs are kept in files and printed one after the other, so
-they never interleave; the suite fails if any session does. Arguments are passed to every session
-(`python -m devservices.suite -x`).
+the tests that restart nothing but take minutes (MINUTES, on a fourth stack: the secured connections', the
+report money, the CDC pipeline's, the live clock's, the shape changes', the effect deletes' and more) and the rest,
+the demo's among them (on the stack `make services` started). The suite starts the second, third and fourth stacks
+in the background (`.devstack-2`, `.devstack-3` and `.devstack-4`, on the ports of LANES). The unit tests run
+meanwhile in a session of their own, with their PostgreSQL cases (marked integration: each on a schema of its own on
+the first stack, which `make test` starts before the suite) among them. The two cores are busy throughout, so the
+lanes are balanced by what they take on a fresh clone: each session's header says when it ended after the suite's
+start and the CPU-seconds it used with the monitors and shops it ran (os.wait4). The outputs are kept in files and
+printed one after the other, so they never interleave; the suite fails if any session does. Arguments are passed
+to every session (`python -m devservices.suite -x`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,16 +31,16 @@ ROOT = Path(__file__).resolve().parent.parent
 INTEGRATION = "tests/integration"
 UNIT = "tests/unit"
 # The lanes' tests, chosen so that the lanes end about together on a fresh clone here. Stop 55, three lanes: the
-# first 863 s, the restarting 941 s, the chaos 834 s, the unit tests 351 s beside them, the suite 988 s. Stop 56, four
-# lanes before this split: the first ended 696 s after the start, the restarting 866 s (its effect deletes 142 s),
-# the chaos 777 s, the fourth 755 s, the suite 882 s.
+# first 863 s, the restarting 941 s, the chaos 834 s, the unit tests 351 s beside them, the suite 988 s. Stop 56, a
+# fourth lane started once the unit tests were done (437 s in): the first lane ended 960 s after the start, the
+# restarting 725 s, the chaos 850 s, the fourth 956 s, so it now starts with the others.
 RESTARTING = ("test_under_fire.py", "test_broker_kill.py", "test_monitor_kill.py", "test_kafka_restart.py",
               "test_binlog_collector.py", "test_cdc_snapshot_kill.py", "test_group_fencing.py")
 CHAOS = ("test_chaos.py", "test_group.py", "test_group_start.py", "test_cdc_rebalance.py", "test_cdc_clock.py",
          "test_cdc_replay.py")
-AFTER_UNIT = ("test_kafka_security.py", "test_mysql_tls.py", "test_postgres_tls.py", "test_report_money.py",
-              "test_cdc_pipeline.py", "test_live_clock.py", "test_shape_changes.py", "test_verdict_live.py",
-              "test_canal_replay.py")
+MINUTES = ("test_kafka_security.py", "test_mysql_tls.py", "test_postgres_tls.py", "test_report_money.py",
+           "test_cdc_pipeline.py", "test_live_clock.py", "test_shape_changes.py", "test_verdict_live.py",
+           "test_canal_replay.py", "test_effect_deletes.py")
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,6 @@ class Lane:
     title: str
     tests: tuple[str, ...]
     stack: dict[str, str]
-    after_unit: bool = False  # the session starts once the unit tests' is done
 
 
 LANES = (Lane("chaos", "the short chaos soak, the groups and the connector's pauses and kills (third stack)", CHAOS,
@@ -59,15 +60,30 @@ LANES = (Lane("chaos", "the short chaos soak, the groups and the connector's pau
          Lane("restarting", "the integration tests that restart servers (second stack)", RESTARTING,
               {"ONCEWATCH_DEV_STATE": ".devstack-2", "ONCEWATCH_DEV_MARIADB_PORT": "14306",
                "ONCEWATCH_DEV_KAFKA_PORT": "14092"}),
-         Lane("after_unit", "the integration tests that take minutes and restart nothing (fourth stack)", AFTER_UNIT,
+         Lane("minutes", "the integration tests that take minutes and restart nothing (fourth stack)", MINUTES,
               {"ONCEWATCH_DEV_STATE": ".devstack-4", "ONCEWATCH_DEV_MARIADB_PORT": "21306",
-               "ONCEWATCH_DEV_KAFKA_PORT": "21092"}, after_unit=True))
+               "ONCEWATCH_DEV_KAFKA_PORT": "21092"}))
+
+
+def wait_all(procs: list[subprocess.Popen], started: float) -> dict[int, tuple[int, float, float]]:
+    """Per session's pid, once every one has ended: its exit code, when it ended (seconds after `started`) and the
+    CPU-seconds it used with the children it waited for (its monitors, shops and servers' clients)."""
+    pending = {proc.pid: proc for proc in procs}
+    ended: dict[int, tuple[int, float, float]] = {}
+    while pending:
+        pid, status, usage = os.wait4(-1, 0)
+        proc = pending.pop(pid, None)
+        if proc is not None:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            ended[pid] = (proc.returncode, time.monotonic() - started, usage.ru_utime + usage.ru_stime)
+    return ended
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     own = {lane.name: [f"{INTEGRATION}/{t}" for t in lane.tests if (ROOT / INTEGRATION / t).exists()]
            for lane in LANES}
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="oncewatch-suite-") as tmp:
         work = Path(tmp)
 
@@ -91,18 +107,17 @@ def main(argv: list[str] | None = None) -> int:
                                          *(f"--ignore={p}" for tests in own.values() for p in tests)])
         lanes = [("the integration tests", first)]
         codes = {}
-        for lane in sorted(LANES, key=lambda lane: lane.after_unit):
-            if lane.after_unit:
-                unit[0].wait()
+        for lane in LANES:
             if stacks[lane.name].wait() == 0:
                 lanes.append((lane.title, session(lane.name, ["-m", "integration", *own[lane.name]],
                                                   {**os.environ, **lane.stack})))
             else:
                 codes[f"the stack of {lane.title}"] = stacks[lane.name].returncode
         lanes.append(("the unit tests", unit))
+        ended = wait_all([proc for _, (proc, _) in lanes], started)
         for title, (proc, out) in lanes:
-            codes[title] = proc.wait()
-            print(f"\n==== {title} ====", flush=True)
+            codes[title], at, cpu = ended[proc.pid]
+            print(f"\n==== {title} (ended {at:.0f} s after the suite's start; {cpu:.0f} CPU-seconds) ====", flush=True)
             sys.stdout.write(out.read_text(errors="replace"))
         for lane in LANES:
             if stacks[lane.name].returncode != 0:
