@@ -19,6 +19,7 @@ any session does. Arguments are passed to every session (`python -m devservices.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -87,50 +88,55 @@ def main(argv: list[str] | None = None) -> int:
     own = {lane.name: [f"{INTEGRATION}/{t}" for t in lane.tests if (ROOT / INTEGRATION / t).exists()]
            for lane in LANES}
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="oncewatch-suite-") as tmp:
-        work = Path(tmp)
+    # kept when a session fails: its tests' monitor logs, stores and configs are how a fresh clone's failure is read
+    work = Path(tempfile.mkdtemp(prefix="oncewatch-suite-"))
 
-        def session(name: str, argv: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path]:
-            out = work / f"{name}.out"
-            with open(out, "wb") as f:
-                # A basetemp of its own: the sessions never clean up each other's tmp_path folders.
-                proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                                         "--basetemp", str(work / name), *argv, *args],
-                                        stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-            return proc, out
+    def session(name: str, argv: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path]:
+        out = work / f"{name}.out"
+        with open(out, "wb") as f:
+            # A basetemp of its own: the sessions never clean up each other's tmp_path folders.
+            proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                                     "--basetemp", str(work / name), *argv, *args],
+                                    stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        return proc, out
 
-        stacks = {}
-        for lane in LANES:
-            with open(work / f"{lane.name}-stack.out", "wb") as f:
-                stacks[lane.name] = subprocess.Popen([sys.executable, "-m", "devservices.stack", "up"], stdout=f,
-                                                     stderr=subprocess.STDOUT, env={**os.environ, **lane.stack},
-                                                     cwd=ROOT)
-        unit = session("unit", [UNIT])
-        first = session("integration", ["-m", "integration", f"--ignore={UNIT}",
-                                         *(f"--ignore={p}" for tests in own.values() for p in tests)])
-        lanes = [("the integration tests", first)]
-        codes = {}
-        for lane in sorted(LANES, key=lambda lane: lane.after_unit):
-            if lane.after_unit:  # ended, and left for wait_all to reap with its CPU-seconds
-                os.waitid(os.P_PID, unit[0].pid, os.WEXITED | os.WNOWAIT)
-            if stacks[lane.name].wait() == 0:
-                lanes.append((lane.title, session(lane.name, ["-m", "integration", *own[lane.name]],
-                                                  {**os.environ, **lane.stack})))
-            else:
-                codes[f"the stack of {lane.title}"] = stacks[lane.name].returncode
-        lanes.append(("the unit tests", unit))
-        ended = wait_all([proc for _, (proc, _) in lanes], started)
-        for title, (proc, out) in lanes:
-            codes[title], at, cpu = ended[proc.pid]
-            print(f"\n==== {title} (ended {at:.0f} s after the suite's start; {cpu:.0f} CPU-seconds) ====", flush=True)
-            sys.stdout.write(out.read_text(errors="replace"))
-        for lane in LANES:
-            if stacks[lane.name].returncode != 0:
-                print(f"\n==== the stack of {lane.title} did not start ({stacks[lane.name].returncode}) ====",
-                      flush=True)
-                sys.stdout.write((work / f"{lane.name}-stack.out").read_text(errors="replace"))
+    stacks = {}
+    for lane in LANES:
+        with open(work / f"{lane.name}-stack.out", "wb") as f:
+            stacks[lane.name] = subprocess.Popen([sys.executable, "-m", "devservices.stack", "up"], stdout=f,
+                                                 stderr=subprocess.STDOUT, env={**os.environ, **lane.stack},
+                                                 cwd=ROOT)
+    unit = session("unit", [UNIT])
+    first = session("integration", ["-m", "integration", f"--ignore={UNIT}",
+                                     *(f"--ignore={p}" for tests in own.values() for p in tests)])
+    lanes = [("the integration tests", first)]
+    codes = {}
+    for lane in sorted(LANES, key=lambda lane: lane.after_unit):
+        if lane.after_unit:  # ended, and left for wait_all to reap with its CPU-seconds
+            os.waitid(os.P_PID, unit[0].pid, os.WEXITED | os.WNOWAIT)
+        if stacks[lane.name].wait() == 0:
+            lanes.append((lane.title, session(lane.name, ["-m", "integration", *own[lane.name]],
+                                              {**os.environ, **lane.stack})))
+        else:
+            codes[f"the stack of {lane.title}"] = stacks[lane.name].returncode
+    lanes.append(("the unit tests", unit))
+    ended = wait_all([proc for _, (proc, _) in lanes], started)
+    for title, (proc, out) in lanes:
+        codes[title], at, cpu = ended[proc.pid]
+        print(f"\n==== {title} (ended {at:.0f} s after the suite's start; {cpu:.0f} CPU-seconds) ====", flush=True)
+        sys.stdout.write(out.read_text(errors="replace"))
+    for lane in LANES:
+        if stacks[lane.name].returncode != 0:
+            print(f"\n==== the stack of {lane.title} did not start ({stacks[lane.name].returncode}) ====",
+                  flush=True)
+            sys.stdout.write((work / f"{lane.name}-stack.out").read_text(errors="replace"))
     print("\nsuite: " + ", ".join(f"{title} exit {code}" for title, code in codes.items()), flush=True)
-    return next((code for code in codes.values() if code), 0)
+    failed = next((code for code in codes.values() if code), 0)
+    if failed:
+        print(f"suite: the sessions' folders (their tests' logs, stores and configs) are kept in {work}", flush=True)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    return failed
 
 
 if __name__ == "__main__":
