@@ -54,6 +54,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> list[int]:
+    """`n` loopback ports nothing listens on right now, no two alike: free_port() may hand back the one it gave
+    before, which nothing has taken yet."""
+    ports: set[int] = set()
+    while len(ports) < n:
+        ports.add(free_port())
+    return sorted(ports)
+
+
 def _retarget(value: Any, prefix: str, schema: str) -> Any:
     """An example's names that start with `prefix` ('shop.x', 'mall_*.x') moved to `schema`."""
     if isinstance(value, str) and value.startswith(prefix):

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from devservices.shop_monitor import ROOT, free_port
+from devservices.shop_monitor import ROOT, free_ports
 from oncewatch.dashboards import launch
 
 READY = "demo: config, store and logs in"  # the demo's last line once everything answers
@@ -33,7 +33,7 @@ class DemoRun:
     @classmethod
     def start(cls) -> DemoRun:
         work = Path(tempfile.mkdtemp(prefix="oncewatch-demo-"))
-        metrics_port, dashboard_port = free_port(), free_port()
+        metrics_port, dashboard_port = free_ports(2)
         with open(work / "demo.out", "wb") as out:
             proc = subprocess.Popen([sys.executable, "-m", "devservices.demo", "--work", str(work), "--minutes", "20",
                                      "--metrics-port", str(metrics_port), "--dashboard-port", str(dashboard_port)],

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from devservices import broker
-from devservices.shop_monitor import findings, free_port, run_until_idle, shop_config, shop_settings
+from devservices.shop_monitor import findings, free_ports, run_until_idle, shop_config, shop_settings
 from oncewatch import shop
 
 from .conftest import wait_for
@@ -41,14 +41,6 @@ def reader_pid(log: Path, reader: str) -> int:
     return pids[-1]
 
 
-def distinct_ports(n: int) -> list[int]:
-    """`n` free loopback ports, no two alike (each free_port() call may hand back the one before)."""
-    ports: set[int] = set()
-    while len(ports) < n:
-        ports.add(free_port())
-    return sorted(ports)
-
-
 def test_a_broker_killed_under_live_monitors_raises_no_finding_the_control_does_not(tmp_path):
     dirs = {name: tmp_path / name for name in (KEPT, KILLED, "control")}
     for folder in dirs.values():
@@ -56,7 +48,7 @@ def test_a_broker_killed_under_live_monitors_raises_no_finding_the_control_does_
     _, topic = prepared(dirs[KEPT])
     for name in (KILLED, "control"):
         shutil.copy(dirs[KEPT] / "store.db", dirs[name] / "store.db")
-    ports = dict(zip((KEPT, KILLED), distinct_ports(2)))
+    ports = dict(zip((KEPT, KILLED), free_ports(2)))
     configs = {name: shop_config(dirs[name], topic=topic, rules=RULES, metrics_port=ports.get(name, 0))
                for name in dirs}
     logs = {name: tmp_path / f"{name}.log" for name in ports}

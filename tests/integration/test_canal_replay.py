@@ -62,7 +62,8 @@ def shop_messages(start_ms: int) -> list[list[dict]]:
 
 def canal_config(folder: Path, topic: str) -> Path:
     folder.mkdir()
-    return monitor_config_toml(list(TABLES.values()), folder, extra=cdc_toml(None, format="canal", topics=[topic]) + payment_shop_toml(TABLES))
+    return monitor_config_toml(list(TABLES.values()), folder,
+                               extra=cdc_toml(None, format="canal", topics=[topic]) + payment_shop_toml(TABLES))
 
 
 def test_canal_s_replay_after_a_restart_is_applied_once_and_counted(kafka_admin, tmp_path):
