@@ -22,6 +22,7 @@ from oncewatch import shop
 from oncewatch.dashboards import views
 from oncewatch.store import open_reader
 
+from .conftest import wait_for
 from .shop_monitor import prepared
 
 DRIFT = 100  # records: a stalled group passes it within seconds at this rate
@@ -45,6 +46,14 @@ def sample(port: int, store_path: str) -> tuple[str | None, float | None, list[s
     return verdict, caught_up, list(monitor.reasons) if monitor else [], shop.reasons
 
 
+def healthy(port: int, store_path: str) -> bool:
+    """The monitor says it is healthy and caught up (False while its /metrics does not answer yet)."""
+    try:
+        return sample(port, store_path)[:2] == ("healthy", 1.0)
+    except OSError:
+        return False
+
+
 def test_the_monitor_stays_healthy_while_the_shops_group_stalls_and_the_shop_says_so_and_no_f12(
         tmp_path: Path) -> None:
     _, topic = prepared(tmp_path)
@@ -60,7 +69,10 @@ def test_the_monitor_stays_healthy_while_the_shops_group_stalls_and_the_shop_say
     try:
         selling = threading.Thread(target=shop.run, args=(shop_settings(
             topic, seed=5, duration=SELLING_SECONDS, rate=10, faults="consumer_stall"),))
-        time.sleep(3)  # the monitor's first health rows
+        # its readers connected and caught up before the shop sells: a monitor still starting says `failing` (its readers
+        # connecting), and on a loaded fresh clone it still was after the fixed 3 s this waited
+        wait_for("the monitor healthy and caught up", lambda: healthy(port, store_path), timeout=60,
+                 log=tmp_path / "monitor.log")
         selling.start()
         while selling.is_alive():
             try:
