@@ -106,6 +106,7 @@ class Store:
             self.conn.execute(self.dialect.begin_write)
             try:
                 yield Batch(self.conn, self.dialect, self.packer, self.entity_ids, self.spaces, self.sources)
+                self.packer.repack()
                 self.conn.execute("COMMIT")
             except BaseException:
                 self.packer.rolled_back()

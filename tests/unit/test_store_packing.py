@@ -41,13 +41,32 @@ def test_rows_and_events_read_back_as_written_before_and_after_the_dictionary(st
     ids = dict(store.conn.execute("SELECT kind, id FROM dictionaries"))
     assert sorted(ids) == ["event", "row"]
     images = stored_images(store)
-    trained = next(i for i, v in enumerate(images) if v[0] != 0)  # text until the dictionary was trained
-    assert 0 < trained < TRAIN_AFTER and {v[0] for v in images[trained:]} == {ids["row"]}
-    packed = sum(map(len, images[trained:]))
-    text = sum(len(flat_json(r.after)) for r in rows[trained:])
+    # the images kept as text while the dictionary was learned were packed with it in the same transaction
+    assert {v[0] for v in images} == {ids["row"]}
+    assert {bytes(v)[0] for (v,) in store.conn.execute("SELECT body FROM events")} == {ids["event"]}
+    packed = sum(map(len, images))
+    text = sum(len(flat_json(r.after)) for r in rows)
     assert packed < text / 2, (packed, text)
     reader = Store(store_target, readonly=True)  # a reader learns the dictionaries from the store
     assert reader.row_changes() == rows
+
+
+def test_text_kept_before_the_dictionary_in_committed_transactions_is_packed_once_it_is_trained(store_target) -> None:
+    store = Store(store_target)
+    store.packer.train_samples = TRAIN_AFTER
+    rows, events = traffic(60)
+    for i in range(0, 30, 10):  # 30 rows, 40 images: not yet enough to train on
+        with store.batch() as tx:
+            tx.add_row_changes(rows[i:i + 10])
+    assert {v[0] for v in stored_images(store)} == {0}
+    with store.batch() as tx:
+        tx.add_row_changes(rows[30:])
+    (row,), = store.conn.execute("SELECT id FROM dictionaries WHERE kind = 'row'")
+    assert {v[0] for v in stored_images(store)} == {row}
+    assert {bytes(v)[0] for (v,) in store.conn.execute(
+        "SELECT before_row FROM row_changes WHERE before_row IS NOT NULL")} == {row}
+    assert store.row_changes() == rows
+    assert Store(store_target, readonly=True).row_changes() == rows
 
 
 def test_a_dictionary_whose_transaction_rolled_back_is_trained_again(store_target) -> None:
