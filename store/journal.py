@@ -23,8 +23,8 @@ ROW_CHANGES = "row_changes JOIN row_sources ON row_sources.id = row_changes.sour
 OLD_TABLE = aside("row_changes")  # an older store's rows, set aside (schema.set_older_aside) until moved
 MOVE_CHUNK = 20_000
 ROWS_PER_STATEMENT = 16
-INSERT = ("INSERT INTO row_changes (seq, txid, row_index, source, pk, before_row, after_row, end_pos, commit_time, "
-          "snapshot) VALUES ")
+COLUMNS = "seq, txid, row_index, source, pk, before_row, after_row, end_pos, commit_time, snapshot"
+INSERT = f"INSERT INTO row_changes ({COLUMNS}) VALUES "
 ROW = "(?,?,?,?,?,?,?,?,?,?)"
 
 

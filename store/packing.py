@@ -16,22 +16,19 @@ A kind's dictionary is trained once TRAIN_SAMPLES values of it were packed, and 
 inside the writer's transaction. Dictionaries are never changed or deleted, since every value packed with
 one needs it; a dictionary whose transaction rolled back is forgotten, and trained again. In the same
 transaction the row images and event bodies kept as text while their dictionary was being learned are packed
-with it (`repack`): they were a fixed megabyte and a half of every store, 30 bytes a record read over a
-store's first three minutes at 20 orders/s. The engine's entries are left as they are: they are rewritten as
-the engine changes them and dropped at its horizon, and a group's judges write theirs beside each other.
+with it (store.batch.Batch.repack): they were a megabyte of every store, 30 bytes a record read over a store's
+first three minutes at 20 orders/s. The engine's entries are left as they are: they are rewritten as the
+engine changes them and dropped at its horizon, and a group's judges write theirs beside each other.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import Any
 
 import zstandard
 
 from oncewatch.store.errors import StoreError
-
-log = logging.getLogger(__name__)
 
 # What is packed: row images, event bodies, the engine's entries. Each has a dictionary of its own.
 ROW, EVENT, ENGINE = "row", "event", "engine"
@@ -41,11 +38,6 @@ DICTIONARY_BYTES = 16 * 1024  # 8 and 16 KiB did as well as each other on the sh
 LEVEL = 3
 RAW = 0
 MAX_DICTIONARIES = 31  # ids stay below any byte that starts JSON text
-# Where a kind's values kept as text wait for its dictionary: (table, key, packed columns), the newest
-# REPACK_SCAN rows of the table looked at (the samples were the last values packed before the training,
-# a group's other writers' between them).
-WAITING = {ROW: ("row_changes", "seq", ("before_row", "after_row")), EVENT: ("events", "rowid", ("body",))}
-REPACK_SCAN = 10 * TRAIN_SAMPLES
 
 
 def as_bytes(value: str | bytes | None) -> bytes | None:
@@ -74,7 +66,7 @@ class Packer:
         self._decompressors: dict[int, zstandard.ZstdDecompressor] = {}
         self._samples: dict[str, list[bytes]] = {k: [] for k in KINDS}
         self._unsaved: list[tuple[str, int]] = []  # dictionaries stored in the transaction under way
-        self._repacked: set[str] = set()  # kinds whose text values were packed in the transaction under way
+        self._repacked: set[str] = set()  # kinds of _unsaved whose values kept as text were packed
         self._loaded = False
         self._read_lock = threading.Lock()
 
@@ -98,27 +90,12 @@ class Packer:
         frame = compressor.compress(data)
         return bytes((did,)) + frame[len(MAGIC):]
 
-    def repack(self) -> int:
-        """Inside the writer's transaction, before it commits: the values of WAITING kept as text until a
-        dictionary trained in this transaction packed with it. Each is replaced only while it is still the text
-        read (a shared store's other writer may have changed or deleted it meanwhile). Returns the values packed."""
-        packed = 0
-        for kind, _ in self._unsaved:
-            if kind not in WAITING or kind in self._repacked:
-                continue
-            self._repacked.add(kind)
-            table, key, packed_columns = WAITING[kind]
-            rows = self.conn.execute(f"SELECT {key}, {', '.join(packed_columns)} FROM {table} ORDER BY {key} DESC "
-                                     f"LIMIT ?", (REPACK_SCAN,)).fetchall()
-            for i, column in enumerate(packed_columns, 1):
-                waiting = [(bytes(r[i]), r[0]) for r in rows
-                           if isinstance(r[i], (bytes, memoryview)) and len(r[i]) and r[i][0] == RAW]
-                self.conn.executemany(f"UPDATE {table} SET {column} = ? WHERE {key} = ? AND {column} = ?",
-                                      [(self.pack(kind, text[1:].decode()), k, text) for text, k in waiting])
-                packed += len(waiting)
-            log.info("the values kept as text until their dictionary was trained are packed with it",
-                     extra={"event": "store_values_repacked", "kind": kind, "values": packed})
-        return packed
+    def trained(self) -> list[str]:
+        """The kinds whose dictionary was trained in the writer's transaction under way and not asked for yet:
+        their values kept as text are then packed with it (store.batch.Batch.repack)."""
+        fresh = [kind for kind, _ in self._unsaved if kind not in self._repacked]
+        self._repacked.update(fresh)
+        return fresh
 
     def committed(self) -> None:
         """The writer's transaction committed: the dictionaries it stored are there for good."""
@@ -170,6 +147,11 @@ class Packer:
         return made
 
     # ------------------------------------------------------------ reading
+
+    @staticmethod
+    def waiting(value: Any) -> bool:
+        """A packed value kept as text while its kind had no dictionary yet."""
+        return isinstance(value, (bytes, memoryview)) and len(value) > 0 and value[0] == RAW
 
     def unpack(self, value: bytes | str | None) -> str | None:
         """The JSON text of a packed value (None stays None)."""

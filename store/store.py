@@ -105,8 +105,9 @@ class Store:
         with self._lock, said_full(self.path):
             self.conn.execute(self.dialect.begin_write)
             try:
-                yield Batch(self.conn, self.dialect, self.packer, self.entity_ids, self.spaces, self.sources)
-                self.packer.repack()
+                tx = Batch(self.conn, self.dialect, self.packer, self.entity_ids, self.spaces, self.sources)
+                yield tx
+                tx.repack()
                 self.conn.execute("COMMIT")
             except BaseException:
                 self.packer.rolled_back()
