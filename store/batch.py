@@ -11,7 +11,7 @@ from typing import Any
 from oncewatch.core.exact_json import flat_json, to_json
 from oncewatch.core.names import ACKNOWLEDGED, CLOSED, OPEN, RESOLVED
 from oncewatch.core.records import EmittedEvent, Finding, QuarantinedRecord, QuarantinedRows, RowChange
-from oncewatch.store.codec import EVENT_COLUMNS, FINDING_COLUMNS, event_body, headers_json
+from oncewatch.store.codec import FINDING_COLUMNS, event_body, headers_json
 from oncewatch.store import entities as entities_index
 from oncewatch.store import journal
 from oncewatch.store.dialect import SQLITE, Connection, Dialect
@@ -32,7 +32,7 @@ IGNORE_REPEATS = " ON CONFLICT DO NOTHING"
 # first) and the packed ones among them. The newest REPACK_SCAN rows are looked at: the samples were the last values
 # packed before the training, a group's other writers' rows between them.
 WAITING = {ROW: ("row_changes", journal.COLUMNS, ("before_row", "after_row")),
-           EVENT: ("events", f"rowid, {EVENT_COLUMNS}", ("body",))}
+           EVENT: ("events", f"rowid, {journal.EVENT_STORED}", ("body",))}
 REPACK_SCAN = 10 * TRAIN_SAMPLES
 
 
@@ -40,13 +40,14 @@ class Batch:
     """Writes inside one store transaction; obtained from `Store.batch()`."""
 
     def __init__(self, conn: Connection, dialect: Dialect, packer: Packer, entity_ids: entities_index.EntityIds,
-                 spaces: Spaces, sources: Numbered):
+                 spaces: Spaces, sources: Numbered, event_sources: Numbered):
         self.conn = conn
         self.dialect = dialect
         self.packer = packer
         self.entity_ids = entity_ids
         self.spaces = spaces
         self.sources = sources
+        self.event_sources = event_sources
 
     def set_checkpoint(self, name: str, value: Any) -> None:
         self.conn.execute("INSERT INTO checkpoints (name, value, updated_at) VALUES (?, ?, ?) "
@@ -78,14 +79,16 @@ class Batch:
         entities = list(entities)
         if entities:
             (last,), = self.conn.execute("SELECT COALESCE(MAX(rowid), 0) FROM events")
-        self.insert_rows(f"INSERT INTO events ({EVENT_COLUMNS}) VALUES ", "(?,?,?,?,?,?,?,?)", 16,
-                     [(e.topic, e.partition, e.offset, e.timestamp_ms, e.timestamp_type, e.key, e.format,
-                       self.packer.pack(EVENT, event_body(e))) for e in events])
+        pack, source = self.packer.pack, self.event_sources.number
+        self.insert_rows(journal.INSERT_EVENT, journal.EVENT_ROW, 16,
+                         [(source(self.conn, (e.topic, e.timestamp_type, e.format)), e.partition, e.offset,
+                           e.timestamp_ms, e.key, pack(EVENT, event_body(e))) for e in events])
         if entities:
             # the rowids these events were given: above the largest before them (another writer of a shared store
             # may have added its own meanwhile, so each is found by its coordinates)
             rowids = {(t, p, o): rowid for rowid, t, p, o in self.conn.execute(
-                'SELECT rowid, topic, partition, "offset" FROM events WHERE rowid > ?', (last,))}
+                f'SELECT events.rowid, topic, partition, "offset" FROM {journal.EVENTS} WHERE events.rowid > ?',
+                (last,))}
             refs = [entities_index.event_ref(rowids[e.topic, e.partition, e.offset]) for e in events]
             entities_index.file(self.conn, self.entity_ids, [(entity, refs[i]) for i, entity in entities],
                                 self.insert_rows)

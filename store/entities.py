@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from oncewatch.core.names import split_partition_key
 from oncewatch.store.dialect import Connection
+from oncewatch.store.journal import events_from
 from oncewatch.store.numbered import Numbered, prefix_and_rest
 from oncewatch.store.schema import aside, in_key_order, move_rows
 
@@ -249,6 +250,6 @@ def _entry(conn: Connection, row: tuple[Any, ...]) -> tuple[str, int] | None:
         return name, int(ref)
     topic_partition, offset = ref.rsplit("@", 1)
     topic, partition = split_partition_key(topic_partition)
-    found = conn.execute('SELECT rowid FROM events WHERE topic = ? AND partition = ? AND "offset" = ?',
-                         (topic, partition, int(offset))).fetchone()
+    found = conn.execute(f'SELECT events.rowid FROM {events_from(conn)} WHERE topic = ? AND partition = ? '
+                         'AND "offset" = ?', (topic, partition, int(offset))).fetchone()
     return None if found is None else (name, event_ref(found[0]))

@@ -1,16 +1,17 @@
-"""The row changes' layout: what most of them repeat (schema, table, op, binlog file, commit clock) kept once in
-`row_sources`, each row pointing to its source by number (issue 47), and how an older store's rows, which held
-that text in every row, move over.
+"""The journal's layouts, the row changes' and the events': what most of them repeat kept once, each row pointing to
+it by number (issue 47), and how an older store's rows, which held that text in every row, move over.
 
-A store's rows are read through `rows_from` (the rows joined with their sources), so every column a reader knows
-keeps its name, in an older store not moved yet (its writer not started since) too.
+A row change's schema, table, op, binlog file and commit clock are kept in `row_sources`; an event's topic,
+timestamp type and format in `event_sources`. A store's rows are read through `rows_from` and `events_from` (the
+rows joined with their sources), so every column a reader knows keeps its name, in an older store not moved yet
+(its writer not started since) too. An event keeps its rowid through the move: the entity index points to it.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from oncewatch.store.dialect import Connection
+from oncewatch.store.dialect import POSTGRES, Connection, Dialect
 from oncewatch.store.numbered import Numbered
 from oncewatch.store.packing import as_bytes
 from oncewatch.store.schema import aside, columns, move_rows
@@ -26,12 +27,29 @@ ROWS_PER_STATEMENT = 16
 COLUMNS = "seq, txid, row_index, source, pk, before_row, after_row, end_pos, commit_time, snapshot"
 INSERT = f"INSERT INTO row_changes ({COLUMNS}) VALUES "
 ROW = "(?,?,?,?,?,?,?,?,?,?)"
+EVENT_SOURCE_COLUMNS = ("topic", "timestamp_type", "format")
+EVENTS = "events JOIN event_sources ON event_sources.id = events.source"
+OLD_EVENTS = aside("events")
+EVENT_STORED = 'source, partition, "offset", timestamp_ms, record_key, body'  # the columns events holds
+INSERT_EVENT = f"INSERT INTO events ({EVENT_STORED}) VALUES "
+EVENT_ROW = "(?,?,?,?,?,?)"
 
 
 def rows_from(conn: Connection) -> str:
     """What a query of row changes reads FROM: the rows with their sources; an older store's rows alone, which hold
     the same columns (asked at every query: a reader may be open while the writer moves them)."""
     return ROW_CHANGES if "source" in columns(conn, "row_changes") else "row_changes"
+
+
+def events_from(conn: Connection) -> str:
+    """What a query of events reads FROM (its rowid as `events.rowid`): the events with their sources; an older
+    store's events alone, which hold the same columns."""
+    return EVENTS if "source" in columns(conn, "events") else "events"
+
+
+def event_sources() -> Numbered:
+    """The numbers of the events' sources: (topic, timestamp type, format)."""
+    return Numbered("event_sources", EVENT_SOURCE_COLUMNS)
 
 
 def row_sources() -> Numbered:
@@ -51,3 +69,23 @@ def move_old_rows(conn: Connection, tables_sql: str, sources: Numbered, insert_r
         [(seq, txid, index, sources.number(conn, tuple(source)), pk, as_bytes(before), as_bytes(after), pos, at,
           snapshot) for seq, txid, index, *source, pk, before, after, pos, at, snapshot in rows], ""),
         "row_changes_moved")
+
+
+def move_old_events(conn: Connection, dialect: Dialect, sources: Numbered, insert_rows: InsertRows) -> int:
+    """An older store's events, set aside, moved into events under the same rowids and OLD_EVENTS dropped, inside
+    the caller's transaction; returns the events moved."""
+    if OLD_EVENTS not in {t for (t,) in conn.execute(dialect.tables)}:
+        return 0
+    postgres = dialect is POSTGRES
+    # PostgreSQL's rowid is an identity column: given here, and its sequence set past the largest afterwards
+    head = f"INSERT INTO events (rowid, {EVENT_STORED}) {'OVERRIDING SYSTEM VALUE ' if postgres else ''}VALUES "
+    moved = move_rows(conn, OLD_EVENTS, "rowid", (-1,), MOVE_CHUNK,
+                      f'{", ".join(EVENT_SOURCE_COLUMNS)}, partition, "offset", timestamp_ms, record_key, body',
+                      lambda rows: insert_rows(
+                          head, "(?,?,?,?,?,?,?)", ROWS_PER_STATEMENT,
+                          [(rowid, sources.number(conn, (topic, kind, fmt)), partition, offset, ms, key, as_bytes(body))
+                           for rowid, topic, kind, fmt, partition, offset, ms, key, body in rows], ""),
+                      "events_moved")
+    if postgres and moved:
+        conn.execute("SELECT setval(pg_get_serial_sequence('events', 'rowid'), (SELECT MAX(rowid) FROM events))")
+    return moved

@@ -148,8 +148,11 @@ def create(conn: PgConnection, schema: str) -> None:
             def insert_rows(head: str, row: str, _: int, rows: list[tuple[Any, ...]], tail: str = "") -> None:
                 conn.executemany(head + row + tail, rows)
 
-            move_older(conn, POSTGRES.tables, entities.EntityIds(), engine_state.Spaces(), journal.row_sources(),
-                       insert_rows)
+            move_older(conn, POSTGRES, entities.EntityIds(), engine_state.Spaces(), journal.row_sources(),
+                       journal.event_sources(), insert_rows)
+            # once more: an index of a table set aside kept its name, so the schema's made none for the new table
+            # (events_rowid), and it went with the older one
+            conn.executescript(schema)
             conn.execute(f"CREATE TABLE IF NOT EXISTS {MARK_TABLE} (application_id BIGINT NOT NULL, "
                          f"schema_sha256 TEXT NOT NULL)")
             conn.execute(f"DELETE FROM {MARK_TABLE}")

@@ -18,7 +18,7 @@ from oncewatch.store.codec import (FINDING_COLUMNS, ROW_CHANGE_COLUMNS, HistoryE
 from oncewatch.store import entities as entity_index
 from oncewatch.store import retention
 from oncewatch.store.dialect import Dialect
-from oncewatch.store.journal import rows_from
+from oncewatch.store.journal import events_from, rows_from
 from oncewatch.store.store import Store
 
 # A drill-down shows at most this many rows and events of one entity, newest kept.
@@ -253,7 +253,7 @@ def timeline(store: Store, value: str) -> Timeline:
     truncated = len(seqs) > TIMELINE_LIMIT or len(rowids) > TIMELINE_LIMIT
     seqs, rowids = seqs[-TIMELINE_LIMIT:], rowids[-TIMELINE_LIMIT:]
     rows = store.row_changes(f"seq IN ({','.join('?' * len(seqs))})", tuple(seqs)) if seqs else []
-    events = store.events(f"rowid IN ({','.join('?' * len(rowids))})", tuple(rowids)) if rowids else []
+    events = store.events(f"events.rowid IN ({','.join('?' * len(rowids))})", tuple(rowids)) if rowids else []
     # the value alone, which the findings' keys hold ('pk:' and 'key:' name a table before it)
     kind = keys[0].split(":", 1)[0]
     bare = keys[0].split(":", 2 if kind in TABLE_KINDS else 1)[-1] if len(keys) == 1 or kind == "key" \
@@ -282,7 +282,7 @@ def event_offsets(store: Store, since: float, until: float) -> list[tuple[str, i
     """(topic, partition, first offset, last offset, records) of the events the store keeps whose Kafka timestamp
     falls in [since, until), by topic and partition."""
     return [tuple(r) for r in store.conn.execute(
-        'SELECT topic, partition, MIN("offset"), MAX("offset"), COUNT(*) FROM events '
+        f'SELECT topic, partition, MIN("offset"), MAX("offset"), COUNT(*) FROM {events_from(store.conn)} '
         "WHERE timestamp_ms >= ? AND timestamp_ms < ? GROUP BY topic, partition ORDER BY topic, partition",
         (math.ceil(since * 1000), math.ceil(until * 1000)))]  # whole milliseconds: ceil keeps both bounds exact
 

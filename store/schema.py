@@ -93,15 +93,21 @@ CREATE TABLE IF NOT EXISTS event_entries (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS event_entries_event ON event_entries (event);
 CREATE TABLE IF NOT EXISTS events (
-    topic TEXT NOT NULL,
+    source INTEGER NOT NULL,   -- event_sources.id: its topic, timestamp type and format
     partition INTEGER NOT NULL,
     "offset" INTEGER NOT NULL,
     timestamp_ms INTEGER NOT NULL,
-    timestamp_type TEXT NOT NULL,
     record_key TEXT,
-    format TEXT NOT NULL,
     body BLOB NOT NULL,        -- the rest of the event as packed JSON: see event_body
-    PRIMARY KEY (topic, partition, "offset")
+    PRIMARY KEY (source, partition, "offset")
+);
+-- What every event of a topic repeats, kept once (store.journal): 36 bytes of text an event, its topic twice.
+CREATE TABLE IF NOT EXISTS event_sources (
+    id INTEGER PRIMARY KEY,
+    topic TEXT NOT NULL,
+    timestamp_type TEXT NOT NULL,
+    format TEXT NOT NULL,
+    UNIQUE (topic, timestamp_type, format)
 );
 CREATE TABLE IF NOT EXISTS quarantine (
     topic TEXT NOT NULL,
@@ -252,7 +258,7 @@ def columns(conn: Connection, table: str) -> set[str]:
 
 # Tables whose layout changed: (the table, a column only its older layout has). Its older rows are set aside
 # until they are moved into the new one (store.journal, store.entities).
-RELAID = (("row_changes", "schema_name"), ("entity_names", "name"), ("open_state", "key"))
+RELAID = (("row_changes", "schema_name"), ("entity_names", "name"), ("open_state", "key"), ("events", "topic"))
 
 
 def aside(table: str) -> str:

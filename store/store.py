@@ -55,6 +55,7 @@ class Store:
         self.entity_ids = entities.EntityIds()
         self.spaces = engine_state.Spaces()
         self.sources = journal.row_sources()
+        self.event_sources = journal.event_sources()
         self._held = held
         if isinstance(target, PostgresTarget):
             from oncewatch.store import postgres  # psycopg for a PostgreSQL store only: it doubles a command's start-up
@@ -80,8 +81,8 @@ class Store:
                 self.conn.executescript(SCHEMA)  # a store made by an older version gains the newer tables
                 with self.batch() as tx:
                     add_columns(self.conn)  # and the newer columns of its older tables
-                    move_older(self.conn, self.dialect.tables, self.entity_ids, self.spaces, self.sources,
-                               tx.insert_rows)
+                    move_older(self.conn, self.dialect, self.entity_ids, self.spaces, self.sources,
+                               self.event_sources, tx.insert_rows)
 
     def _open_postgres(self, readonly: bool, monitor: bool) -> None:
         from oncewatch.store import postgres
@@ -105,7 +106,8 @@ class Store:
         with self._lock, said_full(self.path):
             self.conn.execute(self.dialect.begin_write)
             try:
-                tx = Batch(self.conn, self.dialect, self.packer, self.entity_ids, self.spaces, self.sources)
+                tx = Batch(self.conn, self.dialect, self.packer, self.entity_ids, self.spaces, self.sources,
+                           self.event_sources)
                 yield tx
                 tx.repack()
                 self.conn.execute("COMMIT")
@@ -114,6 +116,7 @@ class Store:
                 self.entity_ids.rolled_back()
                 self.spaces.rolled_back()
                 self.sources.rolled_back()
+                self.event_sources.rolled_back()
                 # SQLite may have rolled back itself (SQLITE_FULL can): a ROLLBACK then would raise and
                 # hide the error that matters.
                 if self.conn.in_transaction:
@@ -123,6 +126,7 @@ class Store:
             self.entity_ids.committed()
             self.spaces.committed()
             self.sources.committed()
+            self.event_sources.committed()
 
     # -------------------------------------------------------------- reads
 
@@ -157,7 +161,7 @@ class Store:
         return [row_change_from_row(r, self.packer.unpack) for r in self.conn.execute(sql, params)]
 
     def events(self, where: str = "", params: tuple = (), limit: int | None = None) -> list[EmittedEvent]:
-        sql = (f"SELECT {EVENT_COLUMNS} FROM events " + (f"WHERE {where} " if where else "")
+        sql = (f"SELECT {EVENT_COLUMNS} FROM {journal.events_from(self.conn)} " + (f"WHERE {where} " if where else "")
                + 'ORDER BY topic, partition, "offset"' + (f" LIMIT {int(limit)}" if limit else ""))
         return [event_from_row(*r[:-1], self.packer.unpack(r[-1])) for r in self.conn.execute(sql, params)]
 

@@ -18,6 +18,8 @@ from oncewatch.core.records import EmittedEvent, QuarantinedRecord, QuarantinedR
 from oncewatch.dashboards import metrics
 from oncewatch.store import Store
 from oncewatch.store.entities import NAMES
+from oncewatch.store.journal import EVENT_ROW, INSERT_EVENT, events_from
+from oncewatch.store.schema import aside, columns
 
 PATHS = {"event_type": "type", "trade_no": "trade_no", "order_key": "order_no", "amount": "amount",
          "status": "status", "effect_id": "items.0.id"}
@@ -78,8 +80,9 @@ JSON_TEXTS = [
 def filed_events(store: Store) -> list[tuple[str, str]]:
     """(entity, the event's coordinates) of every event entry of the entity index."""
     return sorted((name, f"{t}/{p}@{o}") for name, t, p, o in store.conn.execute(
-        f'SELECT p.prefix || n.rest, e.topic, e.partition, e."offset" FROM {NAMES} JOIN event_entries r '
-        'ON r.entity = n.id JOIN events e ON e.rowid = r.event'))
+        f'SELECT p.prefix || n.rest, topic, partition, "offset" FROM {NAMES} JOIN event_entries r ON r.entity = n.id '
+        f'JOIN (SELECT events.rowid AS id, topic, partition, "offset" FROM {events_from(store.conn)}) e '
+        "ON e.id = r.event"))
 
 
 def test_json_events_round_trip_exactly_with_headers_keys_and_coordinates(store_target):
@@ -161,10 +164,10 @@ def test_events_without_their_text_round_trip(store_target):
 def test_bodies_written_before_the_array_form_still_read(store_target):
     e = parse("json", Rec("j", JSON_TEXTS[0], offset=9, key=b"O1", headers=[("trace", b"t-1")]))
     store = Store(store_target)
-    store.conn.execute('INSERT INTO events (topic, partition, "offset", timestamp_ms, timestamp_type, record_key, '
-                       "format, body) VALUES (?,?,?,?,?,?,?,?)",
-                       (e.topic, e.partition, e.offset, e.timestamp_ms, e.timestamp_type, e.key, e.format,
-                        to_json(e.to_dict())))
+    with store.batch() as tx:
+        source = store.event_sources.number(tx.conn, (e.topic, e.timestamp_type, e.format))
+        tx.conn.execute(f"{INSERT_EVENT}{EVENT_ROW}", (source, e.partition, e.offset, e.timestamp_ms, e.key,
+                                                       to_json(e.to_dict())))
     assert_same(store.events(), [e])
     store.close()
 
@@ -228,4 +231,54 @@ def test_an_older_store_keeps_its_quarantine_and_gains_the_timestamp_type(store_
     with writer.batch() as tx:
         tx.add_quarantined([new])
     assert writer.quarantined() == [old, new]
+    writer.close()
+
+
+# events as a version before issue 47's event_sources kept them: the topic, timestamp type and format in every row
+OLDER_EVENTS = """CREATE TABLE events ({rowid}topic TEXT NOT NULL, partition {int} NOT NULL, "offset" {int} NOT NULL,
+    timestamp_ms {int} NOT NULL, timestamp_type TEXT NOT NULL, record_key TEXT, format TEXT NOT NULL,
+    body {blob} NOT NULL, PRIMARY KEY (topic, partition, "offset"))"""
+
+
+def test_an_older_stores_events_move_under_their_rowids_and_read_as_before(store_target):
+    """A reader reads an older store's events as they are; its next writer moves them under the same rowids, which
+    the entity index points to, and the events after them get rowids past theirs."""
+    events = [parse("json", Rec(f"topic-{i % 2}", json.dumps({"type": "t", "trade_no": f"T{i}"}).encode(), offset=i))
+              for i in range(30)]
+    entities = [(i, f"trade_no:T{i}") for i in range(30)]
+    store, _ = stored(store_target, events[:20], entities[:20])
+    postgres = isinstance(store_target, PostgresTarget)
+    old = store.conn.execute('SELECT events.rowid, topic, partition, "offset", timestamp_ms, timestamp_type, '
+                             "record_key, format, body FROM events JOIN event_sources s ON s.id = events.source "
+                             "ORDER BY events.rowid DESC").fetchall()
+    with store.batch() as tx:
+        tx.conn.execute("DROP TABLE events")
+        tx.conn.execute("DROP TABLE event_sources")
+        tx.conn.execute(OLDER_EVENTS.format(rowid="rowid BIGINT GENERATED ALWAYS AS IDENTITY, " if postgres else "",
+                                            int="BIGINT" if postgres else "INTEGER",
+                                            blob="BYTEA" if postgres else "BLOB"))
+        tx.conn.executemany('INSERT INTO events (rowid, topic, partition, "offset", timestamp_ms, timestamp_type, '
+                            f"record_key, format, body) {'OVERRIDING SYSTEM VALUE ' if postgres else ''}"
+                            "VALUES (?,?,?,?,?,?,?,?,?)", old)  # the newest first: rowids are not in key order
+        if postgres:
+            tx.conn.execute("CREATE INDEX events_rowid ON events (rowid)")
+            tx.conn.execute("SELECT setval(pg_get_serial_sequence('events', 'rowid'), 100)")
+            tx.conn.execute("UPDATE oncewatch_store SET schema_sha256 = 'made by an older version'")
+    before = filed_events(store)
+    store.close()
+    assert_same(Store(store_target, readonly=True).events(), events[:20])
+    writer = Store(store_target)
+    assert "topic" not in columns(writer.conn, "events") and aside("events") not in {
+        t for (t,) in writer.conn.execute(writer.dialect.tables)}
+    assert writer.conn.execute('SELECT events.rowid, topic, partition, "offset", timestamp_ms, timestamp_type, '
+                               "record_key, format, body FROM events JOIN event_sources s ON s.id = events.source "
+                               "ORDER BY events.rowid DESC").fetchall() == [tuple(r) for r in old]
+    assert filed_events(writer) == before
+    with writer.batch() as tx:
+        tx.add_events(events[20:], [(i - 20, name) for i, name in entities[20:]])
+    assert_same(writer.events(), events)
+    assert filed_events(writer) == sorted((name, events[i].coordinates) for i, name in entities)
+    if postgres:  # the index of rowids the older table had is made for the new one
+        assert writer.conn.execute("SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND "
+                                   "tablename = 'events' AND indexname = 'events_rowid'").fetchone() is not None
     writer.close()
