@@ -61,37 +61,37 @@ class Batch:
         # past the largest, are known before the rows are written, and the rows go many to a statement.
         (last,), = self.conn.execute("SELECT COALESCE(MAX(seq), 0) FROM row_changes")
         seqs = list(range(last + 1, last + 1 + len(rows)))
-        pack, source = self.packer.pack, self.sources.number
+        numbers = entities_index.numbers_of(self.conn, self.entity_ids, entities, self.insert_rows)
+        pack, source, packed = self.packer.pack, self.sources.number, entities_index.pack_numbers
         self.insert_rows(journal.INSERT, journal.ROW, journal.ROWS_PER_STATEMENT,
                          [(seq, r.txid, r.row_index,
                            source(self.conn, (r.schema, r.table, r.op, r.binlog_file, r.commit_clock)),
                            flat_json(r.pk), None if r.before is None else pack(ROW, flat_json(r.before)),
                            None if r.after is None else pack(ROW, flat_json(r.after)),
-                           r.end_pos, r.commit_time, int(r.snapshot))
-                          for seq, r in zip(seqs, rows)])
-        entities_index.file(self.conn, self.entity_ids, [(entity, seqs[i]) for i, entity in entities],
-                            self.insert_rows)
+                           r.end_pos, r.commit_time, int(r.snapshot), packed(numbers.get(i, ())))
+                          for i, (seq, r) in enumerate(zip(seqs, rows))])
+        entities_index.file(((n, seqs[i]) for i, ns in numbers.items() for n in ns), self.insert_rows)
         return seqs
 
     def add_events(self, events: Iterable[EmittedEvent], entities: Iterable[tuple[int, str]] = ()) -> None:
         """Store events; `entities` pairs an event's index in `events` with an entity key."""
         events = list(events)
-        entities = list(entities)
-        if entities:
+        numbers = entities_index.numbers_of(self.conn, self.entity_ids, entities, self.insert_rows)
+        if numbers:
             (last,), = self.conn.execute("SELECT COALESCE(MAX(rowid), 0) FROM events")
-        pack, source = self.packer.pack, self.event_sources.number
+        pack, source, packed = self.packer.pack, self.event_sources.number, entities_index.pack_numbers
         self.insert_rows(journal.INSERT_EVENT, journal.EVENT_ROW, 16,
                          [(source(self.conn, (e.topic, e.timestamp_type, e.format)), e.partition, e.offset,
-                           e.timestamp_ms, e.key, pack(EVENT, event_body(e))) for e in events])
-        if entities:
+                           e.timestamp_ms, e.key, pack(EVENT, event_body(e)), packed(numbers.get(i, ())))
+                          for i, e in enumerate(events)])
+        if numbers:
             # the rowids these events were given: above the largest before them (another writer of a shared store
             # may have added its own meanwhile, so each is found by its coordinates)
             rowids = {(t, p, o): rowid for rowid, t, p, o in self.conn.execute(
                 f'SELECT events.rowid, topic, partition, "offset" FROM {journal.EVENTS} WHERE events.rowid > ?',
                 (last,))}
             refs = [entities_index.event_ref(rowids[e.topic, e.partition, e.offset]) for e in events]
-            entities_index.file(self.conn, self.entity_ids, [(entity, refs[i]) for i, entity in entities],
-                                self.insert_rows)
+            entities_index.file(((n, refs[i]) for i, ns in numbers.items() for n in ns), self.insert_rows)
 
     def repack(self) -> None:
         """Before the transaction commits: the row images and event bodies kept as text until a dictionary trained

@@ -31,6 +31,7 @@ class Dialect(NamedTuple):
     label_prefix: str
     key_search: str  # a findings WHERE clause: a key value equal to the search; parameters (value, value)
     contains: str  # `<column> holds the text`: contains.format(column), parameter (text)
+    index_named: str  # a row when the store has an index of that name: parameter (name)
 
     def label_path(self, name: str) -> str:
         return self.label_prefix + name
@@ -49,6 +50,7 @@ SQLITE = Dialect(
     key_search="findings.rowid IN (SELECT rowid FROM findings WHERE instr(keys, ?) > 0 AND EXISTS "
                "(SELECT 1 FROM json_tree(findings.keys) j WHERE j.atom IS NOT NULL AND CAST(j.atom AS TEXT) = ?))",
     contains="instr({}, ?) > 0",
+    index_named="SELECT 1 FROM sqlite_schema WHERE type = 'index' AND name = ?",
 )
 
 POSTGRES = Dialect(
@@ -62,15 +64,20 @@ POSTGRES = Dialect(
     key_search="strpos(keys, ?) > 0 AND EXISTS (SELECT 1 FROM jsonb_path_query(keys::jsonb, 'strict $.**') j "
                "WHERE jsonb_typeof(j) IN ('string', 'number', 'boolean') AND j #>> '{}' = ?)",
     contains="strpos({}, ?) > 0",
+    index_named="SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = ?",
 )
+
+
+def postgres_types(sql: str) -> str:
+    """SQLite's types in `sql` as PostgreSQL's."""
+    out = re.sub(r"\bINTEGER\b", "BIGINT", sql)
+    out = re.sub(r"\bREAL\b", "DOUBLE PRECISION", out)
+    return re.sub(r"\bBLOB\b", "BYTEA", out)
 
 
 def postgres_schema(schema: str) -> str:
     """SQLite's schema text in PostgreSQL's types."""
-    out = schema.replace(") WITHOUT ROWID;", ");")
-    out = re.sub(r"\bINTEGER\b", "BIGINT", out)
-    out = re.sub(r"\bREAL\b", "DOUBLE PRECISION", out)
-    out = re.sub(r"\bBLOB\b", "BYTEA", out)
+    out = postgres_types(schema.replace(") WITHOUT ROWID;", ");"))
     for table in ROWID_TABLES:
         head = f"CREATE TABLE IF NOT EXISTS {table} ("
         if head not in out:

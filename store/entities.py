@@ -3,15 +3,16 @@ filed under (oncewatch.monitor.entities says which), so the drill-down finds the
 
 Each entity's name is kept once, in `entity_names`, under a number given in the order names are first seen; an
 entry is that number and the record's: a row change's seq in `entity_entries`, an event's rowid in `event_entries`
-(callers see one number, a ref: the seq, or minus the rowid). About 25 bytes an entry with its index, where the
-name in every entry took about 95 (issue 47). Two tables, so that each one's index by record is an append: with the
-events' refs below zero in the rows' table, every event's entry went to the far left of that index, whose pages
-were then half empty (8 bytes a record read). Stores made before hold their events' entries in `entity_entries`,
-which their first writer of this version moves (`move_event_entries`). Numbers in first-seen
-order keep a shop's entries an append, as its ids come in order; a number hashed from the name took a third less
-room but landed each entry anywhere in the index, at 2.5 times the judge's CPU. The store's one writer of records
-(the monitor, under its lock) gives the numbers, as it gives row changes their seq, and keeps the names it has
-numbered in `EntityIds`. A name is kept as its prefix's number (up to its last ':', 'pk:shop.orders:', kept once
+(callers see one number, a ref: the seq, or minus the rowid). A record keeps the numbers it is filed under itself
+(`entities`, `pack_numbers`): a timeline walks from it to its entities by them, and retention deletes its entries by
+them. An index of the entries by record did both before, at three times the room (10 bytes an entry and its index,
+against 3 a number). Stores made before kept their events' entries in `entity_entries` under minus the rowid, or
+the entries found by record through `entity_entries_ref` and `event_entries_event`; their first writer of this
+version moves them (`move_event_entries`) and gives their records their numbers (`number_records`). Numbers in
+first-seen order keep a shop's entries an append, as its ids come in order; a number hashed from the name took a
+third less room but landed each entry anywhere in the index, at 2.5 times the judge's CPU. The store's one writer
+of records (the monitor, under its lock) gives the numbers, as it gives row changes their seq, and keeps the names
+it has numbered in `EntityIds`. A name is kept as its prefix's number (up to its last ':', 'pk:shop.orders:', kept once
 in `entity_prefixes`) and the rest. Stores made before kept the name in every entry (`entity_index`, with the kind
 and the record's coordinates as text, then `entity_refs`), or whole in `entity_names`; their first writer of this
 version moves them here (`move_old_index`).
@@ -21,13 +22,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from oncewatch.core.names import split_partition_key
-from oncewatch.store.dialect import Connection
+from oncewatch.store.dialect import Connection, Dialect
 from oncewatch.store.journal import events_from
 from oncewatch.store.numbered import Numbered, prefix_and_rest
-from oncewatch.store.schema import aside, in_key_order, move_rows
+from oncewatch.store.schema import aside, columns, in_key_order, move_rows
 
 log = logging.getLogger(__name__)
 
@@ -131,56 +132,129 @@ class EntityIds:
             self.pending.pop(name, None)
 
 
-# (table, its record column, that column as a ref in SQL): row changes' entries, events'
-ENTRIES = (("entity_entries", "ref", "e.ref"), ("event_entries", "event", "-e.event"))
+class Entries(NamedTuple):
+    """A table of entries: its record column, that column as a ref in SQL, and the records' own table and key."""
+
+    table: str
+    column: str
+    as_ref: str
+    records: str
+    key: str
+    by_record: str  # the index by record an older layout kept (`number_records` drops it)
 
 
-def by_table(refs: Iterable[int]) -> Iterator[tuple[tuple[str, str, str], list[int]]]:
+ENTRIES = (Entries("entity_entries", "ref", "e.ref", "row_changes", "seq", "entity_entries_ref"),
+           Entries("event_entries", "event", "-e.event", "events", "rowid", "event_entries_event"))
+
+
+def pack_numbers(numbers: Sequence[int]) -> bytes | None:
+    """A record's entity numbers as it keeps them (None: none): each in 7-bit groups, the high bit set on all but
+    the last of its groups (LEB128), 3 bytes for a number below two million."""
+    if not numbers:
+        return None
+    out = bytearray()
+    for n in numbers:
+        while n > 0x7F:
+            out.append(n & 0x7F | 0x80)
+            n >>= 7
+        out.append(n)
+    return bytes(out)
+
+
+def unpack_numbers(packed: bytes | None) -> list[int]:
+    """The inverse of `pack_numbers`."""
+    numbers, n, shift = [], 0, 0
+    for byte in packed or b"":
+        n |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            numbers.append(n)
+            n, shift = 0, 0
+    return numbers
+
+
+def by_table(refs: Iterable[int]) -> Iterator[tuple[Entries, list[int]]]:
     """Each table of ENTRIES with the values, in its record column, of those of `refs` it holds."""
     refs = sorted(set(refs))
     yield ENTRIES[0], [ref for ref in refs if ref > 0]
     yield ENTRIES[1], [event_rowid(ref) for ref in reversed(refs) if ref < 0]
 
 
-def file(conn: Connection, ids: EntityIds, entries: list[tuple[str, int]], insert_rows: InsertRows) -> None:
-    """File each record `ref` under the entity `name` of (name, ref); `insert_rows`: Batch.insert_rows."""
-    if entries:
-        number = ids.of(conn, (name for name, _ in entries), insert_rows)
-        rows = [(number[name], ref) for name, ref in entries if ref > 0]
-        events = [(number[name], event_rowid(ref)) for name, ref in entries if ref < 0]
-        for (table, column, _), filed in zip(ENTRIES, (rows, events)):
-            insert_rows(f"INSERT INTO {table} (entity, {column}) VALUES ", "(?,?)", 50, filed, " ON CONFLICT DO NOTHING")
+def numbers_of(conn: Connection, ids: EntityIds, named: Iterable[tuple[int, str]], insert_rows: InsertRows
+               ) -> dict[int, list[int]]:
+    """Of (record, name) pairs, each record's entity numbers, each once; a new name numbered (and stored) in the
+    order first met. What the record keeps (`pack_numbers`) and is filed under (`file`)."""
+    named = list(named)
+    number = ids.of(conn, (name for _, name in named), insert_rows)
+    out: dict[int, list[int]] = {}
+    for record, name in named:
+        numbers = out.setdefault(record, [])
+        if number[name] not in numbers:
+            numbers.append(number[name])
+    return out
+
+
+def file(numbered: Iterable[tuple[int, int]], insert_rows: InsertRows) -> None:
+    """File each record `ref` under the entity number of (number, ref) pairs; `insert_rows`: Batch.insert_rows."""
+    rows, events = [], []
+    for number, ref in numbered:
+        (rows if ref > 0 else events).append((number, abs(ref)))
+    for entries, filed in zip(ENTRIES, (rows, events)):
+        insert_rows(f"INSERT INTO {entries.table} (entity, {entries.column}) VALUES ", "(?,?)", 50, filed,
+                    " ON CONFLICT DO NOTHING")
+
+
+def file_named(conn: Connection, ids: EntityIds, entries: list[tuple[str, int]], insert_rows: InsertRows) -> None:
+    """File each record `ref` under the entity `name` of (name, ref) pairs (an older store's index moved)."""
+    number = ids.of(conn, (name for name, _ in entries), insert_rows)
+    file(((number[name], ref) for name, ref in entries), insert_rows)
 
 
 def refs_of(conn: Connection, names: Iterable[str]) -> dict[str, list[int]]:
     """The refs filed under each of `names` (a name with none is not in the answer)."""
     out: dict[str, list[int]] = {}
     names = sorted(set(names))
-    for table, _, ref in ENTRIES:
-        for name, value in _named(conn, names, ref, f" JOIN {table} e ON e.entity = n.id"):
+    for entries in ENTRIES:
+        for name, value in _named(conn, names, entries.as_ref, f" JOIN {entries.table} e ON e.entity = n.id"):
             out.setdefault(name, []).append(value)
     return out
 
 
 def names_of(conn: Connection, refs: Iterable[int]) -> set[str]:
-    """Every entity the records `refs` are filed under."""
+    """Every entity the records `refs` are filed under: the numbers each record keeps, or in an older store not
+    moved yet (its writer not started since), its index of entries by record."""
     out: set[str] = set()
-    for (table, column, _), values in by_table(refs):
+    numbers: set[int] = set()
+    for entries, values in by_table(refs):
+        kept = "entities" in columns(conn, entries.records)
         for part, marks in _chunks(values):
-            out.update(name for (name,) in conn.execute(
-                f"SELECT p.prefix || n.rest FROM {NAMES} JOIN {table} e ON e.entity = n.id WHERE e.{column} IN "
-                f"({marks})", part))
+            if kept:
+                for (packed,) in conn.execute(
+                        f"SELECT entities FROM {entries.records} WHERE {entries.key} IN ({marks})", part):
+                    numbers.update(unpack_numbers(packed))
+            else:
+                out.update(name for (name,) in conn.execute(
+                    f"SELECT p.prefix || n.rest FROM {NAMES} JOIN {entries.table} e ON e.entity = n.id "
+                    f"WHERE e.{entries.column} IN ({marks})", part))
+    for part, marks in _chunks(sorted(numbers)):
+        out.update(name for (name,) in conn.execute(f"SELECT p.prefix || n.rest FROM {NAMES} WHERE n.id IN ({marks})",
+                                                    part))
     return out
 
 
-def forget(conn: Connection, ids: EntityIds, refs: Sequence[int]) -> int:
-    """Delete the entries of the records `refs` (pruned), and the names left with none; returns how many entries
-    went."""
+def forget(conn: Connection, ids: EntityIds, pruned: Sequence[tuple[int, bytes | None]]) -> int:
+    """Delete the entries of the records pruned, (ref, the numbers it kept) pairs, and the names left with none;
+    returns how many entries went."""
     gone, numbers = 0, set()
-    for (table, column, _), values in by_table(refs):
-        for part, marks in _chunks(values):
-            deleted = conn.execute(f"DELETE FROM {table} WHERE {column} IN ({marks}) RETURNING entity",
-                                   part).fetchall()
+    kept = dict(pruned)
+    for entries, values in by_table(kept):
+        as_ref = (lambda v: v) if entries is ENTRIES[0] else event_ref
+        pairs = [(number, value) for value in values for number in unpack_numbers(kept[as_ref(value)])]
+        for i in range(0, len(pairs), CHUNK):
+            part = pairs[i:i + CHUNK]
+            deleted = conn.execute(f"DELETE FROM {entries.table} WHERE (entity, {entries.column}) IN "
+                                   f"(VALUES {','.join(['(?,?)'] * len(part))}) RETURNING entity",
+                                   [v for pair in part for v in pair]).fetchall()
             gone += len(deleted)
             numbers.update(number for (number,) in deleted)
     for part, marks in _chunks(sorted(numbers)):
@@ -192,6 +266,46 @@ def forget(conn: Connection, ids: EntityIds, refs: Sequence[int]) -> int:
             prefixes = ids.prefixes.values_of(conn, {prefix for prefix, _ in deleted})
             ids.forget(prefixes[prefix][0] + rest for prefix, rest in deleted)
     return gone
+
+
+def has_index(conn: Connection, dialect: Dialect, name: str) -> bool:
+    return conn.execute(dialect.index_named, (name,)).fetchone() is not None
+
+
+def older_by_record(conn: Connection, dialect: Dialect) -> bool:
+    """Whether the store keeps the entries' indexes by record of an older layout (before any move)."""
+    return any(has_index(conn, dialect, entries.by_record) for entries in ENTRIES)
+
+
+def numbers_by_record(conn: Connection, entries: Entries, low: int, high: int) -> dict[int, bytes | None]:
+    """The packed numbers of each record from `low` to `high` (its record column's values) filed in `entries`: what
+    an older store's record, moved or numbered, is given to keep."""
+    kept: dict[int, list[int]] = {}
+    for value, number in conn.execute(f"SELECT {entries.column}, entity FROM {entries.table} WHERE {entries.column} "
+                                      f">= ? AND {entries.column} <= ? ORDER BY {entries.column}, entity", (low, high)):
+        kept.setdefault(value, []).append(number)
+    return {value: pack_numbers(numbers) for value, numbers in kept.items()}
+
+
+def number_records(conn: Connection) -> int:
+    """An older store's records not given the numbers they are filed under by their move (those whose entries were
+    moved after them), given them from the entries, a range of MOVE_CHUNK records at a time, inside the caller's
+    transaction; the indexes of entries by record, which found them, then dropped. Returns the records whose entries
+    were read."""
+    numbered = 0
+    for entries in ENTRIES:
+        conn.execute(f"CREATE INDEX IF NOT EXISTS {entries.by_record} ON {entries.table} ({entries.column})")
+        (low, high), = conn.execute(f"SELECT MIN({entries.column}), MAX({entries.column}) FROM {entries.table}")
+        for start in range(low or 0, (high or 0) + 1, MOVE_CHUNK):
+            kept = numbers_by_record(conn, entries, start, start + MOVE_CHUNK - 1)
+            conn.executemany(f"UPDATE {entries.records} SET entities = ? WHERE {entries.key} = ? AND entities IS NULL",
+                             [(packed, value) for value, packed in kept.items()])
+            numbered += len(kept)
+        conn.execute(f"DROP INDEX {entries.by_record}")
+    if numbered:
+        log.info("an older store's records keep the numbers of their entities", extra={
+            "event": "records_numbered", "records": numbered})
+    return numbered
 
 
 def move_old_index(conn: Connection, tables_sql: str, ids: EntityIds, insert_rows: InsertRows) -> int:
@@ -211,7 +325,7 @@ def move_old_index(conn: Connection, tables_sql: str, ids: EntityIds, insert_row
         start: tuple[Any, ...] = ("", "", "") if old == "entity_index" else ("", -1 << 62)
         for rows in in_key_order(conn, old, columns, start, MOVE_CHUNK):
             entries = [e for e in (_entry(conn, row) for row in rows) if e is not None]
-            file(conn, ids, entries, insert_rows)
+            file_named(conn, ids, entries, insert_rows)
             moved += len(entries)
         conn.execute(f"DROP TABLE {old}")
     if moved:
@@ -222,7 +336,8 @@ def move_old_index(conn: Connection, tables_sql: str, ids: EntityIds, insert_row
 
 def move_event_entries(conn: Connection) -> int:
     """An older store's events' entries, in entity_entries under minus their rowid, moved to event_entries inside
-    the caller's transaction; returns how many (looked for at every writer's start: one step into an index)."""
+    the caller's transaction; returns how many. Looked for in a store that has entity_entries_ref (one step into
+    it): the stores that kept events' entries there had it."""
     if conn.execute("SELECT 1 FROM entity_entries WHERE ref < 0 LIMIT 1").fetchone() is None:
         return 0
     (moved,), = conn.execute("SELECT COUNT(*) FROM entity_entries WHERE ref < 0")

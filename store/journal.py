@@ -9,7 +9,8 @@ rows joined with their sources), so every column a reader knows keeps its name, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from oncewatch.store.dialect import POSTGRES, Connection, Dialect
 from oncewatch.store.numbered import Numbered
@@ -21,18 +22,20 @@ if TYPE_CHECKING:
 
 SOURCE_COLUMNS = ("schema_name", "table_name", "op", "binlog_file", "commit_clock")
 ROW_CHANGES = "row_changes JOIN row_sources ON row_sources.id = row_changes.source"
+# What an older store's records are filed under, by record, from one seq or rowid to another (store.moves)
+Numbers = Callable[[int, int], dict[int, "bytes | None"]]
 OLD_TABLE = aside("row_changes")  # an older store's rows, set aside (schema.set_older_aside) until moved
 MOVE_CHUNK = 20_000
 ROWS_PER_STATEMENT = 16
-COLUMNS = "seq, txid, row_index, source, pk, before_row, after_row, end_pos, commit_time, snapshot"
+COLUMNS = "seq, txid, row_index, source, pk, before_row, after_row, end_pos, commit_time, snapshot, entities"
 INSERT = f"INSERT INTO row_changes ({COLUMNS}) VALUES "
-ROW = "(?,?,?,?,?,?,?,?,?,?)"
+ROW = "(?,?,?,?,?,?,?,?,?,?,?)"
 EVENT_SOURCE_COLUMNS = ("topic", "timestamp_type", "format")
 EVENTS = "events JOIN event_sources ON event_sources.id = events.source"
 OLD_EVENTS = aside("events")
-EVENT_STORED = 'source, partition, "offset", timestamp_ms, record_key, body'  # the columns events holds
+EVENT_STORED = 'source, partition, "offset", timestamp_ms, record_key, body, entities'  # the columns events holds
 INSERT_EVENT = f"INSERT INTO events ({EVENT_STORED}) VALUES "
-EVENT_ROW = "(?,?,?,?,?,?)"
+EVENT_ROW = "(?,?,?,?,?,?,?)"
 
 
 def rows_from(conn: Connection) -> str:
@@ -57,35 +60,47 @@ def row_sources() -> Numbered:
     return Numbered("row_sources", SOURCE_COLUMNS)
 
 
-def move_old_rows(conn: Connection, tables_sql: str, sources: Numbered, insert_rows: InsertRows) -> int:
+def move_old_rows(conn: Connection, tables_sql: str, sources: Numbered, insert_rows: InsertRows, numbers: Numbers
+                  ) -> int:
     """An older store's rows, set aside, moved into row_changes (same seq) and OLD_TABLE dropped, inside the
-    caller's transaction; returns the rows moved."""
+    caller's transaction; returns the rows moved. Each is given the numbers of the entities it is filed under
+    (`numbers`: of the rows from one seq to another). The layout before kept the sources numbered already; the one
+    before it, their text in every row."""
     if OLD_TABLE not in {t for (t,) in conn.execute(tables_sql)}:
         return 0
-    more = ", ".join(("txid", "row_index", *SOURCE_COLUMNS, "pk", "before_row", "after_row", "end_pos", "commit_time",
-                      "snapshot"))
-    return move_rows(conn, OLD_TABLE, "seq", (-1,), MOVE_CHUNK, more, lambda rows: insert_rows(
-        INSERT, ROW, ROWS_PER_STATEMENT,
-        [(seq, txid, index, sources.number(conn, tuple(source)), pk, as_bytes(before), as_bytes(after), pos, at,
-          snapshot) for seq, txid, index, *source, pk, before, after, pos, at, snapshot in rows], ""),
-        "row_changes_moved")
+    numbered = "source" in columns(conn, OLD_TABLE)
+    source = "source" if numbered else ", ".join(SOURCE_COLUMNS)
+
+    def insert(rows: list[tuple[Any, ...]]) -> None:
+        kept = numbers(rows[0][0], rows[-1][0])
+        insert_rows(INSERT, ROW, ROWS_PER_STATEMENT, [
+            (seq, txid, index, rest[0] if numbered else sources.number(conn, tuple(rest[:len(SOURCE_COLUMNS)])),
+             pk, as_bytes(before), as_bytes(after), pos, at, snapshot, kept.get(seq))
+            for seq, txid, index, *rest, pk, before, after, pos, at, snapshot in rows], "")
+
+    more = f"txid, row_index, {source}, pk, before_row, after_row, end_pos, commit_time, snapshot"
+    return move_rows(conn, OLD_TABLE, "seq", (-1,), MOVE_CHUNK, more, insert, "row_changes_moved")
 
 
-def move_old_events(conn: Connection, dialect: Dialect, sources: Numbered, insert_rows: InsertRows) -> int:
+def move_old_events(conn: Connection, dialect: Dialect, sources: Numbered, insert_rows: InsertRows, numbers: Numbers
+                    ) -> int:
     """An older store's events, set aside, moved into events under the same rowids and OLD_EVENTS dropped, inside
-    the caller's transaction; returns the events moved."""
+    the caller's transaction; returns the events moved. Each is given the numbers of the entities it is filed under
+    (`numbers`: of the events from one rowid to another)."""
     if OLD_EVENTS not in {t for (t,) in conn.execute(dialect.tables)}:
         return 0
     postgres = dialect is POSTGRES
     # PostgreSQL's rowid is an identity column: given here, and its sequence set past the largest afterwards
     head = f"INSERT INTO events (rowid, {EVENT_STORED}) {'OVERRIDING SYSTEM VALUE ' if postgres else ''}VALUES "
-    moved = move_rows(conn, OLD_EVENTS, "rowid", (-1,), MOVE_CHUNK,
-                      f'{", ".join(EVENT_SOURCE_COLUMNS)}, partition, "offset", timestamp_ms, record_key, body',
-                      lambda rows: insert_rows(
-                          head, "(?,?,?,?,?,?,?)", ROWS_PER_STATEMENT,
-                          [(rowid, sources.number(conn, (topic, kind, fmt)), partition, offset, ms, key, as_bytes(body))
-                           for rowid, topic, kind, fmt, partition, offset, ms, key, body in rows], ""),
-                      "events_moved")
+
+    def insert(rows: list[tuple[Any, ...]]) -> None:
+        kept = numbers(rows[0][0], rows[-1][0])
+        insert_rows(head, "(?,?,?,?,?,?,?,?)", ROWS_PER_STATEMENT, [
+            (rowid, sources.number(conn, (topic, kind, fmt)), partition, offset, ms, key, as_bytes(body),
+             kept.get(rowid)) for rowid, topic, kind, fmt, partition, offset, ms, key, body in rows], "")
+
+    more = f'{", ".join(EVENT_SOURCE_COLUMNS)}, partition, "offset", timestamp_ms, record_key, body'
+    moved = move_rows(conn, OLD_EVENTS, "rowid", (-1,), MOVE_CHUNK, more, insert, "events_moved")
     if postgres and moved:
         conn.execute("SELECT setval(pg_get_serial_sequence('events', 'rowid'), (SELECT MAX(rowid) FROM events))")
     return moved

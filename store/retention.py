@@ -33,13 +33,13 @@ def prune(store: Store, before: float, limit: int = 5000, *, for_budget: bool = 
     `now`."""
     with store.batch() as tx:
         conn = tx.conn
-        seqs = [seq for (seq,) in conn.execute(
+        seqs = conn.execute(
             "DELETE FROM row_changes WHERE seq IN (SELECT seq FROM row_changes ORDER BY seq LIMIT ?) "
-            "AND commit_time < ? RETURNING seq", (limit, before))]
-        rowids = [rowid for (rowid,) in conn.execute(
+            "AND commit_time < ? RETURNING seq, entities", (limit, before)).fetchall()
+        rowids = conn.execute(
             "DELETE FROM events WHERE rowid IN (SELECT rowid FROM events ORDER BY rowid LIMIT ?) "
-            "AND timestamp_ms < ? RETURNING rowid", (limit, before * 1000))]
-        entries = entities.forget(conn, tx.entity_ids, seqs + [entities.event_ref(r) for r in rowids])
+            "AND timestamp_ms < ? RETURNING rowid, entities", (limit, before * 1000)).fetchall()
+        entries = entities.forget(conn, tx.entity_ids, [*seqs, *((entities.event_ref(r), n) for r, n in rowids)])
         points = conn.execute("DELETE FROM series WHERE rowid IN (SELECT rowid FROM series ORDER BY rowid LIMIT ?) "
                               "AND at < ?", (limit, before)).rowcount
         pruned = {"row_changes": len(seqs), "events": len(rowids), "entity_index": entries, "series": points}

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from oncewatch.store.dialect import Connection
+from oncewatch.store.dialect import Connection, postgres_types
 from oncewatch.store.errors import NotAStoreError, StoreError
 from oncewatch.store.files import MEMORY, make_dir, said_full
 
@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS row_changes (
     end_pos INTEGER NOT NULL,
     commit_time REAL NOT NULL,
     snapshot INTEGER NOT NULL DEFAULT 0,
-    UNIQUE (txid, row_index, snapshot)
+    entities BLOB              -- the entity index's numbers it is filed under (store.entities.pack_numbers), or NULL
 );
 -- What most row changes repeat, kept once (store.journal): a row's values in these five were 45 bytes of text.
 CREATE TABLE IF NOT EXISTS row_sources (
@@ -68,7 +68,9 @@ CREATE TABLE IF NOT EXISTS row_sources (
 DROP INDEX IF EXISTS row_changes_table;
 -- The drill-down's way in (store.entities): the records filed under each entity ('trade_no:T1'), its name kept
 -- once under a number the writer gives in the order names are first seen; a row change's entries (ref: its seq)
--- apart from an event's (its rowid), so that each index by record is an append.
+-- apart from an event's (its rowid). A record keeps the numbers it is filed under itself (its `entities`), which
+-- is how a timeline walks from it and retention finds its entries: an index of the entries by record took three
+-- times the room.
 CREATE TABLE IF NOT EXISTS entity_names (
     id INTEGER PRIMARY KEY,
     prefix INTEGER NOT NULL,   -- entity_prefixes.id: the name up to its last ':' ('pk:shop.orders:', 'trade_no:')
@@ -84,14 +86,11 @@ CREATE TABLE IF NOT EXISTS entity_entries (
     ref INTEGER NOT NULL,
     PRIMARY KEY (entity, ref)
 ) WITHOUT ROWID;
--- what retention finds the entries of pruned records by, and a timeline the entities of its records
-CREATE INDEX IF NOT EXISTS entity_entries_ref ON entity_entries (ref);
 CREATE TABLE IF NOT EXISTS event_entries (
     entity INTEGER NOT NULL,
     event INTEGER NOT NULL,    -- events.rowid
     PRIMARY KEY (entity, event)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS event_entries_event ON event_entries (event);
 CREATE TABLE IF NOT EXISTS events (
     source INTEGER NOT NULL,   -- event_sources.id: its topic, timestamp type and format
     partition INTEGER NOT NULL,
@@ -99,6 +98,7 @@ CREATE TABLE IF NOT EXISTS events (
     timestamp_ms INTEGER NOT NULL,
     record_key TEXT,
     body BLOB NOT NULL,        -- the rest of the event as packed JSON: see event_body
+    entities BLOB,             -- as row_changes.entities
     PRIMARY KEY (source, partition, "offset")
 );
 -- What every event of a topic repeats, kept once (store.journal): 36 bytes of text an event, its topic twice.
@@ -244,7 +244,7 @@ CREATE INDEX IF NOT EXISTS trade_verdicts_verdict ON trade_verdicts (verdict);
 """
 
 # Columns added to a table after stores were made with it: CREATE TABLE IF NOT EXISTS leaves an older
-# store's table as it was, so its writer adds them (`add_columns`). (table, column, type in both dialects)
+# store's table as it was, so its writer adds them (`add_columns`). (table, column, its type in SQLite's words)
 ADDED_COLUMNS = (("quarantine_raw", "timestamp_type", "TEXT"),)
 # Columns that hold store.packing's values; an older store's are text (SQLite keeps bytes in them as they are).
 PACKED_COLUMNS = (("row_changes", "before_row"), ("row_changes", "after_row"), ("events", "body"),
@@ -256,9 +256,11 @@ def columns(conn: Connection, table: str) -> set[str]:
     return {d[0] for d in conn.execute(f"SELECT * FROM {table} LIMIT 0").description}
 
 
-# Tables whose layout changed: (the table, a column only its older layout has). Its older rows are set aside
-# until they are moved into the new one (store.journal, store.entities).
-RELAID = (("row_changes", "schema_name"), ("entity_names", "name"), ("open_state", "key"), ("events", "topic"))
+# Tables whose layout changed: (the table, a column, whether its older layouts have it or lack it). Its older rows are
+# set aside until they are moved into the new one (store.journal, store.entities). The row changes' older layouts lack
+# their entities' numbers and held their text's UNIQUE (txid, row_index, snapshot), which nothing reads by.
+RELAID = (("row_changes", "entities", False), ("entity_names", "name", True), ("open_state", "key", True),
+          ("events", "topic", True))
 
 
 def aside(table: str) -> str:
@@ -270,8 +272,8 @@ def set_older_aside(conn: Connection, tables_sql: str) -> None:
     """Before the schema is made: each table of RELAID still in its older layout renamed aside, so that the
     schema makes the new one beside it."""
     tables = {t for (t,) in conn.execute(tables_sql)}
-    for table, old_column in RELAID:
-        if table in tables and aside(table) not in tables and old_column in columns(conn, table):
+    for table, column, older_has in RELAID:
+        if table in tables and aside(table) not in tables and (column in columns(conn, table)) == older_has:
             conn.execute(f"ALTER TABLE {table} RENAME TO {aside(table)}")
 
 
@@ -306,6 +308,7 @@ def add_columns(conn: Connection) -> None:
     so that two writers starting together do not both add one."""
     for table, column, kind in ADDED_COLUMNS:
         if column not in columns(conn, table):
+            kind = kind if isinstance(conn, sqlite3.Connection) else postgres_types(kind)
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
 

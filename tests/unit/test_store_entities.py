@@ -9,7 +9,10 @@ import pytest
 from devservices.samples import Shop, shipment
 from oncewatch.core.config import PostgresTarget
 from oncewatch.store import Store, queries, retention
-from oncewatch.store.entities import NAMES
+from oncewatch.store.entities import NAMES, pack_numbers, unpack_numbers
+from oncewatch.store.schema import aside
+
+from .previous_store import make_previous
 
 
 def filed(store: Store) -> list[tuple[str, int]]:
@@ -134,11 +137,75 @@ def test_an_older_stores_event_entries_move_to_their_own_table(store_target) -> 
     want = filed(store)
     store.conn.execute("INSERT INTO entity_entries (entity, ref) SELECT entity, -event FROM event_entries")
     store.conn.execute("DELETE FROM event_entries")
-    if isinstance(store_target, PostgresTarget):
-        store.conn.execute("UPDATE oncewatch_store SET schema_sha256 = 'made by an older version'")
+    as_older(store)
     store.close()
     writer = Store(store_target)
     assert filed(writer) == want and len(want) == 6
     assert (writer.count("entity_entries"), writer.count("event_entries")) == (3, 3)
     assert [e.keys["order_key"] for e in queries.timeline(writer, "T2").events] == ["T2"]
+    assert_records_numbered(writer)
     writer.close()
+
+
+def as_older(store: Store) -> None:
+    """The store as a version before the records kept their entities' numbers left it: the entries' indexes by
+    record, and no numbers in the records."""
+    store.conn.execute("CREATE INDEX IF NOT EXISTS entity_entries_ref ON entity_entries (ref)")
+    store.conn.execute("CREATE INDEX IF NOT EXISTS event_entries_event ON event_entries (event)")
+    store.conn.execute("UPDATE row_changes SET entities = NULL")
+    store.conn.execute("UPDATE events SET entities = NULL")
+    if store.dialect.name == "postgresql":
+        store.conn.execute("UPDATE oncewatch_store SET schema_sha256 = 'made by an older version'")
+
+
+def assert_records_numbered(store: Store) -> None:
+    """Every record keeps the numbers of the entities it is filed under, and no index of entries by record is
+    left."""
+    for table, column, records, key in (("entity_entries", "ref", "row_changes", "seq"),
+                                        ("event_entries", "event", "events", "rowid")):
+        entries: dict[int, list[int]] = {}
+        for value, number in store.conn.execute(f"SELECT {column}, entity FROM {table}"):
+            entries.setdefault(value, []).append(number)
+        kept = {value: sorted(unpack_numbers(packed)) for value, packed in store.conn.execute(
+            f"SELECT {key}, entities FROM {records}") if packed is not None}
+        assert kept == {value: sorted(numbers) for value, numbers in entries.items()}, table
+        assert store.conn.execute(store.dialect.index_named, (f"{table}_{column}",)).fetchone() is None
+
+
+def test_a_store_whose_entries_were_indexed_by_record_gives_its_records_their_numbers(store_target) -> None:
+    """The store of the version before: the entries found by record through an index of their own; its first writer
+    of this version gives each record the numbers it is filed under and drops those indexes, and the drill-down,
+    the timeline and retention work on it as on a new one."""
+    shop, store = Shop(), Store(store_target)
+    rows = []
+    with store.batch() as tx:
+        for i in range(4):
+            t = shop.tx(1000.0 + i, shipment(f"S{i}", f"T{i}"))
+            rows += t.rows
+            tx.add_row_changes(t.rows, [(0, f"trade_no:T{i}"), (0, f"pk:shipments:S{i}")])
+        tx.add_events([shop.event("shipment.created", 1000.0 + i, order_no=f"T{i}") for i in range(4)],
+                      [(i, f"trade_no:T{i}") for i in range(4)])
+    want = filed(store)
+    make_previous(store)
+    store.close()
+    older = Store(store_target, readonly=True)  # a reader before the writer: through the index by record
+    assert [r.after["shipment_id"] for r in queries.timeline(older, "T1").rows] == ["S1"]
+    older.close()
+    writer = Store(store_target)
+    assert filed(writer) == want
+    assert_records_numbered(writer)
+    assert writer.row_changes() == rows and aside("row_changes") not in {
+        t for (t,) in writer.conn.execute(writer.dialect.tables)}
+    with writer.batch() as tx:  # no UNIQUE (txid, row_index, snapshot) is left: nothing reads by it
+        tx.add_row_changes(rows[:1])
+    found = queries.timeline(writer, "T1")
+    assert [r.after["shipment_id"] for r in found.rows] == ["S1"] and [e.offset for e in found.events] == [1]
+    retention.prune(writer, 1002.5)  # the records of T0, T1 and T2 and their entries go
+    assert sorted(name for name, _ in filed(writer)) == ["pk:shipments:S3", "trade_no:T3", "trade_no:T3"]
+    writer.close()
+
+
+def test_a_records_numbers_read_back_as_kept() -> None:
+    numbers = [1, 127, 128, 16_383, 16_384, 2_097_151, 2_097_152, 1 << 40, 5]
+    assert unpack_numbers(pack_numbers(numbers)) == numbers
+    assert len(pack_numbers([2_097_151])) == 3 and pack_numbers([]) is None and unpack_numbers(None) == []

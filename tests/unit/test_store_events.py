@@ -21,6 +21,10 @@ from oncewatch.store.entities import NAMES
 from oncewatch.store.journal import EVENT_ROW, INSERT_EVENT, events_from
 from oncewatch.store.schema import aside, columns
 
+from .previous_store import make_previous
+
+OLD = 'events.rowid, topic, partition, "offset", timestamp_ms, timestamp_type, record_key, format, body'
+
 PATHS = {"event_type": "type", "trade_no": "trade_no", "order_key": "order_no", "amount": "amount",
          "status": "status", "effect_id": "items.0.id"}
 
@@ -167,7 +171,7 @@ def test_bodies_written_before_the_array_form_still_read(store_target):
     with store.batch() as tx:
         source = store.event_sources.number(tx.conn, (e.topic, e.timestamp_type, e.format))
         tx.conn.execute(f"{INSERT_EVENT}{EVENT_ROW}", (source, e.partition, e.offset, e.timestamp_ms, e.key,
-                                                       to_json(e.to_dict())))
+                                                       to_json(e.to_dict()), None))
     assert_same(store.events(), [e])
     store.close()
 
@@ -234,12 +238,6 @@ def test_an_older_store_keeps_its_quarantine_and_gains_the_timestamp_type(store_
     writer.close()
 
 
-# events as a version before issue 47's event_sources kept them: the topic, timestamp type and format in every row
-OLDER_EVENTS = """CREATE TABLE events ({rowid}topic TEXT NOT NULL, partition {int} NOT NULL, "offset" {int} NOT NULL,
-    timestamp_ms {int} NOT NULL, timestamp_type TEXT NOT NULL, record_key TEXT, format TEXT NOT NULL,
-    body {blob} NOT NULL, PRIMARY KEY (topic, partition, "offset"))"""
-
-
 def test_an_older_stores_events_move_under_their_rowids_and_read_as_before(store_target):
     """A reader reads an older store's events as they are; its next writer moves them under the same rowids, which
     the entity index points to, and the events after them get rowids past theirs."""
@@ -248,31 +246,17 @@ def test_an_older_stores_events_move_under_their_rowids_and_read_as_before(store
     entities = [(i, f"trade_no:T{i}") for i in range(30)]
     store, _ = stored(store_target, events[:20], entities[:20])
     postgres = isinstance(store_target, PostgresTarget)
-    old = store.conn.execute('SELECT events.rowid, topic, partition, "offset", timestamp_ms, timestamp_type, '
-                             "record_key, format, body FROM events JOIN event_sources s ON s.id = events.source "
-                             "ORDER BY events.rowid DESC").fetchall()
-    with store.batch() as tx:
-        tx.conn.execute("DROP TABLE events")
-        tx.conn.execute("DROP TABLE event_sources")
-        tx.conn.execute(OLDER_EVENTS.format(rowid="rowid BIGINT GENERATED ALWAYS AS IDENTITY, " if postgres else "",
-                                            int="BIGINT" if postgres else "INTEGER",
-                                            blob="BYTEA" if postgres else "BLOB"))
-        tx.conn.executemany('INSERT INTO events (rowid, topic, partition, "offset", timestamp_ms, timestamp_type, '
-                            f"record_key, format, body) {'OVERRIDING SYSTEM VALUE ' if postgres else ''}"
-                            "VALUES (?,?,?,?,?,?,?,?,?)", old)  # the newest first: rowids are not in key order
-        if postgres:
-            tx.conn.execute("CREATE INDEX events_rowid ON events (rowid)")
-            tx.conn.execute("SELECT setval(pg_get_serial_sequence('events', 'rowid'), 100)")
-            tx.conn.execute("UPDATE oncewatch_store SET schema_sha256 = 'made by an older version'")
+    old = store.conn.execute(f"SELECT {OLD} FROM events JOIN event_sources s ON s.id = events.source "
+                             "ORDER BY events.rowid").fetchall()
+    make_previous(store)
     before = filed_events(store)
     store.close()
     assert_same(Store(store_target, readonly=True).events(), events[:20])
     writer = Store(store_target)
     assert "topic" not in columns(writer.conn, "events") and aside("events") not in {
         t for (t,) in writer.conn.execute(writer.dialect.tables)}
-    assert writer.conn.execute('SELECT events.rowid, topic, partition, "offset", timestamp_ms, timestamp_type, '
-                               "record_key, format, body FROM events JOIN event_sources s ON s.id = events.source "
-                               "ORDER BY events.rowid DESC").fetchall() == [tuple(r) for r in old]
+    assert writer.conn.execute(f"SELECT {OLD} FROM events JOIN event_sources s ON s.id = events.source "
+                               "ORDER BY events.rowid").fetchall() == [tuple(r) for r in old]
     assert filed_events(writer) == before
     with writer.batch() as tx:
         tx.add_events(events[20:], [(i - 20, name) for i, name in entities[20:]])
