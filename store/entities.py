@@ -194,12 +194,19 @@ def numbers_of(conn: Connection, ids: EntityIds, named: Iterable[tuple[int, str]
     return out
 
 
-def file(numbered: Iterable[tuple[int, int]], insert_rows: InsertRows) -> None:
-    """File each record `ref` under the entity number of (number, ref) pairs; `insert_rows`: Batch.insert_rows."""
-    rows, events = [], []
+def by_table_pairs(numbered: Iterable[tuple[int, int]]) -> Iterator[tuple[Entries, list[tuple[int, int]]]]:
+    """Each table of ENTRIES with the (entity number, record column's value) pairs, of (number, ref) pairs, it
+    holds."""
+    rows: list[tuple[int, int]] = []
+    events: list[tuple[int, int]] = []
     for number, ref in numbered:
         (rows if ref > 0 else events).append((number, abs(ref)))
-    for entries, filed in zip(ENTRIES, (rows, events)):
+    return zip(ENTRIES, (rows, events))
+
+
+def file(numbered: Iterable[tuple[int, int]], insert_rows: InsertRows) -> None:
+    """File each record `ref` under the entity number of (number, ref) pairs; `insert_rows`: Batch.insert_rows."""
+    for entries, filed in by_table_pairs(numbered):
         insert_rows(f"INSERT INTO {entries.table} (entity, {entries.column}) VALUES ", "(?,?)", 50, filed,
                     " ON CONFLICT DO NOTHING")
 
@@ -246,10 +253,7 @@ def forget(conn: Connection, ids: EntityIds, pruned: Sequence[tuple[int, bytes |
     """Delete the entries of the records pruned, (ref, the numbers it kept) pairs, and the names left with none;
     returns how many entries went."""
     gone, numbers = 0, set()
-    kept = dict(pruned)
-    for entries, values in by_table(kept):
-        as_ref = (lambda v: v) if entries is ENTRIES[0] else event_ref
-        pairs = [(number, value) for value in values for number in unpack_numbers(kept[as_ref(value)])]
+    for entries, pairs in by_table_pairs((n, ref) for ref, packed in pruned for n in unpack_numbers(packed)):
         for i in range(0, len(pairs), CHUNK):
             part = pairs[i:i + CHUNK]
             deleted = conn.execute(f"DELETE FROM {entries.table} WHERE (entity, {entries.column}) IN "
@@ -268,13 +272,9 @@ def forget(conn: Connection, ids: EntityIds, pruned: Sequence[tuple[int, bytes |
     return gone
 
 
-def has_index(conn: Connection, dialect: Dialect, name: str) -> bool:
-    return conn.execute(dialect.index_named, (name,)).fetchone() is not None
-
-
 def older_by_record(conn: Connection, dialect: Dialect) -> bool:
     """Whether the store keeps the entries' indexes by record of an older layout (before any move)."""
-    return any(has_index(conn, dialect, entries.by_record) for entries in ENTRIES)
+    return any(conn.execute(dialect.index_named, (entries.by_record,)).fetchone() is not None for entries in ENTRIES)
 
 
 def numbers_by_record(conn: Connection, entries: Entries, low: int, high: int) -> dict[int, bytes | None]:

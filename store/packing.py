@@ -66,7 +66,6 @@ class Packer:
         self._decompressors: dict[int, zstandard.ZstdDecompressor] = {}
         self._samples: dict[str, list[bytes]] = {k: [] for k in KINDS}
         self._unsaved: list[tuple[str, int]] = []  # dictionaries stored in the transaction under way
-        self._repacked: set[str] = set()  # kinds of _unsaved whose values kept as text were packed
         self._loaded = False
         self._read_lock = threading.Lock()
 
@@ -91,16 +90,13 @@ class Packer:
         return bytes((did,)) + frame[len(MAGIC):]
 
     def trained(self) -> list[str]:
-        """The kinds whose dictionary was trained in the writer's transaction under way and not asked for yet:
-        their values kept as text are then packed with it (store.batch.Batch.repack)."""
-        fresh = [kind for kind, _ in self._unsaved if kind not in self._repacked]
-        self._repacked.update(fresh)
-        return fresh
+        """The kinds whose dictionary was trained in the writer's transaction under way: their values kept as text
+        are packed with it before it commits (store.batch.Batch.repack, once a transaction)."""
+        return [kind for kind, _ in self._unsaved]
 
     def committed(self) -> None:
         """The writer's transaction committed: the dictionaries it stored are there for good."""
         self._unsaved.clear()
-        self._repacked.clear()
 
     def rolled_back(self) -> None:
         """The writer's transaction rolled back: the dictionaries it stored are gone, so nothing more is packed
@@ -109,7 +105,6 @@ class Packer:
             self._compressors.pop(kind, None)
             self._decompressors.pop(did, None)
         self._unsaved.clear()
-        self._repacked.clear()
 
     def _train(self, kind: str, samples: list[bytes]) -> tuple[int, zstandard.ZstdCompressor] | None:
         try:
