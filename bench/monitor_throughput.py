@@ -10,7 +10,7 @@ process's start to the moment its store's checkpoints reach the end of both stre
 sampled every half second, its reader processes included (peak, and the peak of each third of the run:
 flat means flat), and its CPU time is read when it has caught up: all its threads and reader processes,
 each named thread (the main thread, `judge`, runs the engine and the store's writes), each reader
-process (`ow-binlog`, `ow-kafka_events`: oncewatch.monitor.remote) and the forkserver they are forked
+process (`ow-binlog`, `ow-kafka_events`: oncewatch.monitor.remote), the store's writer (`ow-store`) and the forkserver they are forked
 from (oncewatch.core.forkserver). Records per CPU-second next to records/s tells a monitor held up by one
 core from one left waiting; the judge's are the issue 44 target (>= 25,000 records per CPU-second of the
 judge's process), given for the judge's thread and for the monitor's process. The load average is printed:

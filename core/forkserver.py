@@ -1,5 +1,6 @@
-"""The process the readers' processes are forked from (oncewatch.monitor.remote): the multiprocessing forkserver,
-one thread, started once per monitor process with the readers' modules imported ahead (`PRELOAD`).
+"""The process the readers' processes (oncewatch.monitor.remote) and the store's writer's (oncewatch.monitor.saver)
+are forked from: the multiprocessing forkserver, one thread, started once per monitor process with their modules
+imported ahead (`PRELOAD`).
 
 Here, in the leaf, so that `oncewatch run` can start it first thing, before it imports the monitor (most of a
 second, which the forkserver's own imports then overlap) rather than when the first reader starts. The modules are
@@ -13,7 +14,7 @@ import multiprocessing.context
 import multiprocessing.forkserver
 
 PRELOAD = ("oncewatch.monitor.remote", "oncewatch.collectors.binlog", "oncewatch.collectors.kafka_events",
-           "oncewatch.collectors.cdc.read")
+           "oncewatch.collectors.cdc.read", "oncewatch.monitor.saver")
 
 
 def context() -> multiprocessing.context.BaseContext:

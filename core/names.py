@@ -61,6 +61,7 @@ KAFKA_OFFSETS = "kafka_offsets"
 CDC = "cdc"  # CDC check mode: the CDC topics read beside the binlog, to check the pipeline against it
 MONITOR = "monitor"
 FORKSERVER = "forkserver"  # the process the readers' processes are forked from (a part of /metrics' CPU per part)
+STORE_WRITER = "store"  # the process that writes the monitor's checkpoints (a part of /metrics' CPU per part)
 COLLECTORS = (BINLOG, KAFKA_EVENTS, KAFKA_OFFSETS, CDC)
 
 # The monitor's verdict on itself (oncewatch.monitor.verdict); its last health row once stopped says so.

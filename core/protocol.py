@@ -233,6 +233,7 @@ class MonitorHealth:
     store_space: StoreSpace | None = None  # None without a budget
     cpu_seconds: float | None = None  # the monitor's own process: the rules, the store, the readers in threads
     forkserver_cpu_seconds: float | None = None  # the process the readers' processes are forked from
+    store_writer_cpu_seconds: float | None = None  # the process that writes the checkpoints (oncewatch.monitor.saver)
 
     def cannot_judge(self) -> tuple[str, ...]:
         """The rules blind everywhere, then per rule the tables a shape problem blinds it for ("F7 on t")."""

@@ -411,12 +411,14 @@ def _health(health: dict[str, views.Component]) -> Iterator[Metric]:
                    "read, a poll that returned, a server heartbeat (unix time); old means stuck or dead.",
                    ("collector",))
     cpu = _counter("cpu_seconds", "CPU time (user + system) of each part of the monitor: the readers that run in a "
-                   "process of their own (the binlog or CDC topics, Kafka events, CDC check mode's topics) and the "
-                   "monitor's own process (part=\"monitor\": the rules, the store, the readers in threads) and the "
-                   "process the readers' are forked from (part=\"forkserver\": its imports, then a fork a reader "
-                   "start). A reader's starts again from 0 when its process is started again.", ("part",))
+                   "process of their own (the binlog or CDC topics, Kafka events, CDC check mode's topics), the "
+                   "monitor's own process (part=\"monitor\": the rules, the readers in threads), the process that "
+                   "writes its checkpoints into the store (part=\"store\": the raw records, the engine's state, the "
+                   "findings) and the process the others are forked from (part=\"forkserver\": its imports, then a "
+                   "fork a start). A process's starts again from 0 when it is started again.", ("part",))
     if (monitor := views.monitor_of(health)) is not None:
-        for part, seconds in ((names.MONITOR, monitor.cpu_seconds), (names.FORKSERVER, monitor.forkserver_cpu_seconds)):
+        for part, seconds in ((names.MONITOR, monitor.cpu_seconds), (names.FORKSERVER, monitor.forkserver_cpu_seconds),
+                              (names.STORE_WRITER, monitor.store_writer_cpu_seconds)):
             if seconds is not None:
                 cpu.add_metric([part], seconds)
     for name in names.COLLECTORS:

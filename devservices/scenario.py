@@ -95,7 +95,8 @@ def write_health(store: Store, now: float) -> None:
                 GroupOffsets("points-service", "Empty", tuple(GroupPartition(TOPIC, p, e, 0, 0.0)
                                                               for p, e in enumerate(ends))))), reader(now - 1)))
     store.set_health("monitor", MonitorHealth(
-        started_at=now - 3600, pid=4242, cpu_seconds=96.0, forkserver_cpu_seconds=1.25, binlog_time=now - 2.5,
+        started_at=now - 3600, pid=4242, cpu_seconds=96.0, forkserver_cpu_seconds=1.25, store_writer_cpu_seconds=30.5,
+        binlog_time=now - 2.5,
         kafka_time=now - 7.0, caught_up=False,
         verdict="degraded", reasons=("kafka read 7.0 s behind (caught up means within 5 s)",
                                      "domain.payments.callback_status_column: shop.payments.callback_status "

@@ -21,6 +21,7 @@ read, the keys' prefixes 40 more, each twice with the index by age (issue 47). S
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from oncewatch.core.exact_json import from_json, to_json
@@ -154,14 +155,17 @@ def move_old_entries(conn: Connection, tables_sql: str, spaces: Spaces, insert_r
 
 
 class ColdEntries:
-    """checks.horizon.Cold over `open_state`."""
+    """checks.horizon.Cold over `open_state`. `settle` is called before each use: the engine's state handed to a
+    writer of its own is written first (oncewatch.monitor.saver), so what is read is the state last handed on."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, settle: Callable[[], object] = lambda: None):
         self.conn = store.conn
         self.spaces = store.spaces
         self.unpack = store.packer.unpack
+        self.settle = settle
 
     def get(self, space: str, key: str) -> tuple[float, Any] | None:
+        self.settle()
         number = self.spaces.find(self.conn, (space,))
         prefix, rest = split_key(key)
         prefix_number = self.spaces.prefixes.find(self.conn, (prefix,))
@@ -171,22 +175,26 @@ class ColdEntries:
         return None if row is None else (row[0], from_json(self.unpack(row[1])))
 
     def drop_before(self, space: str, cutoff: float) -> list[str]:
+        self.settle()
         number = self.spaces.find(self.conn, (space,))
         return [] if number is None else self._keys(self.conn.execute(
             "DELETE FROM open_state WHERE space = ? AND at < ? RETURNING prefix, rest", (number, cutoff)))
 
     def drop_oldest(self, space: str, n: int) -> list[str]:
+        self.settle()
         number = self.spaces.find(self.conn, (space,))
         return [] if number is None else self._keys(self.conn.execute(
             "DELETE FROM open_state WHERE space = ? AND (prefix, rest) IN (SELECT prefix, rest FROM open_state "
             "WHERE space = ? ORDER BY at LIMIT ?) RETURNING prefix, rest", (number, number, n)))
 
     def drop_all(self, space: str) -> None:
+        self.settle()
         number = self.spaces.find(self.conn, (space,))
         if number is not None:
             self.conn.execute("DELETE FROM open_state WHERE space = ?", (number,))
 
     def keys(self, space: str) -> list[str]:
+        self.settle()
         number = self.spaces.find(self.conn, (space,))
         return [] if number is None else self._keys(self.conn.execute(
             "SELECT prefix, rest FROM open_state WHERE space = ?", (number,)))

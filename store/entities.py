@@ -86,6 +86,7 @@ class EntityIds:
         self.known: dict[str, int] = {}
         self.pending: dict[str, int] = {}
         self.prefixes = Numbered("entity_prefixes", ("prefix",))
+        self.forgotten = 0  # names forgotten so far (`forget`)
 
     def of(self, conn: Connection, names: Iterable[str], insert_rows: InsertRows) -> dict[str, int]:
         """The number of each of `names`, a new name numbered (and stored) in the order first met."""
@@ -130,6 +131,12 @@ class EntityIds:
         for name in names:
             self.known.pop(name, None)
             self.pending.pop(name, None)
+            self.forgotten += 1
+
+    def clear(self) -> None:
+        """Every committed number forgotten: names another connection pruned (the monitor's retention, beside its
+        store's writer process) are numbered anew when met again, the others looked up."""
+        self.known.clear()
 
 
 class Entries(NamedTuple):

@@ -86,8 +86,9 @@ class Health:
     def __init__(self, store: Store, readers: dict[str, Reader], progress: Progress, stats: Any, rules: Rules,
                  shape: Callable[[], list[dict[str, Any]]], outages: Outages,
                  reads: dict[str, list[str]] | None = None, slo: SloConfig = SloConfig(),
-                 space: Callable[[], StoreSpace | None] = lambda: None):
+                 space: Callable[[], StoreSpace | None] = lambda: None, writer_pid: Callable[[], int | None] = lambda: None):
         self.store = store
+        self.writer_pid = writer_pid  # the store's writer process (oncewatch.monitor.saver), None while none runs
         self.space = space  # the store against its budget (oncewatch.monitor.budget), None without one
         self.slo = slo  # published on /metrics beside the verdicts, for the burn-rate alerts
         self.outages = outages
@@ -190,7 +191,8 @@ class Health:
             store_outage_seconds=self.outages.seconds, thresholds=thresholds(self.rules),
             slo=Slo(self.slo.objective, self.slo.within_seconds), store_space=space,
             cpu_seconds=time.process_time(),
-            forkserver_cpu_seconds=process_cpu_seconds(pid) if (pid := forkserver.pid()) is not None else None))
+            forkserver_cpu_seconds=process_cpu_seconds(pid) if (pid := forkserver.pid()) is not None else None,
+            store_writer_cpu_seconds=process_cpu_seconds(pid) if (pid := self.writer_pid()) is not None else None))
         if with_series:
             with self.store.batch() as tx:
                 tx.add_series(self._series_points(time.time()))

@@ -34,6 +34,7 @@ from oncewatch.monitor.inbox import Inbox
 from oncewatch.monitor.preflight import preflight_kafka, preflight_mysql
 from oncewatch.monitor.readers import Reader, running_part
 from oncewatch.monitor.remote import PartSpec, remote
+from oncewatch.monitor.saver import ProcessSaver
 from oncewatch.monitor.threadnames import name_os_threads
 from oncewatch.monitor.writer import Writer
 from oncewatch.store import Store, open_monitor
@@ -123,7 +124,8 @@ class Monitor:
         self.settings = Settings.from_config(cfg)
         self.engine = Engine(self.settings)
         self.store = store or open_monitor(cfg.store.target)
-        self.writer = Writer(cfg, self.store, self.engine, EntityIndex(self.settings))
+        self.saver = ProcessSaver(cfg)
+        self.writer = Writer(cfg, self.store, self.engine, EntityIndex(self.settings), self.saver)
         self.progress = self.writer.progress
         self.queue = Inbox(QUEUE_RECORDS)
         self._stop = threading.Event()
@@ -135,10 +137,12 @@ class Monitor:
         self.budget = Budget(self.store, cfg.store.max_bytes) if cfg.store.max_bytes else None
         self.health = Health(self.store, self.readers, self.progress, self.engine.stats, cfg.rules, self.engine.shape,
                              outages or Outages(), self.engine.reads(), cfg.slo,
-                             space=lambda: None if self.budget is None else self.budget.space)
+                             space=lambda: None if self.budget is None else self.budget.space,
+                             writer_pid=lambda: self.saver.pid)
 
     def close(self) -> None:
-        """The store closed and its lock given up."""
+        """The store's writer process ended, the store closed and its lock given up."""
+        self.saver.stop()
         self.store.close()
 
     def stop(self) -> None:
@@ -242,6 +246,7 @@ class Monitor:
             preflight_mysql(self.cfg)
         preflight_kafka(self.cfg)
         self.writer.restore()
+        self.saver.start()
         close_metrics = metrics(self.cfg)
         self._configure_readers()
         kafka_status = self._kafka_status if KAFKA_EVENTS in self.readers else None
@@ -267,6 +272,7 @@ class Monitor:
                 if now >= next_prune:
                     next_prune = now if self.writer.prune(now) else now + PRUNE_SECONDS
                 if self.budget is not None and now >= next_budget:
+                    self.writer.settle()
                     next_budget = now if self.budget.keep(now) else now + budget.LOOK_SECONDS
                 for reader in self.readers.values():
                     if reader.restart_if_due(now):  # what it reads now is new: --until-idle waits for it
@@ -287,6 +293,7 @@ class Monitor:
             self.stop()
             for reader in self.readers.values():
                 reader.join(JOIN_SECONDS)
+            self.saver.stop()
             self.health.write(with_series=False, stopped=True)
             close_metrics()
 

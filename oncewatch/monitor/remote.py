@@ -143,7 +143,7 @@ class RemotePart:
         self._sent_ahead = self._ahead() if self._ahead is not None else None
         self._process = context.Process(target=_child, name=f"oncewatch-{self.name}", daemon=True,
                                         args=(self.name, self._build, self._sent_ahead, items_child, control_child,
-                                              calls_child, os.getpid(), _log_levels()))
+                                              calls_child, os.getpid(), log_levels()))
         self._process.start()
         self.pid = self._process.pid
         for conn in (items_child, control_child, calls_child):
@@ -315,7 +315,7 @@ def _writable(conn: Connection, timeout: float) -> bool:
     return bool(select.select([], [conn.fileno()], [], timeout)[1])
 
 
-def _log_levels() -> dict[str, int]:
+def log_levels() -> dict[str, int]:
     """The monitor's log levels, which the child's logging takes (oncewatch.core.logs: JSON lines on stderr)."""
     return {name: logging.getLogger(name).getEffectiveLevel() for name in ("", "kafka")}
 
@@ -329,7 +329,7 @@ def process_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _die_with(monitor: int, name: str) -> None:
+def die_with(monitor: int, name: str) -> None:
     """SIGKILL this process when the forkserver that forked it ends, which it does when the monitor ends
     (SIGKILLed, or crashed), and name it `ow-<reader>` for ps, top and the CPU per part (15 characters at most:
     the kernel's limit)."""
@@ -348,7 +348,7 @@ def _running(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def _logging(levels: dict[str, int]) -> None:
+def child_logging(levels: dict[str, int]) -> None:
     """The child's log as the monitor's: JSON lines on the same stderr, at the same levels."""
     logs.setup(logging.getLevelName(levels[""]))
     logging.getLogger("kafka").setLevel(levels["kafka"])
@@ -363,7 +363,7 @@ def remote_traceback(exc: BaseException) -> str | None:
     return getattr(exc, "remote_traceback", None)
 
 
-def _sendable(exc: BaseException, trace: str) -> BaseException:
+def sendable(exc: BaseException, trace: str) -> BaseException:
     """`exc` carrying the child's traceback (`remote_traceback`), or a RuntimeError saying what it was when it cannot
     be pickled (an exception whose constructor takes other arguments than its args)."""
     try:
@@ -378,8 +378,8 @@ def _sendable(exc: BaseException, trace: str) -> BaseException:
 
 def _child(name: str, build: Build, first_ahead: Any, items: Connection, control: Connection, calls: Connection,
            monitor: int, levels: dict[str, int]) -> None:
-    _die_with(monitor, name)
-    _logging(levels)
+    die_with(monitor, name)
+    child_logging(levels)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the monitor, which stops its readers
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     ahead: list[Any] = [first_ahead]
@@ -413,7 +413,7 @@ def _child(name: str, build: Build, first_ahead: Any, items: Connection, control
             try:
                 calls.send((number, True, getattr(part, method)(*args)))
             except Exception as exc:  # noqa: BLE001 - the caller raises it
-                calls.send((number, False, _sendable(exc, traceback.format_exc())))
+                calls.send((number, False, sendable(exc, traceback.format_exc())))
 
     def beat() -> None:
         while not stop.wait(STATUS_SECONDS):
@@ -431,7 +431,7 @@ def _child(name: str, build: Build, first_ahead: Any, items: Connection, control
         send(("ended",))
     except BaseException as exc:  # noqa: BLE001 - every failure goes to the monitor, which counts and restarts
         try:
-            send(("failed", _sendable(exc, traceback.format_exc())))
+            send(("failed", sendable(exc, traceback.format_exc())))
         except OSError:
             pass
     finally:

@@ -1,7 +1,8 @@
-"""The store's only writer: feeds what the readers read to the engine and saves it with its checkpoints.
+"""The judge: feeds what the readers read to the engine and hands what it applied to the store with its checkpoints.
 
-The engine judges every batch as it comes (`apply`); the store keeps up on a cadence. A checkpoint is one
-store transaction holding the raw records read since the last one, their entity index, the engine's state
+The engine judges every batch as it comes (`apply`); the store keeps up on a cadence. A checkpoint
+(oncewatch.monitor.checkpoints) is one store transaction, written by the saver (oncewatch.monitor.saver: in the
+monitor, a process of its own, while the rules go on), holding the raw records read since the last one, their entity index, the engine's state
 delta, the findings and trade verdicts it drained and the read positions (docs/architecture.md §7), so a
 kill -9 at any instant resumes from the last checkpoint with nothing lost and nothing doubled: what was read since
 is read and judged again, the findings are the same by id and verdicts only move forward. A checkpoint is
@@ -9,8 +10,8 @@ taken every `[store] checkpoint_seconds` (0: every batch), at once when a batch 
 finding (a finding is never shown before the records and the state behind it are saved, nor held back by the
 cadence), after each fragment of a transaction too large to hold and each chunk of a bootstrap, when
 CHECKPOINT_RECORDS records wait for it, and at a clean stop (`checkpoint`). Between checkpoints a batch writes
-only what the engine's spilled state reads and drops (engine_state.ColdEntries), inside a store transaction of
-its own. Saving the state once a second rather than every batch writes an entry changed several times in that
+only what the engine's spilled state drops (engine_state.ColdEntries), each its own short transaction, once the
+checkpoint in flight is written. Saving the state once a second rather than every batch writes an entry changed several times in that
 second once, and one put and gone within it never (issue 44). `Progress` is what has been applied: the
 positions a restarted reader resumes from, and the clocks of the absence rules.
 
@@ -35,14 +36,16 @@ from oncewatch.collectors.binlog import bootstrap
 from oncewatch.collectors.kafka_events import EventBatch
 from oncewatch.core.config import Config
 from oncewatch.core.gtids import gtid_set
-from oncewatch.core.names import (BINLOG_CHECKPOINT, BOOTSTRAP, CDC_CHECKPOINT, CDC_GTID_CHECKPOINT, ENGINE_STATS,
+from oncewatch.core.names import (BINLOG_CHECKPOINT, BOOTSTRAP, CDC_CHECKPOINT, CDC_GTID_CHECKPOINT,
                                   KAFKA_CHECKPOINT, KAFKA_KNOWN_CHECKPOINT, partition_key)
 from oncewatch.core.protocol import BrokerKnown, KafkaEventsStatus
 from oncewatch.core.records import (BinlogPosition, CdcCopy, EmittedEvent, Finding, Heartbeat, Heartbeats,
                                     OffsetsSnapshot, QuarantinedRecord, QuarantinedRows, RowChange,
                                     TradeVerdict, Transaction)
+from oncewatch.monitor.checkpoints import Checkpoint, write
 from oncewatch.monitor.entities import EntityIndex
-from oncewatch.store import Batch, Store, engine_state, retention, reviews, verdicts
+from oncewatch.monitor.saver import InlineSaver, ProcessSaver
+from oncewatch.store import Store, engine_state, retention
 from oncewatch.store.codec import known_from_value, known_value
 
 log = logging.getLogger("oncewatch.monitor.writer")
@@ -85,19 +88,25 @@ class Unsaved:
     findings: list[Finding] = field(default_factory=list)
     verdicts: list[TradeVerdict] = field(default_factory=list)
     checkpoints: dict[str, Any] = field(default_factory=dict)  # checkpoint name -> the position read to
+    states: dict[str, Any] = field(default_factory=dict)  # state name -> its value, None to clear it
 
 
 class Writer:
-    def __init__(self, cfg: Config, store: Store, engine: Engine, index: EntityIndex):
+    """`saver` writes the checkpoints (oncewatch.monitor.saver): the writer itself, by default."""
+
+    def __init__(self, cfg: Config, store: Store, engine: Engine, index: EntityIndex,
+                 saver: InlineSaver | ProcessSaver | None = None):
         self.cfg = cfg
         self.unended_seconds = cfg.cdc.unended_transaction_seconds if cfg.cdc else 0.0  # for the CDC change clock
         self.store = store
         self.engine = engine
         self.index = index
+        self.saver = saver or InlineSaver(store, index, cfg.slo.within_seconds)
         self.progress = Progress()
         self.unsaved = Unsaved()
         self.saved_at = time.monotonic()
-        engine.memory.spill_to(engine_state.ColdEntries(store), cfg.store.memory_entries)
+        self._forgotten = store.entity_ids.forgotten  # names retention had deleted at the last checkpoint
+        engine.memory.spill_to(engine_state.ColdEntries(store, self.saver.settle), cfg.store.memory_entries)
 
     # -------------------------------------------------------------- start-up
 
@@ -132,10 +141,12 @@ class Writer:
         count = 0
         with self.store.batch() as tx:
             for snapshot in bootstrap(self.cfg.mysql):
-                self._write_rows(tx, snapshot.rows)
                 self.engine.on_transaction(snapshot)
                 count += len(snapshot.rows)
-                self._write_engine(tx, self.engine.drain(), self.engine.drain_verdicts())
+                self.unsaved.rows.extend(snapshot.rows)
+                self.unsaved.findings.extend(self.engine.drain())
+                self.unsaved.verdicts.extend(self.engine.drain_verdicts())
+                write(tx, self._take(), self.index, self.cfg.slo.within_seconds)
             position = snapshot.position
             tx.set_checkpoint(BINLOG_CHECKPOINT, position.to_dict())
         log.info("bootstrap done", extra={"event": "bootstrap_done", "gtid": position.gtid, "rows": count})
@@ -144,79 +155,88 @@ class Writer:
     # -------------------------------------------------------------- batches
 
     def apply(self, items: Iterable[Applied], kafka_status: Callable[[], KafkaEventsStatus | None] | None) -> None:
-        """`items` in order through the engine and a tick of its timer, in one store transaction (the engine's
-        spilled state is read and dropped inside it), ending with a checkpoint when one is due (see above).
-        `kafka_status` gives the events collector's status, None while it has none (None without Kafka)."""
+        """`items` in order through the engine and a tick of its timer, ending with a checkpoint handed to the saver
+        when one is due (see above). `kafka_status` gives the events collector's status, None while it has none
+        (None without Kafka)."""
         p, u = self.progress, self.unsaved
         due = False
-        with self.store.batch() as tx:
-            for item in items:
-                if isinstance(item, Transaction):
-                    self.engine.on_transaction(item)
-                    if item.rows:
-                        u.rows.extend(item.rows)
-                        p.last_change_at = time.time()
-                    u.binlog_quarantined.extend(item.quarantined)
-                    p.binlog_time = max(p.binlog_time, item.commit_time)
-                    if item.cdc is not None:
-                        p.cdc = item.cdc.offsets
-                        u.checkpoints[CDC_CHECKPOINT] = p.cdc
-                    # A bootstrap's chunk, and a fragment of a transaction too large to hold, is saved with the state
-                    # it made as it comes: a kill resumes after the last one, inside the snapshot or transaction.
-                    due = due or item.snapshot or not item.complete
-                    if item.snapshot:
-                        p.bootstrapped_rows += len(item.rows)
-                        tx.set_state(BOOTSTRAP, {"gtid": item.position.gtid, "rows": p.bootstrapped_rows})
-                        if not item.complete:
-                            continue
-                        tx.clear_state(BOOTSTRAP)
-                        log.info("bootstrap done", extra={"event": "bootstrap_done", "gtid": item.position.gtid,
-                                                          "rows": p.bootstrapped_rows})
-                    p.binlog = item.position
-                    u.checkpoints[BINLOG_CHECKPOINT] = p.binlog.to_dict()
-                elif isinstance(item, Heartbeats):
-                    vouched, p.heartbeat = heartbeat_watermark(item.beats, p.heartbeat, self.unended_seconds)
-                    p.binlog_time = max(p.binlog_time, vouched or 0.0)
-                elif isinstance(item, CdcCopy):
-                    self.engine.on_cdc_copy(item.tx)
-                    u.binlog_quarantined.extend(item.tx.quarantined)
-                    if item.tx.cdc is not None:
-                        p.cdc = item.tx.cdc.offsets
-                        u.checkpoints[CDC_CHECKPOINT] = p.cdc
-                    p.cdc_gtid = item.tx.position.gtid
-                    u.checkpoints[CDC_GTID_CHECKPOINT] = {"gtid": p.cdc_gtid}
-                elif isinstance(item, EventBatch):
-                    self.engine.on_events(item.events)
-                    u.events.extend(item.events)
-                    u.quarantined.extend(item.quarantined)
-                    for e in item.events:
-                        key = partition_key(e.topic, e.partition)
-                        p.newest_event_ms[key] = max(p.newest_event_ms.get(key, 0), e.timestamp_ms)
-                    if item.events or item.quarantined:
-                        p.last_change_at = time.time()
-                    p.kafka = item.positions
-                    u.checkpoints[KAFKA_CHECKPOINT] = p.kafka
-                else:
-                    self.engine.on_offsets(item)
-                    p.offsets = item
-            self._tick(kafka_status)
-            u.findings.extend(self.engine.drain())
-            # drained every batch all the same: undrained, they would ride in every state delta
-            u.verdicts.extend(self.engine.drain_verdicts())
-            if (due or u.findings or len(u.rows) + len(u.events) >= CHECKPOINT_RECORDS
-                    or time.monotonic() - self.saved_at >= self.cfg.store.checkpoint_seconds):
-                self._checkpoint(tx)
+        self.saver.settle(block=False)
+        if self.saver.changed():
+            p.last_change_at = time.time()
+        for item in items:
+            if isinstance(item, Transaction):
+                self.engine.on_transaction(item)
+                if item.rows:
+                    u.rows.extend(item.rows)
+                    p.last_change_at = time.time()
+                u.binlog_quarantined.extend(item.quarantined)
+                p.binlog_time = max(p.binlog_time, item.commit_time)
+                if item.cdc is not None:
+                    p.cdc = item.cdc.offsets
+                    u.checkpoints[CDC_CHECKPOINT] = p.cdc
+                # A bootstrap's chunk, and a fragment of a transaction too large to hold, is saved with the state
+                # it made as it comes: a kill resumes after the last one, inside the snapshot or transaction.
+                due = due or item.snapshot or not item.complete
+                if item.snapshot:
+                    p.bootstrapped_rows += len(item.rows)
+                    u.states[BOOTSTRAP] = {"gtid": item.position.gtid, "rows": p.bootstrapped_rows}
+                    if not item.complete:
+                        continue
+                    u.states[BOOTSTRAP] = None
+                    log.info("bootstrap done", extra={"event": "bootstrap_done", "gtid": item.position.gtid,
+                                                      "rows": p.bootstrapped_rows})
+                p.binlog = item.position
+                u.checkpoints[BINLOG_CHECKPOINT] = p.binlog.to_dict()
+            elif isinstance(item, Heartbeats):
+                vouched, p.heartbeat = heartbeat_watermark(item.beats, p.heartbeat, self.unended_seconds)
+                p.binlog_time = max(p.binlog_time, vouched or 0.0)
+            elif isinstance(item, CdcCopy):
+                self.engine.on_cdc_copy(item.tx)
+                u.binlog_quarantined.extend(item.tx.quarantined)
+                if item.tx.cdc is not None:
+                    p.cdc = item.tx.cdc.offsets
+                    u.checkpoints[CDC_CHECKPOINT] = p.cdc
+                p.cdc_gtid = item.tx.position.gtid
+                u.checkpoints[CDC_GTID_CHECKPOINT] = {"gtid": p.cdc_gtid}
+            elif isinstance(item, EventBatch):
+                self.engine.on_events(item.events)
+                u.events.extend(item.events)
+                u.quarantined.extend(item.quarantined)
+                for e in item.events:
+                    key = partition_key(e.topic, e.partition)
+                    p.newest_event_ms[key] = max(p.newest_event_ms.get(key, 0), e.timestamp_ms)
+                if item.events or item.quarantined:
+                    p.last_change_at = time.time()
+                p.kafka = item.positions
+                u.checkpoints[KAFKA_CHECKPOINT] = p.kafka
+            else:
+                self.engine.on_offsets(item)
+                p.offsets = item
+        self._tick(kafka_status)
+        u.findings.extend(self.engine.drain())
+        # drained every batch all the same: undrained, they would ride in every state delta
+        u.verdicts.extend(self.engine.drain_verdicts())
+        if (due or u.findings or len(u.rows) + len(u.events) >= CHECKPOINT_RECORDS
+                or time.monotonic() - self.saved_at >= self.cfg.store.checkpoint_seconds):
+            self._checkpoint()
 
     def checkpoint(self) -> None:
-        """What was applied since the last checkpoint saved now (a monitor that stops cleanly)."""
-        with self.store.batch() as tx:
-            self._checkpoint(tx)
+        """What was applied since the last checkpoint saved now, and written (a monitor that stops cleanly)."""
+        self._checkpoint()
+        self.settle()
+
+    def settle(self) -> None:
+        """The checkpoint in flight written (before the store is used beside the saver: retention, the budget)."""
+        self.saver.settle()
+        if self.saver.changed():
+            self.progress.last_change_at = time.time()
 
     def prune(self, now: float) -> bool:
         """One slice of retention (store.retention); True while older records remain to be pruned."""
         hours = self.cfg.store.retention_hours
         if not hours:
             return False
+        self.settle()
         pruned = retention.prune(self.store, now - hours * 3600)
         if any(pruned.values()):
             log.debug("pruned", extra={"event": "pruned", **pruned})
@@ -251,32 +271,17 @@ class Writer:
         p.kafka_time = max(p.kafka_time, kafka_time)
         self.engine.tick(now, binlog_time, p.kafka_time)
 
-    def _write_rows(self, tx: Batch, rows: Sequence[RowChange]) -> None:
-        tx.add_row_changes(rows, [(i, k) for i, r in enumerate(rows) for k in self.index.of_row(r)])
-
-    def _checkpoint(self, tx: Batch) -> None:
-        """Everything applied since the last checkpoint, in `tx`: the raw records, the findings and verdicts,
-        the engine's state and the positions it has read to."""
+    def _take(self) -> Checkpoint:
+        """What was applied since the last checkpoint, and the engine's state as of now."""
         u, self.unsaved = self.unsaved, Unsaved()
-        if u.rows:
-            self._write_rows(tx, u.rows)
-        tx.add_binlog_quarantined(u.binlog_quarantined)
-        if u.events:
-            tx.add_events(u.events, [(i, k) for i, e in enumerate(u.events) for k in self.index.of_event(e)])
-        tx.add_quarantined(u.quarantined)
-        reviews.expire(tx, time.time())
-        for name, value in u.checkpoints.items():
-            tx.set_checkpoint(name, value)
-        self._write_engine(tx, u.findings, u.verdicts)
-        self.saved_at = time.monotonic()
+        forgotten, self._forgotten = self._forgotten, self.store.entity_ids.forgotten
+        return Checkpoint(rows=u.rows, binlog_quarantined=u.binlog_quarantined, events=u.events,
+                          quarantined=u.quarantined, positions=u.checkpoints, states=u.states, findings=u.findings,
+                          verdicts=u.verdicts, delta=self.engine.state_delta(), stats=self.engine.stats(),
+                          names_pruned=forgotten != self._forgotten, at=time.time())
 
-    def _write_engine(self, tx: Batch, changed: list[Finding], reached: list[TradeVerdict]) -> None:
-        """The findings and verdicts the engine drained, and its state, in `tx`."""
-        # --until-idle waits for findings to settle too: a new finding or a changed status counts,
-        # a standing one refreshed by the next offsets reading (F11, F12) does not.
-        if changed and tx.status_changes(changed):
-            self.progress.last_change_at = time.time()
-        tx.upsert_findings(changed)
-        verdicts.save(tx, reached, self.cfg.slo.within_seconds)
-        engine_state.save(tx, self.engine.state_delta())
-        tx.set_state(ENGINE_STATS, self.engine.stats())
+    def _checkpoint(self) -> None:
+        """Everything applied since the last checkpoint handed to the saver: the raw records, the findings and
+        verdicts, the engine's state and the positions it has read to."""
+        self.saver.save(self._take())
+        self.saved_at = time.monotonic()

@@ -84,7 +84,7 @@ def test_collector_health(served) -> None:
     assert value(fams, "oncewatch_kafka_read_offset", topic="shop.events", partition="2") == 298
     assert value(fams, "oncewatch_store_up") == 1
     assert {dict(k)["part"]: v for k, v in fams["oncewatch_cpu_seconds"][1].items()} == {
-        "monitor": 96.0, "forkserver": 1.25, "binlog": 41.5, "kafka_events": 12.25}
+        "monitor": 96.0, "forkserver": 1.25, "store": 30.5, "binlog": 41.5, "kafka_events": 12.25}
 
 
 def test_verdict_and_stream_lag(served) -> None:
