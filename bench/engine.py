@@ -15,12 +15,13 @@ same records through the monitor's `Writer.apply` (the engine and its checkpoint
 of the process a record (issue 44's target: >= 25,000 records per CPU-second of the judge). Every tick also takes a
 `state_delta()` through `to_json`, as a checkpoint would (timed apart: its mean is printed),
 and the run ends with the cost of one whole `state()`. `--bare` adds the floor: the same
-records through a loop that only reads one attribute of each. Every mode runs under the monitor's garbage-collector
+records through a loop that only reads one attribute of each; `--process` has the checkpoints written by a process
+of their own (`[store] writer = "process"`), whose CPU is printed apart. Every mode runs under the monitor's garbage-collector
 settings (`oncewatch.monitor.tune_gc`, as `oncewatch run` sets them): under Python's defaults a full collection walks
 the engine's state, and the records built ahead of timing, every few seconds. Target: >= 50,000 records/s
 on one core, memory flat. Usage:
 
-    .venv/bin/python bench/engine.py [--records 1000000] [--gap 0.05] [--horizon 1800] [--bare] [--writer]
+    .venv/bin/python bench/engine.py [--records 1000000] [--gap 0.05] [--horizon 1800] [--bare] [--writer [--process]]
 """
 
 from __future__ import annotations
@@ -169,7 +170,7 @@ def writer_batches(records_wanted: int, gap: float) -> list[list[Transaction | E
     return batches
 
 
-def run_writer(records_wanted: int, gap: float, horizon: float) -> None:
+def run_writer(records_wanted: int, gap: float, horizon: float, process: bool) -> None:
     """The judge's whole path, servers aside: the records through `Writer.apply` (the engine, its checkpoints
     into a SQLite store) as `oncewatch run` commits them; the clocks are the streams' (not the host's)."""
     batches = writer_batches(records_wanted, gap)
@@ -179,11 +180,11 @@ def run_writer(records_wanted: int, gap: float, horizon: float) -> None:
         cfg = dataclasses.replace(cfg, store=dataclasses.replace(cfg.store, path=f"{tmp}/store.db"))
         settings = shop_settings(horizon_seconds=horizon)
         store = Store(cfg.store.path)
-        saver = ProcessSaver(cfg)
+        saver = ProcessSaver(cfg) if process else None
         writer = Writer(cfg, store, Engine(settings), EntityIndex(settings), saver)
         writer.restore()
         forkserver.start()
-        saver.start()
+        writer.saver.start()
         p = writer.progress
 
         def tick(_partitions: object) -> None:
@@ -196,12 +197,14 @@ def run_writer(records_wanted: int, gap: float, horizon: float) -> None:
             writer.apply(batch, None)
         writer.checkpoint()
         busy, wall = time.process_time() - t0, time.perf_counter() - w0
-        saving = process_cpu_seconds(saver.pid) or 0.0
-        saver.stop()
+        saving = process_cpu_seconds(writer.saver.pid) if writer.saver.pid is not None else None
+        writer.saver.stop()
         store.close()
-    print(f"judge (engine, SQLite store): {records:,} records, {busy:.2f} s CPU ({busy / records * 1e6:.1f} us "
-          f"a record, {records / busy:,.0f} per CPU-second; target >= 25,000), {records / wall:,.0f} records/s wall; "
-          f"the store's writer process {saving:.2f} s CPU ({saving / records * 1e6:.1f} us a record)")
+    apart = "" if saving is None else (f"; the store's writer process {saving:.2f} s CPU "
+                                        f"({saving / records * 1e6:.1f} us a record)")
+    print(f"judge ({'engine; the store written apart' if process else 'engine and SQLite store'}): {records:,} records, "
+          f"{busy:.2f} s CPU ({busy / records * 1e6:.1f} us a record, {records / busy:,.0f} per CPU-second; target >= "
+          f"25,000), {records / wall:,.0f} records/s wall{apart}")
 
 
 def run_bare(records_wanted: int, gap: float) -> None:
@@ -225,12 +228,14 @@ def main() -> None:
     p.add_argument("--horizon", type=float, default=1800.0, help="rules.horizon_seconds for the run")
     p.add_argument("--bare", action="store_true", help="also time the bare loop over the same records")
     p.add_argument("--writer", action="store_true", help="time the judge's whole path instead: engine and store")
+    p.add_argument("--process", action="store_true", help="with --writer: the store written by a process of its own "
+                   "([store] writer = \"process\")")
     args = p.parse_args()
     logs.setup("ERROR")  # the horizon's per-minute log lines; the run ends with their total
     tune_gc()
     print(f"engine: {args.records:,} records, an order every {args.gap}s of stream time, horizon {args.horizon:g}s")
     if args.writer:
-        run_writer(args.records, args.gap, args.horizon)
+        run_writer(args.records, args.gap, args.horizon, args.process)
     else:
         run_engine(args.records, args.gap, args.horizon)
     if args.bare:

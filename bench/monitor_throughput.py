@@ -10,7 +10,8 @@ process's start to the moment its store's checkpoints reach the end of both stre
 sampled every half second, its reader processes included (peak, and the peak of each third of the run:
 flat means flat), and its CPU time is read when it has caught up: all its threads and reader processes,
 each named thread (the main thread, `judge`, runs the engine and the store's writes), each reader
-process (`ow-binlog`, `ow-kafka_events`: oncewatch.monitor.remote), the store's writer (`ow-store`) and the forkserver they are forked
+process (`ow-binlog`, `ow-kafka_events`: oncewatch.monitor.remote), the store's writer (`ow-store`, with `--writer
+process`) and the forkserver they are forked
 from (oncewatch.core.forkserver). Records per CPU-second next to records/s tells a monitor held up by one
 core from one left waiting; the judge's are the issue 44 target (>= 25,000 records per CPU-second of the
 judge's process), given for the judge's thread and for the monitor's process. The load average is printed:
@@ -19,11 +20,12 @@ the machine may be shared. The workload is clean, so the run must end with no fi
 Usage:
 
     .venv/bin/python bench/monitor_throughput.py [--orders 100000] [--batch 200] [--runs 3] [--postgres]
-                                                 [--scattered-keys]
+                                                 [--scattered-keys] [--writer judge|process]
 
 `--postgres` puts the store in the dev stack's PostgreSQL (a schema of its own per run) instead of SQLite.
-`--scattered-keys` spreads the order numbers over the key space (as a shop's random or hashed ids are)
-instead of numbering them in the order written: each new entity then lands on a page of the store's
+`--writer process` has the checkpoints written by a process of their own (`[store] writer`), `ow-store`, its CPU
+printed beside the readers'. `--scattered-keys` spreads the order numbers over the key space (as a shop's random or
+hashed ids are) instead of numbering them in the order written: each new entity then lands on a page of the store's
 indexes anywhere, not on the last one, which is the store's cache's worst case.
 """
 
@@ -164,14 +166,15 @@ def reader_processes(pid: int) -> dict[str, int]:
     return found
 
 
-def one_run(orders: int, batch: int, on_postgres: bool, scattered: bool) -> dict[str, float]:
+def one_run(orders: int, batch: int, on_postgres: bool, scattered: bool, writer: str) -> dict[str, float]:
     if not on_postgres:
-        return measured(orders, batch, None, scattered)
+        return measured(orders, batch, None, scattered, writer)
     with postgres.new_schema() as target:
-        return measured(orders, batch, target, scattered)
+        return measured(orders, batch, target, scattered, writer)
 
 
-def measured(orders: int, batch: int, postgres_store: PostgresTarget | None, scattered: bool) -> dict[str, float]:
+def measured(orders: int, batch: int, postgres_store: PostgresTarget | None, scattered: bool, writer: str
+             ) -> dict[str, float]:
     topic = new_topic()
     settings = shop_settings(topic)
     prepare_tables(settings.mysql, reset=True)
@@ -180,7 +183,7 @@ def measured(orders: int, batch: int, postgres_store: PostgresTarget | None, sca
     admin.close()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        config = shop_config(folder, topic=topic, postgres=postgres_store)
+        config = shop_config(folder, topic=topic, postgres=postgres_store, store={"writer": writer})
         run_until_idle(config, idle=1.0)  # the first checkpoint, on the empty tables
         t0 = time.perf_counter()
         gtid = write_workload(settings, topic, orders, batch, scattered)
@@ -231,14 +234,17 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--postgres", action="store_true", help="the store in the dev stack's PostgreSQL (issue 18)")
     ap.add_argument("--scattered-keys", action="store_true", help="order numbers spread over the key space")
+    ap.add_argument("--writer", choices=("judge", "process"), default="judge",
+                    help="[store] writer: who writes the checkpoints (the judge's process, or one of its own)")
     args = ap.parse_args()
     print(f"monitor throughput: {args.orders:,} orders ({args.orders * ROWS_PER_ORDER:,} rows, "
           f"{args.orders * EVENTS_PER_ORDER:,} events) into {SCHEMA}, {args.runs} runs, store in "
           f"{'PostgreSQL' if args.postgres else 'SQLite'}, order numbers "
-          f"{'scattered' if args.scattered_keys else 'in writing order'}", flush=True)
+          f"{'scattered' if args.scattered_keys else 'in writing order'}, checkpoints written by the "
+          f"{'judge' if args.writer == 'judge' else 'store writer process'}", flush=True)
     results = []
     for run in range(args.runs):
-        r = one_run(args.orders, args.batch, args.postgres, args.scattered_keys)
+        r = one_run(args.orders, args.batch, args.postgres, args.scattered_keys, args.writer)
         results.append(r)
         print(f"run {run + 1}: {r['records']:,} records caught up in {r['seconds']:.1f} s: {r['rate']:,.0f} records/s; "
               f"the monitor's CPU {r['cpu']:.1f} s ({r['records'] / r['cpu']:,.0f} records per CPU-second); "

@@ -140,6 +140,7 @@ class PostgresTarget:
 
 
 MAX_CHECKPOINT_SECONDS = 60.0
+WRITERS = ("judge", "process")  # store.writer
 # The smallest store.max_bytes: below it the engine's open state, the findings and the schema of a small shop
 # would fill the budget with no raw record kept.
 MIN_MAX_BYTES = 16 * 2**20
@@ -159,6 +160,9 @@ class StoreConfig:
     # The store's disk budget in bytes (store.retention): past it the oldest raw records go, whatever their age;
     # findings and their evidence never. 0: no budget (retention_hours alone bounds the store).
     max_bytes: int = 0
+    # Who writes the checkpoints (oncewatch.monitor.saver): the judge itself ("judge"), or a process of its own
+    # ("process") while the judge goes on with the rules, for a machine with cores to spare.
+    writer: str = "judge"
 
     @property
     def target(self) -> str | PostgresTarget:
@@ -476,6 +480,7 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     if max_bytes and postgres is not None:
         raise ConfigError("store.max_bytes: a budget for a SQLite store only; a PostgreSQL store's disk is its "
                           "database's to budget (store.retention_hours bounds what the monitor keeps there)")
+    writer = store_s.str("writer", StoreConfig.writer, choices=WRITERS)
     store_s.done()
     if store_path != ":memory:" and not Path(store_path).is_absolute():
         store_path = str((base / store_path).resolve())
@@ -490,7 +495,7 @@ def parse(data: dict[str, Any], source: str = "<memory>", base: Path | None = No
     root.done()
     return Config(source=source, mysql=mysql, kafka=kafka,
                   store=StoreConfig(store_path, memory_entries, retention_hours, postgres, checkpoint_seconds,
-                                    max_bytes),
+                                    max_bytes, writer),
                   metrics=metrics,
                   domain=domain,
                   announce=announce, rules=rules, export=export, cdc=cdc, group=group, slo=slo, attest=attest,

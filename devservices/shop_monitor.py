@@ -99,12 +99,12 @@ def edit_config(config: Path, change: Callable[[dict[str, Any]], None]) -> Path:
 
 def shop_config(folder: Path, *, metrics_port: int = 0, rules: dict[str, Any] | None = None,
                 topic: str = TOPIC, schema: str | None = None, shape: str = "shop", cdc: bool = False,
-                postgres: PostgresTarget | None = None, **kafka: Any) -> Path:
+                postgres: PostgresTarget | None = None, store: dict[str, Any] | None = None, **kafka: Any) -> Path:
     """The example config of a `shape` shop (examples/shop.toml, examples/mall.toml) for the dev services, in
     the test schema unless `schema` says otherwise, written to `folder` with its store there. `cdc`: in CDC
     mode, the shop in the schema the dev connector captures, its changes read from the connector's topics
     (from their ends at the first start: the test's shop starts empty). `postgres`: the store in that
-    database instead."""
+    database instead; `store`: more of [store] (its writer)."""
     if cdc:
         schema = CDC_SCHEMA
     example, prefix = EXAMPLES[shape]
@@ -124,6 +124,7 @@ def shop_config(folder: Path, *, metrics_port: int = 0, rules: dict[str, Any] | 
     else:
         data["store"].pop("path", None)
         data["store"].update(url=postgres.url, password_file=postgres.password.file)
+    data["store"].update(store or {})
     data["metrics"]["port"] = metrics_port
     data["rules"].update(SHORT_RULES if rules is None else rules)
     data["kafka"]["producer_delivery_seconds"] = DELIVERY_SECONDS

@@ -124,8 +124,8 @@ class Monitor:
         self.settings = Settings.from_config(cfg)
         self.engine = Engine(self.settings)
         self.store = store or open_monitor(cfg.store.target)
-        self.saver = ProcessSaver(cfg)
-        self.writer = Writer(cfg, self.store, self.engine, EntityIndex(self.settings), self.saver)
+        self.writer = Writer(cfg, self.store, self.engine, EntityIndex(self.settings),
+                             ProcessSaver(cfg) if cfg.store.writer == "process" else None)
         self.progress = self.writer.progress
         self.queue = Inbox(QUEUE_RECORDS)
         self._stop = threading.Event()
@@ -138,11 +138,11 @@ class Monitor:
         self.health = Health(self.store, self.readers, self.progress, self.engine.stats, cfg.rules, self.engine.shape,
                              outages or Outages(), self.engine.reads(), cfg.slo,
                              space=lambda: None if self.budget is None else self.budget.space,
-                             writer_pid=lambda: self.saver.pid)
+                             writer_pid=lambda: self.writer.saver.pid)
 
     def close(self) -> None:
         """The store's writer process ended, the store closed and its lock given up."""
-        self.saver.stop()
+        self.writer.saver.stop()
         self.store.close()
 
     def stop(self) -> None:
@@ -246,7 +246,7 @@ class Monitor:
             preflight_mysql(self.cfg)
         preflight_kafka(self.cfg)
         self.writer.restore()
-        self.saver.start()
+        self.writer.saver.start()
         close_metrics = metrics(self.cfg)
         self._configure_readers()
         kafka_status = self._kafka_status if KAFKA_EVENTS in self.readers else None
@@ -293,7 +293,7 @@ class Monitor:
             self.stop()
             for reader in self.readers.values():
                 reader.join(JOIN_SECONDS)
-            self.saver.stop()
+            self.writer.saver.stop()
             self.health.write(with_series=False, stopped=True)
             close_metrics()
 

@@ -1,12 +1,15 @@
-"""Who writes the judge's checkpoints (oncewatch.monitor.checkpoints) into the store: a process of its own for the
-monitor (`ProcessSaver`), so that the judge goes on with the rules while a checkpoint is written (docs/architecture.md
-§9), or the judge itself (`InlineSaver`: a bootstrap, tests).
+"""Who writes the judge's checkpoints (oncewatch.monitor.checkpoints) into the store (`[store] writer`): the judge
+itself (`InlineSaver`, the default), or a process of its own (`ProcessSaver`, "process"), so that the judge goes on
+with the rules while a checkpoint is written (docs/architecture.md §9). The second costs about a fifth more CPU in
+all, the checkpoints crossing pickled: it pays on a machine with cores to spare, not on two shared with the servers
+(README, [store]).
 
-At most one checkpoint is in flight. The judge's own uses of the store wait for it first (`settle`): the engine's
-spilled state read from and dropped in the store (engine_state.ColdEntries), retention and the disk budget. So the
-judge never reads a state older than the one it handed on, and SQLite's one writer at a time is never two writes of
-the same rows. What is written is one transaction either way, so a kill -9 of the monitor (the writer's process dies
-with it) resumes from the last checkpoint written, as before.
+At most one checkpoint is in flight. The judge never reads a state older than the one it handed on: the engine's
+spilled state read back from the store is read through the delta in flight (`handed`, engine_state.ColdEntries),
+and the judge's other uses of the store wait for it to be written first (`settle`): the engine's rarer drops,
+retention and the disk budget. So the two never write the same rows at once. What is written is one transaction
+either way, so a kill -9 of the monitor (the writer's process dies with it) resumes from the last checkpoint
+written, as before.
 
 A failure to write is raised in the judge at its next use of the saver, with the writer's traceback
 (`remote_traceback`), and the writer's process ends: the monitor stops as it would have on the failed write itself
@@ -61,6 +64,9 @@ class InlineSaver:
     def settle(self, block: bool = True) -> None:
         """Nothing is ever in flight here."""
 
+    def handed(self) -> dict[str, Any] | None:
+        return None
+
     def changed(self) -> bool:
         """Whether a checkpoint written since the last call changed a finding."""
         changed, self._changed = self._changed, False
@@ -78,7 +84,7 @@ class ProcessSaver:
         self.cfg = cfg
         self._conn: Connection | None = None
         self._process: Any = None
-        self._in_flight = False
+        self._in_flight: Checkpoint | None = None
         self._changed = False
         self.pid: int | None = None
 
@@ -100,12 +106,16 @@ class ProcessSaver:
             self._conn.send(cp)
         except OSError:
             raise self._died() from None
-        self._in_flight = True
+        self._in_flight = cp
+
+    def handed(self) -> dict[str, Any] | None:
+        """The engine's state delta of the checkpoint in flight, None when none is (engine_state.ColdEntries)."""
+        return self._in_flight.delta if self._in_flight is not None else None
 
     def settle(self, block: bool = True) -> None:
         """Wait for the checkpoint in flight to be written (`block=False`: only look whether it is). Raises what
         writing it raised."""
-        if self._in_flight and self._conn is not None:
+        if self._in_flight is not None and self._conn is not None:
             while not self._conn.poll(1.0 if block else 0):
                 if not block:
                     break
@@ -116,7 +126,7 @@ class ProcessSaver:
                     outcome, value = self._conn.recv()
                 except (EOFError, OSError):
                     raise self._died() from None
-                self._in_flight = False
+                self._in_flight = None
                 if outcome == "failed":
                     raise value
                 self._changed = self._changed or value

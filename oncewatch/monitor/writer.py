@@ -1,8 +1,8 @@
 """The judge: feeds what the readers read to the engine and hands what it applied to the store with its checkpoints.
 
 The engine judges every batch as it comes (`apply`); the store keeps up on a cadence. A checkpoint
-(oncewatch.monitor.checkpoints) is one store transaction, written by the saver (oncewatch.monitor.saver: in the
-monitor, a process of its own, while the rules go on), holding the raw records read since the last one, their entity index, the engine's state
+(oncewatch.monitor.checkpoints) is one store transaction, written by the saver (oncewatch.monitor.saver: the judge
+itself, or with `[store] writer = "process"` a process of its own while the rules go on), holding the raw records read since the last one, their entity index, the engine's state
 delta, the findings and trade verdicts it drained and the read positions (docs/architecture.md §7), so a
 kill -9 at any instant resumes from the last checkpoint with nothing lost and nothing doubled: what was read since
 is read and judged again, the findings are the same by id and verdicts only move forward. A checkpoint is
@@ -106,7 +106,8 @@ class Writer:
         self.unsaved = Unsaved()
         self.saved_at = time.monotonic()
         self._forgotten = store.entity_ids.forgotten  # names retention had deleted at the last checkpoint
-        engine.memory.spill_to(engine_state.ColdEntries(store, self.saver.settle), cfg.store.memory_entries)
+        engine.memory.spill_to(engine_state.ColdEntries(store, self.saver.settle, self.saver.handed),
+                                cfg.store.memory_entries)
 
     # -------------------------------------------------------------- start-up
 
@@ -277,8 +278,8 @@ class Writer:
         forgotten, self._forgotten = self._forgotten, self.store.entity_ids.forgotten
         return Checkpoint(rows=u.rows, binlog_quarantined=u.binlog_quarantined, events=u.events,
                           quarantined=u.quarantined, positions=u.checkpoints, states=u.states, findings=u.findings,
-                          verdicts=u.verdicts, delta=self.engine.state_delta(), stats=self.engine.stats(),
-                          names_pruned=forgotten != self._forgotten, at=time.time())
+                          verdicts=u.verdicts, delta=engine_state.texts(self.engine.state_delta()),
+                          stats=self.engine.stats(), names_pruned=forgotten != self._forgotten, at=time.time())
 
     def _checkpoint(self) -> None:
         """Everything applied since the last checkpoint handed to the saver: the raw records, the findings and

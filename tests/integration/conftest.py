@@ -154,8 +154,9 @@ def write_config_file(cfg_dict: str, tmp_path: Path) -> Path:
 
 
 def monitor_config_toml(tables: list[str], tmp_path: Path, *, store: Path | None = None, extra: str = "",
-                        metrics_port: int = 0) -> Path:
-    """Like monitor_config, as a file in `tmp_path`; the store at `store` (default tmp_path/store.db), /metrics on
+                        metrics_port: int = 0, writer: str = "judge") -> Path:
+    """Like monitor_config, as a file in `tmp_path`; the store at `store` (default tmp_path/store.db) written by
+    `writer` ([store] writer), /metrics on
     `metrics_port` (0: none; never the product's default 9464, which a monitor of another lane of `make test` may
     hold: the monitor then exits on a config error and the test waits for it in vain), then the TOML of `extra`."""
     listed = ", ".join(f'"{t}"' for t in tables)
@@ -172,6 +173,7 @@ reconnect_max_seconds = 2.0
 
 [store]
 path = "{store or tmp_path / 'store.db'}"
+writer = "{writer}"
 
 [metrics]
 port = {metrics_port}

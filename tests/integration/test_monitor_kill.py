@@ -12,6 +12,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from devservices.kafka_connect import CDC_SCHEMA, TOPIC_PREFIX
 from oncewatch.store import Store, StoreError, journal
 
@@ -36,12 +38,15 @@ def run_until_idle(config_path) -> subprocess.CompletedProcess:
 CDC_MODE = cdc_toml(TOPIC_PREFIX, start_from="latest")
 
 
-def test_kill_9_at_random_points_loses_and_doubles_nothing(table_name, tmp_path):
+@pytest.mark.parametrize("writer", ["judge", "process"])
+def test_kill_9_at_random_points_loses_and_doubles_nothing(table_name, tmp_path, writer):
+    """Either writer of the checkpoints ([store] writer): the judge itself, or a process of its own, which dies with
+    the monitor."""
     schema = "owtest"
     admin = admin_connection(schema)
     with admin.cursor() as c:
         c.execute(f"CREATE TABLE {table_name} (id INT PRIMARY KEY, v VARCHAR(20)) ENGINE=InnoDB")
-    config_path = monitor_config_toml([f"{schema}.{table_name}"], tmp_path)
+    config_path = monitor_config_toml([f"{schema}.{table_name}"], tmp_path, writer=writer)
     total_tx = 400
     done = threading.Event()
 

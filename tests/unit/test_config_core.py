@@ -38,6 +38,7 @@ def with_mysql(**changes):
     ({**BASE, "store": {"memory_entries": "all"}}, r"^store\.memory_entries: expected an integer"),
     ({**BASE, "store": {"checkpoint_seconds": 61}}, r"^store\.checkpoint_seconds: at most 60 \(what a kill -9"),
     ({**BASE, "store": {"checkpoint_seconds": -1}}, r"^store\.checkpoint_seconds: must be at least 0"),
+    ({**BASE, "store": {"writer": "thread"}}, r"^store\.writer: must be one of judge, process, got 'thread'"),
     ({**BASE, "store": {"max_bytes": "lots"}}, r"^store\.max_bytes: expected a size in bytes, an integer or a number"),
     ({**BASE, "store": {"max_bytes": "1 MiB"}}, r"^store\.max_bytes: at least 16 MiB \(the engine's open state"),
     ({**BASE, "store": {"max_bytes": 1000}}, r"^store\.max_bytes: at least 16 MiB"),

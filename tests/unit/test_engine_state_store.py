@@ -175,3 +175,33 @@ def test_writers_numbering_spaces_at_once_each_get_a_number_of_their_own(store_t
     assert numbered == {"shard/0/effects": 1, "shard/1/effects": 2}
     first.close()
     second.close()
+
+
+def test_cold_entries_read_through_the_delta_a_writer_of_their_own_has_not_written_yet(store_target, monkeypatch):
+    """engine_state.ColdEntries beside oncewatch.monitor.saver's writer process: the delta handed on and not yet
+    written is what a key reads; an entry past the horizon is gone at once, and deleted once nothing is in flight, or
+    once its drop has waited DROP_WAIT_SECONDS for the writer, which it then waits for."""
+    store = Store(store_target)
+    with store.batch() as tx:
+        engine_state.save(tx, {"changes": {"effects": {"full": True, "gone": [], "put": [
+            ["T1", 100.0, {"n": 1}], ["T2", 200.0, {"n": 2}], ["T3", 300.0, {"n": 3}]]}}})
+    in_flight: list[dict] = [engine_state.texts({"changes": {"effects": {"full": False, "gone": ["T2"], "put": [
+        ["T3", 350.0, {"n": 33, "at": (1, 2)}], ["T4", 400.0, {"n": 4}]]}}})]
+    cold = engine_state.ColdEntries(store, handed=lambda: in_flight[0] if in_flight else None)
+    assert cold.get("effects", "T1") == (100.0, {"n": 1})  # not in the delta: the store's
+    assert cold.get("effects", "T2") is None  # gone in the delta, still in the store
+    assert cold.get("effects", "T3") == (350.0, {"n": 33, "at": [1, 2]})  # as the store will give it back
+    assert cold.get("effects", "T4") == (400.0, {"n": 4})
+    assert cold.drop_before("effects", 150.0) == []  # nothing deleted beside the writer...
+    assert cold.get("effects", "T1") is None  # ...but past the horizon all the same
+    assert cold.drop_before("effects", 250.0) == [] and cold.get("effects", "T2") is None
+    in_flight.clear()
+    assert cold.drop_before("effects", 150.0) == ["T1"]
+
+    in_flight.append({"changes": {}})
+    settled: list[bool] = []
+    cold.settle = lambda: (settled.append(True), in_flight.clear())
+    assert cold.drop_before("effects", 250.0) == [] and not settled
+    monkeypatch.setattr(engine_state, "DROP_WAIT_SECONDS", 0.0)
+    assert cold.drop_before("effects", 250.0) == ["T2"] and settled
+    store.close()
