@@ -25,7 +25,7 @@ from oncewatch.core import exposure, forkserver
 from oncewatch.core.config import CdcConfig, Config, ConfigError, KafkaConfig, MySQLConfig
 from oncewatch.core.names import BINLOG, CDC, KAFKA_EVENTS, KAFKA_OFFSETS
 from oncewatch.core.protocol import BootstrapStatus, Item, KafkaEventsStatus, Part, ReaderFailed
-from oncewatch.core.records import BinlogPosition, PartitionStatus
+from oncewatch.core.records import BinlogPosition
 from oncewatch.monitor import budget
 from oncewatch.monitor.budget import Budget
 from oncewatch.monitor.entities import EntityIndex
