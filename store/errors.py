@@ -6,6 +6,8 @@ store.path or usage (2).
 
 from __future__ import annotations
 
+import time
+
 
 class StoreError(RuntimeError):
     """The store file cannot be opened or written; the message names the file."""
@@ -21,7 +23,12 @@ class StoreLockedError(StoreError):
 
 class StoreUnavailableError(StoreError):
     """The store's server (PostgreSQL) cannot be reached: what was committed is kept there, and the
-    monitor starts again from its checkpoint once it answers."""
+    monitor starts again from its checkpoint once it answers. `at`: when it was found away, which is when the
+    outage began, however long the monitor then takes to stop its readers."""
+
+    def __init__(self, *args: object):
+        super().__init__(*args)
+        self.at = time.time()
 
 
 class StoreFullError(StoreError):

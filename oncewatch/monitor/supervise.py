@@ -63,7 +63,7 @@ def through_outages(stop: threading.Event, outages: Outages, build: Callable[[],
 
 def _away(stop: threading.Event, outages: Outages, exc: StoreUnavailableError, tries: int,
           resumes: str) -> None:
-    if outages.begin(time.time()):
+    if outages.begin(exc.at):
         log.error(f"the store cannot be reached; {resumes} from its commits once it answers",
                   extra={"event": "store_unavailable", "error": str(exc), "outages": outages.count})
     stop.wait(RETRY_SECONDS[min(tries, len(RETRY_SECONDS) - 1)])

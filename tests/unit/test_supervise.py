@@ -5,6 +5,7 @@ tests/integration/test_group.py."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -41,6 +42,20 @@ def test_builds_and_runs_that_lose_the_store_start_again_and_one_outage_counts_o
     assert outages.count == 2 and outages.down_since is None and outages.seconds > 0
     logged = [r.event for r in caplog.records]
     assert logged == ["store_unavailable", "store_back", "store_unavailable", "store_back"]
+
+
+def test_an_outage_counts_from_when_the_store_was_found_away_not_from_when_the_monitor_had_stopped() -> None:
+    outages, runs = Outages(), []
+
+    def run(made: str) -> None:
+        runs.append(made)
+        if len(runs) == 1:
+            error = StoreUnavailableError("the store is away")
+            time.sleep(0.3)  # the monitor stopping its readers before the error reaches the loop
+            raise error
+
+    through_outages(threading.Event(), outages, lambda: "monitor", run, lambda made: None, "it starts")
+    assert runs == ["monitor", "monitor"] and outages.count == 1 and outages.seconds >= 0.3
 
 
 def test_a_stop_while_building_runs_nothing_and_closes_what_was_built() -> None:
