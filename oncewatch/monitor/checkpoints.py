@@ -4,8 +4,8 @@ writes it into the store, in the caller's transaction.
 The judge takes a checkpoint (`Checkpoint`: plain values, which cross to the store's writer process pickled) and the
 store's writer writes it (`write`): the raw records read and their entity index, the findings and verdicts the engine
 drained, its state delta and stats, the read positions and the states that go with them (a bootstrap under way),
-and whether retention deleted entity names since the last one. Whoever writes, it is one transaction, so a kill -9 at any instant
-resumes from the last checkpoint with nothing lost and nothing doubled.
+and whether retention deleted entity names since the last one. Whoever writes, it is one transaction, so a kill -9
+at any instant resumes from the last checkpoint with nothing lost and nothing doubled.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ def write(tx: Batch, cp: Checkpoint, index: EntityIndex, within_seconds: float) 
     findings to settle: a standing one refreshed by the next offsets reading, F11 and F12, is no change)."""
     if cp.names_pruned:
         tx.entity_ids.clear()
-    write_rows(tx, cp.rows, index)
+    if cp.rows:
+        tx.add_row_changes(cp.rows, [(i, k) for i, r in enumerate(cp.rows) for k in index.of_row(r)])
     tx.add_binlog_quarantined(cp.binlog_quarantined)
     if cp.events:
         tx.add_events(cp.events, [(i, k) for i, e in enumerate(cp.events) for k in index.of_event(e)])
@@ -61,7 +62,3 @@ def write(tx: Batch, cp: Checkpoint, index: EntityIndex, within_seconds: float) 
     tx.set_state(ENGINE_STATS, cp.stats)
     return changed
 
-
-def write_rows(tx: Batch, rows: Sequence[RowChange], index: EntityIndex) -> None:
-    if rows:
-        tx.add_row_changes(rows, [(i, k) for i, r in enumerate(rows) for k in index.of_row(r)])

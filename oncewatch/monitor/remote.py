@@ -261,11 +261,8 @@ class RemotePart:
 
     def _died(self) -> ReaderProcessDiedError:
         assert self._process is not None
-        self._process.join(1.0)
-        code = self._process.exitcode
-        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         return ReaderProcessDiedError(f"the {self.name} reader's process (pid {self.pid}) ended without a word "
-                                      f"({how}); the reader starts again from the checkpoint")
+                                      f"({how_it_ended(self._process)}); the reader starts again from the checkpoint")
 
     def _stuck(self) -> ReaderProcessStuckError:
         assert self._process is not None
@@ -327,6 +324,13 @@ def process_cpu_seconds(pid: int) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def how_it_ended(process: multiprocessing.process.BaseProcess) -> str:
+    """How a child process that ended without a word ended ("killed by signal 9", "exit code 1"), once it has."""
+    process.join(1.0)
+    code = process.exitcode
+    return f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
 
 
 def die_with(monitor: int, name: str) -> None:
@@ -440,4 +444,5 @@ def _child(name: str, build: Build, first_ahead: Any, items: Connection, control
 
 
 __all__ = ["CallFailedError", "PartSpec", "ReaderProcessDiedError", "ReaderProcessStuckError", "RemoteBinlogTail",
-           "RemoteEventSource", "RemotePart", "process_cpu_seconds", "remote", "remote_traceback"]
+           "RemoteEventSource", "RemotePart", "child_logging", "die_with", "how_it_ended", "log_levels",
+           "process_cpu_seconds", "remote", "remote_traceback", "sendable"]

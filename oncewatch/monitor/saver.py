@@ -31,7 +31,7 @@ from oncewatch.core import forkserver
 from oncewatch.core.config import Config
 from oncewatch.monitor.checkpoints import Checkpoint, write
 from oncewatch.monitor.entities import EntityIndex
-from oncewatch.monitor.remote import child_logging, die_with, log_levels, sendable
+from oncewatch.monitor.remote import child_logging, die_with, how_it_ended, log_levels, sendable
 from oncewatch.store import Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -155,9 +155,7 @@ class ProcessSaver:
         self._process = self._conn = None
 
     def _died(self) -> SaverDiedError:
-        self._process.join(1.0)
-        code = self._process.exitcode
-        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        how = how_it_ended(self._process)
         return SaverDiedError(f"the store's writer process (pid {self.pid}) ended without a word ({how}): the "
                               f"checkpoint it was writing is lost, and the monitor resumes from the one before")
 
