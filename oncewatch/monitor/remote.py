@@ -195,7 +195,7 @@ class RemotePart:
         process = self._process
         if process is not None:
             self._send(("stop",))
-            process.join(STOP_SECONDS)
+            self._drain(process)
             if process.is_alive():
                 log.warning("a reader's process did not end when asked: killed", extra={
                     "event": "reader_process_killed", "reader": self.name, "pid": process.pid})
@@ -206,6 +206,20 @@ class RemotePart:
                 conn.close()
         self._items = self._control = self._calls = None
         self._local.close()
+
+    def _drain(self, process: multiprocessing.process.BaseProcess) -> None:
+        """Wait up to STOP_SECONDS for the child to end, taking what it still sends: a child read far ahead waits on
+        the full pipe to send its next item, and would wait there until killed. What is taken is dropped: the
+        reader's next start reads it again from the checkpoint."""
+        deadline = time.monotonic() + STOP_SECONDS
+        while process.is_alive() and time.monotonic() < deadline:
+            try:
+                if self._items is not None and self._items.poll(0.05):
+                    self._items.recv()
+                else:
+                    process.join(0.05)
+            except (EOFError, OSError):  # the child has closed its end: it is ending
+                process.join(max(0.0, deadline - time.monotonic()))
 
     def status(self) -> Status:
         return self.snapshot.status

@@ -33,8 +33,8 @@ class CountingStatus:
 
 
 class CountingPart:
-    """Counts to `upto`, then fails with `fail` (or waits to be stopped); each item carries the `ahead` it saw and
-    the pid of the process that read it."""
+    """Counts to `upto` unless stopped, then fails with `fail` (or waits to be stopped); each item carries the
+    `ahead` it saw and the pid of the process that read it."""
 
     def __init__(self, ahead: Any, upto: int = 5, fail: BaseException | None = None, pause: float = 0.0):
         self.counted = 0
@@ -47,6 +47,8 @@ class CountingPart:
     def items(self, stop: threading.Event) -> Iterator[Any]:
         assert self.started
         for i in range(self._upto):
+            if stop.is_set():
+                return
             self.counted = i + 1
             yield (i, self._ahead(), os.getpid())
             time.sleep(self._pause)
@@ -247,6 +249,21 @@ def test_stop_ends_the_child() -> None:
     part.stop()
     part.close()
     assert part._process is not None and part._process.exitcode == 0
+
+
+def test_a_child_held_up_by_a_full_pipe_ends_when_asked(caplog: pytest.LogCaptureFixture) -> None:
+    # The monitor stops reading a reader's items when it stops (its store went away, say) while the child, far
+    # ahead, waits on the full pipe to send its next: closing must not leave it waiting there until it is killed.
+    part = remote("counter", Counting(upto=10**9))
+    read(part, 5)
+    assert part._items is not None
+    while not part._items.poll(0):
+        time.sleep(0.01)
+    time.sleep(0.5)  # the child has filled the pipe and waits to send
+    part.stop()
+    part.close()
+    assert part._process is not None and part._process.exitcode == 0
+    assert not [r for r in caplog.records if getattr(r, "event", None) == "reader_process_killed"]
 
 
 def test_a_lock_another_thread_of_the_monitor_holds_as_the_child_starts_is_not_held_in_the_child() -> None:
