@@ -228,6 +228,7 @@ class MonitorHealth:
     probe_error: str | None = None
     store_outages: int = 0
     store_outage_seconds: float = 0.0
+    store_writer_deaths: int = 0  # the store's writer process died, and the monitor started again from the checkpoint
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
     slo: Slo | None = None
     store_space: StoreSpace | None = None  # None without a budget

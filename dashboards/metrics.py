@@ -233,7 +233,11 @@ def _monitor(monitor: MonitorHealth) -> Iterator[Metric]:
     away = _counter("store_outage_seconds", "Seconds this monitor process's store was away, in all (the gap; the "
                     "records of that time are read after it, from the checkpoint).")
     away.add_metric([], monitor.store_outage_seconds)
-    yield from (started, caught_up, verdict, lag, stream_time, threshold, judging, outages, away)
+    deaths = _counter("store_writer_deaths", "Times this monitor process's store writer process ([store] writer = "
+                      "\"process\") died without a word (out of memory, killed) and the monitor started again from the "
+                      "last checkpoint written.")
+    deaths.add_metric([], monitor.store_writer_deaths)
+    yield from (started, caught_up, verdict, lag, stream_time, threshold, judging, outages, away, deaths)
 
 
 def can_judge(monitor: MonitorHealth) -> Iterator[tuple[str, str, bool]]:

@@ -59,11 +59,13 @@ def thresholds(rules: Rules) -> dict[str, dict[str, float]]:
 class Outages:
     """The times this process lost a server it cannot go on without (its store's PostgreSQL, then started again
     from the checkpoint by monitor.supervise; a group's Kafka broker at its start), and how long the server was
-    away in all: the gap, on /metrics."""
+    away in all: the gap, on /metrics. And the times the store's writer process died (`writer_deaths`,
+    oncewatch.monitor.saver), each also followed by a start from the checkpoint."""
 
     count: int = 0
     seconds: float = 0.0
     down_since: float | None = None
+    writer_deaths: int = 0
 
     def begin(self, now: float) -> bool:
         """True at the start of an outage (not for each failed try while it lasts)."""
@@ -188,7 +190,7 @@ class Health:
             caught_up=v.caught_up, verdict=v.verdict, reasons=v.reasons, lag_seconds=v.lag_seconds, blind_rules=v.blind,
             blind_tables=v.blind_tables, rule_tables={r: tuple(t) for r, t in self.reads.items()},
             shape_problems=tuple(shape), probe_error=self.probe_error, store_outages=self.outages.count,
-            store_outage_seconds=self.outages.seconds, thresholds=thresholds(self.rules),
+            store_outage_seconds=self.outages.seconds, store_writer_deaths=self.outages.writer_deaths, thresholds=thresholds(self.rules),
             slo=Slo(self.slo.objective, self.slo.within_seconds), store_space=space,
             cpu_seconds=time.process_time(),
             forkserver_cpu_seconds=process_cpu_seconds(pid) if (pid := forkserver.pid()) is not None else None,

@@ -14,7 +14,7 @@ written, as before.
 A failure to write is raised in the judge at its next use of the saver, with the writer's traceback
 (`remote_traceback`), and the writer's process ends: the monitor stops as it would have on the failed write itself
 (oncewatch.monitor.supervise decides what follows). A writer's process that dies without a word raises
-`SaverDiedError`.
+`SaverDiedError`, and the supervisor starts the monitor again from the last checkpoint written, counting it.
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@ the readers resume at the committed checkpoints, nothing is lost and nothing is 
 /metrics, up since the first monitor's sources answered, stays up meanwhile, saying
 `oncewatch_store_up 0`, and the outages and their length are counted
 (`oncewatch_store_outages_total`, `oncewatch_store_outage_seconds_total`).
+
+The store's writer process (`[store] writer = "process"`, oncewatch.monitor.saver) dying without a word (the
+kernel's out-of-memory killer, a kill -9) loses the checkpoint it was writing, and nothing else: the monitor is
+started again from the last one written in the same way, at once (then after RETRY_SECONDS as deaths recur), and
+each death is counted (`oncewatch_store_writer_deaths_total`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import TypeVar
 from oncewatch.core.config import Config
 from oncewatch.monitor.health import Outages
 from oncewatch.monitor.loop import Monitor, served_once
+from oncewatch.monitor.saver import SaverDiedError
 from oncewatch.store import StoreUnavailableError
 
 log = logging.getLogger("oncewatch.monitor")
@@ -35,7 +41,8 @@ def through_outages(stop: threading.Event, outages: Outages, build: Callable[[],
                     run: Callable[[Made], None], close: Callable[[Made], None], resumes: str) -> None:
     """`build` and `run` one after the other until `stop` is set or a run ends: a StoreUnavailableError from
     either is an outage, counted in `outages`, waited out (RETRY_SECONDS) and followed by a new `build` from the
-    store's commits. `resumes` says in the log what starts again."""
+    store's commits; so is the death of the store's writer process (SaverDiedError) from `run`, counted apart.
+    `resumes` says in the log what starts again."""
     tries = 0
     while not stop.is_set():
         try:
@@ -57,6 +64,12 @@ def through_outages(stop: threading.Event, outages: Outages, build: Callable[[],
         except StoreUnavailableError as exc:
             _away(stop, outages, exc, tries, resumes)
             tries += 1
+        except SaverDiedError as exc:
+            outages.writer_deaths += 1
+            log.error(f"the store's writer process died; {resumes} from the last checkpoint written", extra={
+                "event": "store_writer_died", "error": str(exc), "deaths": outages.writer_deaths})
+            stop.wait(0 if outages.writer_deaths == 1 else
+                      RETRY_SECONDS[min(outages.writer_deaths - 2, len(RETRY_SECONDS) - 1)])
         finally:
             close(made)
 

@@ -11,6 +11,7 @@ import pytest
 
 from oncewatch.monitor import supervise
 from oncewatch.monitor.health import Outages
+from oncewatch.monitor.saver import SaverDiedError
 from oncewatch.monitor.supervise import through_outages
 from oncewatch.store import StoreUnavailableError
 
@@ -56,6 +57,21 @@ def test_an_outage_counts_from_when_the_store_was_found_away_not_from_when_the_m
 
     through_outages(threading.Event(), outages, lambda: "monitor", run, lambda made: None, "it starts")
     assert runs == ["monitor", "monitor"] and outages.count == 1 and outages.seconds >= 0.3
+
+
+def test_the_store_writer_process_dying_starts_the_monitor_again_and_each_death_counts_apart(caplog) -> None:
+    outages, runs, closed = Outages(), [], []
+
+    def run(made: int) -> None:
+        runs.append(made)
+        if len(runs) <= 2:
+            raise SaverDiedError("the store's writer process ended without a word (killed by signal 9)")
+
+    built = iter(range(1, 10))
+    through_outages(threading.Event(), outages, lambda: next(built), run, closed.append, "it starts")
+    assert runs == [1, 2, 3] and closed == [1, 2, 3]
+    assert outages.writer_deaths == 2 and outages.count == 0
+    assert [r.event for r in caplog.records] == ["store_writer_died", "store_writer_died"]
 
 
 def test_a_stop_while_building_runs_nothing_and_closes_what_was_built() -> None:
