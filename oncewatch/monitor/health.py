@@ -88,7 +88,8 @@ class Health:
     def __init__(self, store: Store, readers: dict[str, Reader], progress: Progress, stats: Any, rules: Rules,
                  shape: Callable[[], list[dict[str, Any]]], outages: Outages,
                  reads: dict[str, list[str]] | None = None, slo: SloConfig = SloConfig(),
-                 space: Callable[[], StoreSpace | None] = lambda: None, writer_pid: Callable[[], int | None] = lambda: None):
+                 space: Callable[[], StoreSpace | None] = lambda: None,
+                 writer_pid: Callable[[], int | None] = lambda: None):
         self.store = store
         self.writer_pid = writer_pid  # the store's writer process (oncewatch.monitor.saver), None while none runs
         self.space = space  # the store against its budget (oncewatch.monitor.budget), None without one
@@ -190,7 +191,8 @@ class Health:
             caught_up=v.caught_up, verdict=v.verdict, reasons=v.reasons, lag_seconds=v.lag_seconds, blind_rules=v.blind,
             blind_tables=v.blind_tables, rule_tables={r: tuple(t) for r, t in self.reads.items()},
             shape_problems=tuple(shape), probe_error=self.probe_error, store_outages=self.outages.count,
-            store_outage_seconds=self.outages.seconds, store_writer_deaths=self.outages.writer_deaths, thresholds=thresholds(self.rules),
+            store_outage_seconds=self.outages.seconds, store_writer_deaths=self.outages.writer_deaths,
+            thresholds=thresholds(self.rules),
             slo=Slo(self.slo.objective, self.slo.within_seconds), store_space=space,
             cpu_seconds=time.process_time(),
             forkserver_cpu_seconds=process_cpu_seconds(pid) if (pid := forkserver.pid()) is not None else None,

@@ -2,18 +2,18 @@
 
 The engine judges every batch as it comes (`apply`); the store keeps up on a cadence. A checkpoint
 (oncewatch.monitor.checkpoints) is one store transaction, written by the saver (oncewatch.monitor.saver: the judge
-itself, or with `[store] writer = "process"` a process of its own while the rules go on), holding the raw records read since the last one, their entity index, the engine's state
-delta, the findings and trade verdicts it drained and the read positions (docs/architecture.md §7), so a
-kill -9 at any instant resumes from the last checkpoint with nothing lost and nothing doubled: what was read since
-is read and judged again, the findings are the same by id and verdicts only move forward. A checkpoint is
-taken every `[store] checkpoint_seconds` (0: every batch), at once when a batch drains a new or changed
-finding (a finding is never shown before the records and the state behind it are saved, nor held back by the
-cadence), after each fragment of a transaction too large to hold and each chunk of a bootstrap, when
-CHECKPOINT_RECORDS records wait for it, and at a clean stop (`checkpoint`). Between checkpoints a batch writes
-only what the engine's spilled state drops (engine_state.ColdEntries), each its own short transaction, once the
-checkpoint in flight is written. Saving the state once a second rather than every batch writes an entry changed several times in that
-second once, and one put and gone within it never (issue 44). `Progress` is what has been applied: the
-positions a restarted reader resumes from, and the clocks of the absence rules.
+itself, or with `[store] writer = "process"` a process of its own while the rules go on), holding the raw records
+read since the last one, their entity index, the engine's state delta, the findings and trade verdicts it drained
+and the read positions (docs/architecture.md §7), so a kill -9 at any instant resumes from the last checkpoint with
+nothing lost and nothing doubled: what was read since is read and judged again, the findings are the same by id and
+verdicts only move forward. A checkpoint is taken every `[store] checkpoint_seconds` (0: every batch), at once when
+a batch drains a new or changed finding (a finding is never shown before the records and the state behind it are
+saved, nor held back by the cadence), after each fragment of a transaction too large to hold and each chunk of a
+bootstrap, when CHECKPOINT_RECORDS records wait for it, and at a clean stop (`checkpoint`). Between checkpoints a
+batch writes only what the engine's spilled state drops (engine_state.ColdEntries), each its own short transaction,
+once the checkpoint in flight is written. Saving the state once a second rather than every batch writes an entry
+changed several times in that second once, and one put and gone within it never (issue 44). `Progress` is what has
+been applied: the positions a restarted reader resumes from, and the clocks of the absence rules.
 
 A first start's bootstrap comes through `apply` too, chunk by chunk, each with a checkpoint, while Kafka
 is read and health written: a bootstrap of millions of rows is not one store transaction held for
