@@ -119,7 +119,11 @@ def caught_up(target: str | PostgresTarget, gtid: str, events: int) -> bool:
 
 
 def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:  # ended meanwhile (a reader's process, as the monitor stops)
+        return 0.0
+    for line in status.splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
