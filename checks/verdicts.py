@@ -29,7 +29,6 @@ before the watch started has no announcement the monitor saw.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict
 from decimal import Decimal
 from typing import Any
 
@@ -47,7 +46,9 @@ TRADE, ORDER, LINK = "t", "o", "l"
 
 
 def verdict_to_dict(v: TradeVerdict) -> dict[str, Any]:
-    return {**asdict(v), "amount": None if v.amount is None else str(v.amount)}
+    # its fields are plain values: the instance's dict, where dataclasses.asdict, which copies deep, cost 20 times as
+    # much (2% of the judge's thread, issue 44)
+    return {**v.__dict__, "amount": None if v.amount is None else str(v.amount)}
 
 
 def verdict_from_dict(d: dict[str, Any]) -> TradeVerdict:
