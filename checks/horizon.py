@@ -243,7 +243,8 @@ class Aging(Generic[V]):
         if self.dirty is None:
             self.dirty = {}
             return {"full": True, "put": self.rows(encode), "gone": []}
-        put = [[k, self.items[k][0], encode(self.items[k][1])] for k in self.dirty if k in self.items]
+        items = self.items
+        put = [[k, entry[0], encode(entry[1])] for k in self.dirty if (entry := items.get(k)) is not None]
         gone = [k for k, existed in self.dirty.items()
                 if existed and k not in self.items and self._in_cold(k) is None]
         self.dirty, self._gone, self._probed = {}, set(), {}
