@@ -16,10 +16,10 @@ of the process a record (issue 44's target: >= 25,000 records per CPU-second of 
 `state_delta()` through `to_json`, as a checkpoint would (timed apart: its mean is printed),
 and the run ends with the cost of one whole `state()`. `--bare` adds the floor: the same
 records through a loop that only reads one attribute of each; `--process` has the checkpoints written by a process
-of their own (`[store] writer = "process"`), whose CPU is printed apart. Every mode runs under the monitor's garbage-collector
-settings (`oncewatch.monitor.tune_gc`, as `oncewatch run` sets them): under Python's defaults a full collection walks
-the engine's state, and the records built ahead of timing, every few seconds. Target: >= 50,000 records/s
-on one core, memory flat. Usage:
+of their own (`[store] writer = "process"`), whose CPU is printed apart. Every mode runs under the monitor's
+garbage-collector settings (`oncewatch.monitor.tune_gc`, as `oncewatch run` sets them): under Python's defaults a
+full collection walks the engine's state, and the records built ahead of timing, every few seconds. Target: >=
+50,000 records/s on one core, memory flat. Usage:
 
     .venv/bin/python bench/engine.py [--records 1000000] [--gap 0.05] [--horizon 1800] [--bare] [--writer [--process]]
 """
@@ -202,7 +202,8 @@ def run_writer(records_wanted: int, gap: float, horizon: float, process: bool) -
         store.close()
     apart = "" if saving is None else (f"; the store's writer process {saving:.2f} s CPU "
                                         f"({saving / records * 1e6:.1f} us a record)")
-    print(f"judge ({'engine; the store written apart' if process else 'engine and SQLite store'}): {records:,} records, "
+    judge = "engine; the store written apart" if process else "engine and SQLite store"
+    print(f"judge ({judge}): {records:,} records, "
           f"{busy:.2f} s CPU ({busy / records * 1e6:.1f} us a record, {records / busy:,.0f} per CPU-second; target >= "
           f"25,000), {records / wall:,.0f} records/s wall{apart}")
 

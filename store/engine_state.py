@@ -113,7 +113,8 @@ def save_texts(tx: Batch, delta: dict[str, Any], shard: int | None = None) -> No
             tx.conn.execute("DELETE FROM open_state WHERE space = ?", (space,))
         # many rows to a statement: PostgreSQL runs an executemany one statement a row
         tx.insert_rows(INSERT, ROW, ENTRIES_PER_STATEMENT,
-                       [(space, *spaces.cut(tx.conn, k), t, tx.packer.pack(ENGINE, text)) for k, t, text in change["put"]],
+                       [(space, *spaces.cut(tx.conn, k), t, tx.packer.pack(ENGINE, text))
+                        for k, t, text in change["put"]],
                        " ON CONFLICT(space, prefix, rest) DO UPDATE SET at = excluded.at, value = excluded.value")
         by_prefix: dict[str, list[str]] = {}
         for key in change["gone"]:
@@ -181,8 +182,8 @@ class ColdEntries:
     What is read is the state last handed on: a key the delta in flight puts is read from it (as the store will give
     it back), one it drops is absent, any other is read from the store, which the delta in flight does not change for
     it. An entry past the horizon is absent from the moment the engine drops it, and deleted once nothing is in flight
-    (at a later drop; within DROP_WAIT_SECONDS, waiting for the writer then). The rarer uses (the oldest dropped for room, a space emptied, every key listed) wait for the
-    delta in flight to be written first."""
+    (at a later drop; within DROP_WAIT_SECONDS, waiting for the writer then). The rarer uses (the oldest dropped for
+    room, a space emptied, every key listed) wait for the delta in flight to be written first."""
 
     def __init__(self, store: Store, settle: Callable[[], object] = lambda: None,
                  handed: Callable[[], dict[str, Any] | None] = lambda: None):
