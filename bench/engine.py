@@ -48,7 +48,8 @@ from oncewatch.core.names import partition_key  # noqa: E402
 from oncewatch.core.records import EmittedEvent, Transaction  # noqa: E402
 from oncewatch.monitor.entities import EntityIndex  # noqa: E402
 from oncewatch.core import forkserver  # noqa: E402
-from oncewatch.monitor.loop import BATCH_RECORDS, tune_gc  # noqa: E402
+from oncewatch.monitor.garbage import tune_gc  # noqa: E402
+from oncewatch.monitor.loop import BATCH_RECORDS  # noqa: E402
 from oncewatch.monitor.remote import process_cpu_seconds  # noqa: E402
 from oncewatch.monitor.saver import ProcessSaver  # noqa: E402
 from oncewatch.monitor.writer import Writer  # noqa: E402

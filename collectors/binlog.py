@@ -476,7 +476,7 @@ class BinlogCollector:
 def _released(stream: BinLogStreamReader) -> Iterator[Any]:
     """The stream's events, each let go of its packet once the next one is asked for. The library links an
     event and its packet both ways: that cycle would leave every event, and the rows it decoded, to the
-    cycle collector, which the monitor runs rarely (oncewatch.monitor.loop.tune_gc)."""
+    cycle collector, which the monitor runs rarely (oncewatch.monitor.garbage)."""
     for event in stream:
         yield event
         event.packet = None

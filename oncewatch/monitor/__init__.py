@@ -7,10 +7,12 @@
     health.py     caught-up verdicts and the health rows behind /metrics and the pages
     loop.py       Monitor: the main thread that runs them
     supervise.py  `oncewatch run`: a new Monitor from the checkpoint whenever the store's server went away
+    garbage.py    the cycle collector's settings of each of the monitor's processes
 """
 
 from oncewatch.monitor.entities import EntityIndex
-from oncewatch.monitor.loop import Monitor, tune_gc
+from oncewatch.monitor.garbage import tune_gc
+from oncewatch.monitor.loop import Monitor
 from oncewatch.monitor.preflight import MonitorError, SourceUnavailableError
 from oncewatch.monitor.readers import ReaderFailedError
 from oncewatch.monitor.supervise import Supervisor

@@ -9,7 +9,6 @@ a failed reader from the checkpoint when its backoff is over, and writes the hea
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
@@ -57,20 +56,6 @@ CLOCK_SECONDS = 0.1
 PRUNE_SECONDS = 60.0  # between looks for records past the retention; slices follow each other while some remain
 SERIES_SECONDS = 5.0
 JOIN_SECONDS = 10.0
-# Young generation collected every 50,000 allocations instead of 700, the whole heap a tenth as
-# often: see tune_gc.
-GC_THRESHOLDS = (50_000, 20, 100)
-
-
-def tune_gc() -> None:
-    """The monitor's collector settings, for its whole process (set by `oncewatch run`).
-
-    Every record read allocates a handful of dicts that die within the batch, and the engine keeps
-    a large, long-lived state that every full collection walks. Almost none of it forms reference
-    cycles, so reference counting frees it and the cycle collector mostly finds nothing: running
-    it far less often saves about a tenth of the cost of reading a Kafka record (bench/kafka_ingest.py)
-    and lets at most 50,000 young objects of cyclic garbage wait a little longer."""
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def serve_metrics(cfg: Config) -> Callable[[], None]:
@@ -335,4 +320,4 @@ class Monitor:
         return not undecided
 
 
-__all__ = ["Monitor", "serve_metrics", "served_once", "tune_gc"]
+__all__ = ["Monitor", "serve_metrics", "served_once"]

@@ -56,6 +56,7 @@ from typing import Any, NamedTuple
 from oncewatch.core import forkserver, logs
 from oncewatch.core.protocol import BinlogTail, EventSource, Item, Part, Status
 from oncewatch.core.records import BinlogPosition
+from oncewatch.monitor.garbage import tune_gc
 
 log = logging.getLogger("oncewatch.monitor.remote")
 
@@ -366,10 +367,16 @@ def _running(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def child_logging(levels: dict[str, int]) -> None:
-    """The child's log as the monitor's: JSON lines on the same stderr, at the same levels."""
+def as_child(name: str, monitor: int, levels: dict[str, int]) -> None:
+    """This process, forked for the monitor's part `name`, set up as the monitor's: it dies with the monitor
+    (`die_with`), logs JSON lines on the same stderr at the same levels, runs the cycle collector as rarely
+    (oncewatch.monitor.garbage) and leaves Ctrl-C to the monitor, which stops it."""
+    die_with(monitor, name)
     logs.setup(logging.getLevelName(levels[""]))
     logging.getLogger("kafka").setLevel(levels["kafka"])
+    tune_gc()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _snapshot(part: Part) -> Snapshot:
@@ -396,10 +403,7 @@ def sendable(exc: BaseException, trace: str) -> BaseException:
 
 def _child(name: str, build: Build, first_ahead: Any, items: Connection, control: Connection, calls: Connection,
            monitor: int, levels: dict[str, int]) -> None:
-    die_with(monitor, name)
-    child_logging(levels)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the monitor, which stops its readers
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    as_child(name, monitor, levels)
     ahead: list[Any] = [first_ahead]
     stop = threading.Event()
     send_lock = threading.Lock()
@@ -458,5 +462,5 @@ def _child(name: str, build: Build, first_ahead: Any, items: Connection, control
 
 
 __all__ = ["CallFailedError", "PartSpec", "ReaderProcessDiedError", "ReaderProcessStuckError", "RemoteBinlogTail",
-           "RemoteEventSource", "RemotePart", "child_logging", "die_with", "how_it_ended", "log_levels",
+           "RemoteEventSource", "RemotePart", "as_child", "how_it_ended", "log_levels",
            "process_cpu_seconds", "remote", "remote_traceback", "sendable"]

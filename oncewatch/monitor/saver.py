@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any
@@ -31,7 +30,7 @@ from oncewatch.core import forkserver
 from oncewatch.core.config import Config
 from oncewatch.monitor.checkpoints import Checkpoint, write
 from oncewatch.monitor.entities import EntityIndex
-from oncewatch.monitor.remote import child_logging, die_with, how_it_ended, log_levels, sendable
+from oncewatch.monitor.remote import as_child, how_it_ended, log_levels, sendable
 from oncewatch.store import Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -162,10 +161,7 @@ class ProcessSaver:
 
 def _writer(cfg: Config, conn: Connection, monitor: int, levels: dict[str, int]) -> None:
     """The writer's process: each checkpoint received written in one transaction, and said so."""
-    die_with(monitor, NAME)
-    child_logging(levels)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the monitor, which stops its writer
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    as_child(NAME, monitor, levels)
     store = Store(cfg.store.target)
     index = EntityIndex(Settings.from_config(cfg))
     try:
