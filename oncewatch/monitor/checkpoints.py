@@ -30,7 +30,7 @@ class Checkpoint:
     states: dict[str, Any]  # state name -> its value, None to clear it (a bootstrap under way)
     findings: Sequence[Finding]
     verdicts: Sequence[TradeVerdict]
-    delta: dict[str, Any]  # the engine's state_delta(), its entries as JSON text (engine_state.texts)
+    delta: dict[str, Any]  # the engine's state_delta()
     stats: dict[str, Any]  # the engine's stats()
     names_pruned: bool  # retention deleted entity names since the last checkpoint: the writer's numbers of them go
     at: float  # when it was taken (reviews lapse by it)
@@ -58,7 +58,7 @@ def write(tx: Batch, cp: Checkpoint, index: EntityIndex, within_seconds: float) 
     changed = bool(cp.findings) and tx.status_changes(list(cp.findings))
     tx.upsert_findings(cp.findings)
     verdicts.save(tx, cp.verdicts, within_seconds)
-    engine_state.save_texts(tx, cp.delta)
+    engine_state.save(tx, cp.delta)
     tx.set_state(ENGINE_STATS, cp.stats)
     return changed
 

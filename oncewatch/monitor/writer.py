@@ -278,7 +278,7 @@ class Writer:
         forgotten, self._forgotten = self._forgotten, self.store.entity_ids.forgotten
         return Checkpoint(rows=u.rows, binlog_quarantined=u.binlog_quarantined, events=u.events,
                           quarantined=u.quarantined, positions=u.checkpoints, states=u.states, findings=u.findings,
-                          verdicts=u.verdicts, delta=engine_state.texts(self.engine.state_delta()),
+                          verdicts=u.verdicts, delta=self.engine.state_delta(),
                           stats=self.engine.stats(), names_pruned=forgotten != self._forgotten, at=time.time())
 
     def _checkpoint(self) -> None:

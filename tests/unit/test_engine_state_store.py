@@ -185,13 +185,15 @@ def test_cold_entries_read_through_the_delta_a_writer_of_their_own_has_not_writt
     with store.batch() as tx:
         engine_state.save(tx, {"changes": {"effects": {"full": True, "gone": [], "put": [
             ["T1", 100.0, {"n": 1}], ["T2", 200.0, {"n": 2}], ["T3", 300.0, {"n": 3}]]}}})
-    in_flight: list[dict] = [engine_state.texts({"changes": {"effects": {"full": False, "gone": ["T2"], "put": [
-        ["T3", 350.0, {"n": 33, "at": (1, 2)}], ["T4", 400.0, {"n": 4}]]}}})]
+    in_flight: list[dict] = [{"changes": {"effects": {"full": False, "gone": ["T2"], "put": [
+        ["T3", 350.0, {"n": 33, "at": (1, 2)}], ["T4", 400.0, {"n": 4}]]}}}]
     cold = engine_state.ColdEntries(store, handed=lambda: in_flight[0] if in_flight else None)
     assert cold.get("effects", "T1") == (100.0, {"n": 1})  # not in the delta: the store's
     assert cold.get("effects", "T2") is None  # gone in the delta, still in the store
     assert cold.get("effects", "T3") == (350.0, {"n": 33, "at": [1, 2]})  # as the store will give it back
     assert cold.get("effects", "T4") == (400.0, {"n": 4})
+    cold.get("effects", "T4")[1]["n"] = 5  # what is read is a copy: the delta in flight stays as it was handed on
+    assert in_flight[0]["changes"]["effects"]["put"][1][2] == {"n": 4}
     assert cold.drop_before("effects", 150.0) == []  # nothing deleted beside the writer...
     assert cold.get("effects", "T1") is None  # ...but past the horizon all the same
     assert cold.drop_before("effects", 250.0) == [] and cold.get("effects", "T2") is None
