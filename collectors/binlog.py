@@ -44,8 +44,8 @@ from oncewatch.core.protocol import BinlogStatus, BootstrapStatus
 from oncewatch.core.names import UNDECODABLE, UNPARSEABLE
 from oncewatch.core.tables import is_pattern
 from oncewatch.core.records import (CLOCK_BINLOG_HEADER, CLOCK_READ_TIME, CLOCK_ROW_COLUMN, OP_DELETE, OP_INSERT,
-                                    OP_UPDATE, BinlogPosition, QuarantinedRows, RowChange, SchemaChange,
-                                    Transaction)
+                                    OP_UPDATE, BinlogPosition, Packed, QuarantinedRows, RowChange,
+                                    SchemaChange, Transaction)
 
 log = logging.getLogger("oncewatch.collectors.binlog")
 
@@ -469,7 +469,7 @@ class BinlogCollector:
             out.append(RowChange(
                 schema=event.schema, table=event.table, op=op, pk=pk, before=before, after=after,
                 txid=gtid, row_index=i, binlog_file=end.file, end_pos=end.pos, commit_time=when, commit_clock=clock))
-        return Transaction(rows=tuple(out), position=end, commit_time=float(header_time),
+        return Transaction(rows=Packed(out), position=end, commit_time=float(header_time),
                            quarantined=tuple(quarantined), schema_changes=tuple(changes), complete=complete)
 
 
@@ -587,13 +587,13 @@ def bootstrap(cfg: MySQLConfig, chunk: int = 5000) -> Iterator[Transaction]:
                         after=dict(row), txid=f"snapshot:{gtid}:{table}", row_index=i, binlog_file=file,
                         end_pos=pos, commit_time=when, commit_clock=clock, snapshot=True))
                     if len(rows) >= chunk:
-                        yield Transaction(rows=tuple(rows), position=position, commit_time=now, complete=False,
+                        yield Transaction(rows=Packed(rows), position=position, commit_time=now, complete=False,
                                           snapshot=True)
                         rows = []
             cur.execute("COMMIT")
     finally:
         conn.close()
-    yield Transaction(rows=tuple(rows), position=position, commit_time=now, snapshot=True)
+    yield Transaction(rows=Packed(rows), position=position, commit_time=now, snapshot=True)
 
 
 __all__ = ["BinlogCollector", "Bootstrap", "BootstrapInterruptedError", "BinlogError", "BinlogPurgedError",

@@ -36,7 +36,7 @@ from oncewatch.collectors.kafka_raw import UnreadableBatchError, failed_batch, u
 from oncewatch.core.config import KafkaConfig
 from oncewatch.core.names import UNPARSEABLE, partition_key, split_partition_key
 from oncewatch.core.protocol import BrokerKnown, EndKnown, EventBatch, Gap, KafkaEventsStatus
-from oncewatch.core.records import EmittedEvent, PartitionStatus, QuarantinedRecord
+from oncewatch.core.records import EmittedEvent, Packed, PartitionStatus, QuarantinedRecord
 
 log = logging.getLogger("oncewatch.collectors.kafka_events")
 
@@ -405,7 +405,7 @@ class KafkaEventCollector:
         positions = self.positions()
         changed = positions != self._last_positions
         self._last_positions = positions
-        return EventBatch(tuple(events), tuple(quarantined), positions, changed)
+        return EventBatch(Packed(events), tuple(quarantined), positions, changed)
 
     def _gaps(self, out_of_range: dict[TopicPartition, int]) -> None:
         """Offsets no longer on the broker: record the gap loudly and go on from what is there."""

@@ -21,7 +21,7 @@ from oncewatch.core.gtids import GtidSet, gtid_set, gtid_text, parse
 from oncewatch.core.names import UNDECODABLE, UNPARSEABLE
 from oncewatch.core.protocol import CdcCounts
 from oncewatch.core.records import (CLOCK_BINLOG_HEADER, OP_DELETE, OP_INSERT, OP_UPDATE, BinlogPosition,
-                                    CdcDelivery, QuarantinedRows, RowChange, SchemaChange, Transaction)
+                                    CdcDelivery, Packed, QuarantinedRows, RowChange, SchemaChange, Transaction)
 
 log = logging.getLogger("oncewatch.collectors.cdc")
 
@@ -402,7 +402,7 @@ class Assembler:
                                records=len(records),
                                first_record=f"{first.topic}/{first.partition}@{first.offset}" if first else "",
                                replays=self.replays.take())
-        return Transaction(rows=tuple(rows), position=position, commit_time=header, quarantined=tuple(bad),
+        return Transaction(rows=Packed(rows), position=position, commit_time=header, quarantined=tuple(bad),
                            schema_changes=tuple(changes), snapshot=snapshot, complete=not snapshot or snapshot_last,
                            cdc=delivery)
 

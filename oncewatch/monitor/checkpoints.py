@@ -22,9 +22,9 @@ from oncewatch.store import Batch, engine_state, reviews, verdicts
 
 @dataclass(frozen=True)
 class Checkpoint:
-    rows: Sequence[RowChange]
+    rows: Sequence[Sequence[RowChange]]  # in batches as read: a reader's cross to the store's writer as they came
     binlog_quarantined: Sequence[QuarantinedRows]
-    events: Sequence[EmittedEvent]
+    events: Sequence[Sequence[EmittedEvent]]  # likewise
     quarantined: Sequence[QuarantinedRecord]
     positions: dict[str, Any]  # checkpoint name -> the position read to
     states: dict[str, Any]  # state name -> its value, None to clear it (a bootstrap under way)
@@ -41,11 +41,13 @@ def write(tx: Batch, cp: Checkpoint, index: EntityIndex, within_seconds: float) 
     findings to settle: a standing one refreshed by the next offsets reading, F11 and F12, is no change)."""
     if cp.names_pruned:
         tx.entity_ids.clear()
-    if cp.rows:
-        tx.add_row_changes(cp.rows, [(i, k) for i, r in enumerate(cp.rows) for k in index.of_row(r)])
+    rows = [r for batch in cp.rows for r in batch]
+    if rows:
+        tx.add_row_changes(rows, [(i, k) for i, r in enumerate(rows) for k in index.of_row(r)])
     tx.add_binlog_quarantined(cp.binlog_quarantined)
-    if cp.events:
-        tx.add_events(cp.events, [(i, k) for i, e in enumerate(cp.events) for k in index.of_event(e)])
+    events = [e for batch in cp.events for e in batch]
+    if events:
+        tx.add_events(events, [(i, k) for i, e in enumerate(events) for k in index.of_event(e)])
     tx.add_quarantined(cp.quarantined)
     reviews.expire(tx, cp.at)
     for name, value in cp.positions.items():

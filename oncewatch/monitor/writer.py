@@ -81,8 +81,10 @@ class Progress:
 class Unsaved:
     """What the engine has applied since the last checkpoint and the store is still to save with it."""
 
-    rows: list[RowChange] = field(default_factory=list)
-    events: list[EmittedEvent] = field(default_factory=list)
+    # in batches as read (a transaction's rows, a poll's events: core.records.Packed from a reader's process)
+    rows: list[Sequence[RowChange]] = field(default_factory=list)
+    events: list[Sequence[EmittedEvent]] = field(default_factory=list)
+    records: int = 0  # rows and events in them
     binlog_quarantined: list[QuarantinedRows] = field(default_factory=list)
     quarantined: list[QuarantinedRecord] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
@@ -144,7 +146,7 @@ class Writer:
             for snapshot in bootstrap(self.cfg.mysql):
                 self.engine.on_transaction(snapshot)
                 count += len(snapshot.rows)
-                self.unsaved.rows.extend(snapshot.rows)
+                self.unsaved.rows.append(snapshot.rows)
                 self.unsaved.findings.extend(self.engine.drain())
                 self.unsaved.verdicts.extend(self.engine.drain_verdicts())
                 write(tx, self._take(), self.index, self.cfg.slo.within_seconds)
@@ -168,7 +170,8 @@ class Writer:
             if isinstance(item, Transaction):
                 self.engine.on_transaction(item)
                 if item.rows:
-                    u.rows.extend(item.rows)
+                    u.rows.append(item.rows)
+                    u.records += len(item.rows)
                     p.last_change_at = time.time()
                 u.binlog_quarantined.extend(item.quarantined)
                 p.binlog_time = max(p.binlog_time, item.commit_time)
@@ -201,7 +204,9 @@ class Writer:
                 u.checkpoints[CDC_GTID_CHECKPOINT] = {"gtid": p.cdc_gtid}
             elif isinstance(item, EventBatch):
                 self.engine.on_events(item.events)
-                u.events.extend(item.events)
+                if item.events:
+                    u.events.append(item.events)
+                    u.records += len(item.events)
                 u.quarantined.extend(item.quarantined)
                 for e in item.events:
                     key = partition_key(e.topic, e.partition)
@@ -217,7 +222,7 @@ class Writer:
         u.findings.extend(self.engine.drain())
         # drained every batch all the same: undrained, they would ride in every state delta
         u.verdicts.extend(self.engine.drain_verdicts())
-        if (due or u.findings or len(u.rows) + len(u.events) >= CHECKPOINT_RECORDS
+        if (due or u.findings or u.records >= CHECKPOINT_RECORDS
                 or time.monotonic() - self.saved_at >= self.cfg.store.checkpoint_seconds):
             self._checkpoint()
 

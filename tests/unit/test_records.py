@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import pickle
 from decimal import Decimal
+
+import pytest
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oncewatch.core.exact_json import flat_json, from_json, to_json
-from oncewatch.core.records import RowChange
+from oncewatch.core.records import BinlogPosition, Packed, RowChange, Transaction
 
 values = st.one_of(
     st.none(), st.booleans(), st.integers(), st.text(),
@@ -50,3 +53,24 @@ def test_row_change_round_trip():
                   commit_time=1.5, commit_clock="row_column")
     assert RowChange.from_dict(from_json(to_json(r.to_dict()))) == r
     assert r.coordinates == "binlog.000003:812#0-1-9/2"
+
+
+def test_packed_records_are_pickled_once(monkeypatch):
+    """A transaction's rows as a reader's process hands them on (core.records.Packed): the judge that received them
+    hands them on again as the bytes they came in, without pickling a row."""
+    rows = Packed(RowChange(schema="shop", table="payments", op="insert", pk=(f"T{i}",), before=None,
+                            after={"amount": Decimal("10.00"), "at": dt.datetime(2026, 1, 1, 0, 0, i)},
+                            txid="0-1-9", row_index=i, binlog_file="binlog.000003", end_pos=812 + i,
+                            commit_time=1.5, commit_clock="gtid_commit_ts") for i in range(3))
+    tx = Transaction(rows=rows, position=BinlogPosition(gtid="0-1-9"), commit_time=1.5)
+    received = pickle.loads(pickle.dumps(tx, pickle.HIGHEST_PROTOCOL))
+    assert received == tx and received.rows == tuple(rows) and type(received.rows) is Packed
+
+    def pickled_again(_row: RowChange) -> None:
+        raise AssertionError("a row pickled again")
+
+    monkeypatch.setattr(RowChange, "__reduce__", pickled_again)
+    with pytest.raises(AssertionError, match="pickled again"):
+        pickle.dumps(tuple(received.rows))
+    handed_on = pickle.loads(pickle.dumps([received.rows, received.rows], pickle.HIGHEST_PROTOCOL))
+    assert handed_on == [tuple(rows), tuple(rows)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 import signal
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from oncewatch.core import forkserver
 from oncewatch.core.config import load
 from oncewatch.core.exact_json import from_json, to_json
 from oncewatch.core.names import partition_key
-from oncewatch.core.records import Transaction
+from oncewatch.core.records import Packed, Transaction
 from oncewatch.monitor.entities import EntityIndex
 from oncewatch.monitor.remote import remote_traceback
 from oncewatch.monitor.saver import ProcessSaver, SaverDiedError
@@ -77,8 +78,16 @@ def batches() -> list[list[Transaction | EventBatch]]:
     return out
 
 
+def as_read_in_a_process(batch: list[Transaction | EventBatch]) -> list[Transaction | EventBatch]:
+    """`batch` as a reader's process hands it to the judge (oncewatch.monitor.remote): its rows and events packed
+    (core.records.Packed), pickled and unpickled."""
+    packed = [dataclasses.replace(item, rows=Packed(item.rows)) if isinstance(item, Transaction)
+              else dataclasses.replace(item, events=Packed(item.events)) for item in batch]
+    return pickle.loads(pickle.dumps(packed, pickle.HIGHEST_PROTOCOL))
+
+
 def stored(store: Store) -> dict[str, Any]:
-    (rows,), = store.conn.execute("SELECT COUNT(*) FROM row_changes")
+    rows = store.conn.execute("SELECT txid, row_index, end_pos FROM row_changes ORDER BY seq").fetchall()
     (events,), = store.conn.execute("SELECT COUNT(*) FROM events")
     (entries,), = store.conn.execute("SELECT COUNT(*) FROM entity_entries")
     return {"rows": rows, "events": events, "entries": entries,
@@ -93,14 +102,16 @@ def test_the_writer_process_stores_what_the_judge_would_have_stored_itself(tmp_p
     try:
         spilled = 0
         for batch in batches():
-            for writer in (inline, judge):
-                writer.apply(batch, None)
+            inline.apply(batch, None)
+            judge.apply(as_read_in_a_process(batch), None)
             spilled = max(spilled, sum(a.cold_count for a in judge.engine.memory.spillable))
         inline.checkpoint()
         judge.checkpoint()
         assert saver is not None and saver.pid not in (None, os.getpid())
         found = stored(store)
-        assert found["rows"] > 3 * ORDERS and found["state"]["entries"]
+        assert found["rows"] == [(r.txid, r.row_index, r.end_pos) for batch in batches() for item in batch
+                                 if isinstance(item, Transaction) for r in item.rows]  # each once, in commit order
+        assert len(found["rows"]) > 3 * ORDERS and found["state"]["entries"]
         assert sum(f[1] == "F1" for f in found["findings"]) == len(range(0, ORDERS - 20, 7))
         assert found == stored(inline_store)
         # the engine spilled: what it read back from the store was the state handed to the writer's process last
