@@ -1,8 +1,8 @@
 """Who writes the judge's checkpoints (oncewatch.monitor.checkpoints) into the store (`[store] writer`): the judge
 itself (`InlineSaver`, the default), or a process of its own (`ProcessSaver`, "process"), so that the judge goes on
-with the rules while a checkpoint is written (docs/architecture.md §9). The second costs about a fifth more CPU in
-all, the checkpoints crossing pickled: it pays on a machine with cores to spare, not on two shared with the servers
-(README, [store]).
+with the rules while a checkpoint is written (docs/architecture.md §9). The second costs about a sixth more CPU in
+all, the checkpoints crossing pickled, and halves the judge's CPU a record: it pays most on a machine with cores to
+spare (README, [store]).
 
 At most one checkpoint is in flight. The judge never reads a state older than the one it handed on: the engine's
 spilled state read back from the store is read through the delta in flight (`handed`, engine_state.ColdEntries),
