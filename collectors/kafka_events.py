@@ -112,7 +112,7 @@ class _State:
 
     positions: dict[TopicPartition, int]
     ends: dict[TopicPartition, tuple[int, float]] = field(default_factory=dict)  # end offset, when it vouches from
-    asked: dict[TopicPartition, float] = field(default_factory=dict)  # when the newest answer of an end was asked
+    answered: dict[TopicPartition, float] = field(default_factory=dict)  # when the known end's answer came in
     epochs: dict[TopicPartition, int] = field(default_factory=dict)  # each partition's leader epoch as last seen
     held: dict[TopicPartition, int] = field(default_factory=dict)  # ends not vouched for (KafkaEventCollector._learn)
     settle_until: float = 0.0  # no end vouches before this time: the broker was away (KafkaEventCollector._learn)
@@ -182,6 +182,7 @@ class KafkaEventCollector:
         self._next_refresh = 0.0
         self._last_positions: dict[str, int] = {}
         self._highwater: dict[TopicPartition, int] = {}  # the last highwater taken from a fetch, per partition
+        self._answers_after = 0.0  # the fetch answers the consumer holds unread came in after this time (poll)
         self._ahead = hold
         self._alive: float | None = None
 
@@ -215,17 +216,20 @@ class KafkaEventCollector:
         if self._consumer is None or not self._assigned or held == self._assigned:
             time.sleep(timeout_ms / 1000)  # nothing to read now: keep the caller's loop from spinning
             return self._batch([], [])
+        answered_after = self._answers_after
         try:
             records = self._consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+            self._note_unread_answers()
             # A held partition's records are not handed on: it is sought back to the first of them and they
             # are fetched again once it is let go. Not KafkaConsumer.pause(): kafka-python 3.0 can leave a
             # resumed partition's fetched records parked for good (its fetcher restores them only while
             # no spent record set sits in line), and that partition is then never read again.
             for tp in held & records.keys():
                 self._consumer.seek(tp, records.pop(tp)[0].offset)
-            return self._handle(records)
+            return self._handle(records, answered_after)
         except UNDECODABLE as exc:
-            return self._step_over_undecodable(exc)
+            self._note_unread_answers()
+            return self._step_over_undecodable(exc, answered_after)
         except kerrors.OffsetOutOfRangeError as exc:
             self._gaps(exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {})
         except ACCESS_ERRORS as exc:
@@ -284,8 +288,9 @@ class KafkaEventCollector:
             ends = list_offsets(admin, epochs, OffsetSpec.LATEST, timeout_ms)
         except kerrors.KafkaError:
             return False
+        answered = time.time()
         with self._lock:
-            self._learn({tp: e for tp, e in ends.items() if tp in self._assigned}, asked_at, epochs)
+            self._learn({tp: e for tp, e in ends.items() if tp in self._assigned}, asked_at, answered, epochs)
             # A partition read before and missing from the answer (a broker starting again reports its topics
             # not ready for a while) is not caught up with: nothing is known of what it holds now.
             unanswered = self._assigned - ends.keys()
@@ -300,7 +305,20 @@ class KafkaEventCollector:
 
     # -------------------------------------------------------------- polling
 
-    def _handle(self, records: dict[TopicPartition, list[Any]]) -> EventBatch:
+    def _note_unread_answers(self) -> None:
+        """After a poll: when the consumer holds no fetch answer it has not read through, the highwaters the
+        next polls take in were all answered after now. kafka-python takes a partition's highwater from an answer
+        when it starts reading the answer's records, not when the answer came in, and hands the records on over
+        as many polls as they take."""
+        now = time.time()
+        # The fetcher's answers come in and not read yet, and the one being read: not public. In a kafka-python
+        # oncewatch does not know they are not there, and no fetch's highwater vouches (the broker's answers do).
+        fetcher = getattr(self._consumer, "_fetcher", None)
+        unread = getattr(fetcher, "_completed_fetches", None)
+        if unread is not None and not unread and not getattr(fetcher, "_next_partition_records", True):
+            self._answers_after = now
+
+    def _handle(self, records: dict[TopicPartition, list[Any]], answered_after: float) -> EventBatch:
         events: list[EmittedEvent] = []
         quarantined: list[QuarantinedRecord] = []
         for tp, recs in records.items():
@@ -311,12 +329,13 @@ class KafkaEventCollector:
                     events.append(out)
                 else:
                     quarantined.append(out)
-        return self._handed_on(events, quarantined, records.keys())
+        return self._handed_on(events, quarantined, records.keys(), answered_after)
 
     def _handed_on(self, events: list[EmittedEvent], quarantined: list[QuarantinedRecord],
-                   fetched: Collection[TopicPartition]) -> EventBatch:
+                   fetched: Collection[TopicPartition], answered_after: float) -> EventBatch:
         """The batch of what was read, with the consumer's positions and what it learned of the ends;
-        `fetched`: the partitions whose records a fetch has just brought."""
+        `fetched`: the partitions whose records a fetch has just brought; `answered_after`: a time before the
+        broker answered the fetches whose highwaters the poll took in."""
         consumer = self._consumer
         assert consumer is not None
         # The consumer's position, not last offset + 1: it also steps over transaction markers,
@@ -324,10 +343,13 @@ class KafkaEventCollector:
         moved = {tp: consumer.position(tp, timeout_ms=0) for tp in self._assigned}
         # Every assigned partition's, not only those with records: a fetch that brought nothing
         # also tells that nothing more was there, and the engine's Kafka clock needs to know it.
-        # But only a highwater that a fetch has just brought vouches for now: kafka-python keeps the
-        # last one it had while the broker is away, and taken as fresh it would run the clock on through
-        # the outage and judge every event not yet read lost. An unchanged one of a partition with no
-        # records leaves the end as last learned (the broker's answer, `caught_up`, renews it each second).
+        # But only a highwater that a fetch has just brought vouches: kafka-python keeps the last one it
+        # had while the broker is away, and taken as fresh it would run the clock on through the outage
+        # and judge every event not yet read lost. An unchanged one of a partition with no records leaves
+        # the end as last learned (the broker's answer, `caught_up`, renews it each second). And it vouches
+        # from before the broker answered, not from now: an answer that came in while the reader was held
+        # up (a slow judge, a full pipe) is read seconds later, and taken as of then its end let the clock
+        # vouch for the records produced meanwhile, above it and unread (test_kafka_events.py).
         highwater = {tp: h for tp in self._assigned
                      if (h := consumer.highwater(tp)) is not None and (tp in fetched or h != self._highwater.get(tp))}
         self._highwater.update(highwater)
@@ -335,7 +357,7 @@ class KafkaEventCollector:
         with self._lock:
             s = self._s
             s.positions.update((tp, o) for tp, o in moved.items() if o is not None)
-            self._learn(highwater, seen_at, fetched=True)
+            self._learn(highwater, answered_after, seen_at, fetched=True)
             s.records_read += len(events) + len(quarantined)
             s.events_read += len(events)
         for q in quarantined:
@@ -344,7 +366,7 @@ class KafkaEventCollector:
                 "offset": q.offset, "reason": q.reason, "size": q.size})
         return self._batch(events, quarantined)
 
-    def _step_over_undecodable(self, exc: Exception) -> EventBatch:
+    def _step_over_undecodable(self, exc: Exception, answered_after: float) -> EventBatch:
         """kafka-python could not decode a record at a partition's position (a header key that is not
         UTF-8, a failed CRC): it raises there on every poll and after every rebuild, and once its
         record iterator has died on it, polls that partition in an endless loop. The batch it failed
@@ -382,7 +404,7 @@ class KafkaEventCollector:
             "undecodable": [r.offset for r in records if r.undecodable]})
         # Not fetched just now as far as the clock knows: the batch may have come with an earlier poll's fetch.
         return self._handed_on([o for o in outs if isinstance(o, EmittedEvent)],
-                               [o for o in outs if isinstance(o, QuarantinedRecord)], ())
+                               [o for o in outs if isinstance(o, QuarantinedRecord)], (), answered_after)
 
     def _skip_offset(self, tp: TopicPartition, offset: int, exc: Exception) -> EventBatch:
         """Quarantine one offset whose record cannot be read (its bytes stay on the broker) and seek past it."""
@@ -446,8 +468,10 @@ class KafkaEventCollector:
                 # their positions and assignment (dropped, they would be read again from the earliest offset).
                 raise kerrors.LeaderNotAvailableError(f"topics read before are not ready on the broker: {unready}")
             ends = list_offsets(self._admin, current, OffsetSpec.LATEST, self._timeout_ms)
+            answered = time.time()
             starts = self._start_offsets(current - self._assigned)
             if self._consumer is None:
+                self._answers_after = time.time()
                 self._consumer = KafkaConsumer(**client_settings(self.cfg), group_id=None, enable_auto_commit=False,
                                                auto_offset_reset="none")
                 self._assigned = set()
@@ -456,7 +480,7 @@ class KafkaEventCollector:
         except kerrors.KafkaError as exc:
             self._disconnected(exc)
             return
-        self._assign(current, starts, ends, missing, asked_at, epochs)
+        self._assign(current, starts, ends, missing, (asked_at, answered), epochs)
         self._first_run = False
         self._connected()
 
@@ -468,7 +492,8 @@ class KafkaEventCollector:
         return {**known, **list_offsets(self._admin, unknown, spec, self._timeout_ms)}  # type: ignore[arg-type]
 
     def _assign(self, current: set[TopicPartition], starts: dict[TopicPartition, int], ends: dict[TopicPartition, int],
-                missing: list[str], asked_at: float, epochs: dict[TopicPartition, int]) -> None:
+                missing: list[str], asked: tuple[float, float], epochs: dict[TopicPartition, int]) -> None:
+        """`asked`: when the broker was asked for `ends`, and when its answer came in."""
         consumer = self._consumer
         assert consumer is not None
         gone = self._assigned - current
@@ -482,10 +507,10 @@ class KafkaEventCollector:
         with self._lock:
             s = self._s
             for tp in gone:
-                for known in (s.positions, s.ends, s.asked, s.epochs, s.held):
+                for known in (s.positions, s.ends, s.answered, s.epochs, s.held):
                     known.pop(tp, None)
             s.positions.update(starts)
-            self._learn(ends, asked_at, epochs)
+            self._learn(ends, *asked, epochs)
             if tuple(missing) != s.waiting_for and missing:
                 log.warning("waiting for kafka topics that do not exist yet",
                             extra={"event": "kafka_topic_waiting", "topics": missing})
@@ -496,14 +521,15 @@ class KafkaEventCollector:
                 "event": "kafka_assigned", "new": {tp_key(tp): o for tp, o in sorted(starts.items())},
                 "gone": sorted(tp_key(tp) for tp in gone), "partitions": len(current)})
 
-    def _learn(self, ends: dict[TopicPartition, int], at: float, epochs: dict[TopicPartition, int] | None = None,
-               fetched: bool = False) -> None:
-        """Take partitions' end offsets as learned at `at` (with their leader epochs when the broker was asked for
-        them; `fetched`: highwaters fetches brought, seen as their records were handled); call with the lock held.
+    def _learn(self, ends: dict[TopicPartition, int], asked: float, answered: float,
+               epochs: dict[TopicPartition, int] | None = None, fetched: bool = False) -> None:
+        """Take partitions' end offsets as the broker answered them: asked at `asked` (with their leader epochs when
+        the broker was asked for them), the answer in by `answered`. `fetched`: highwaters fetches brought, `asked`
+        a time before the broker answered them (kafka-python does not say when it asked). Call with the lock held.
 
-        An end vouches that every record produced before `at` is below it, unless the partition's leader is new
-        (another epoch) or its end went back (the broker restarted, or a new leader): such a partition's end is held,
-        and the broker taken for away, its clock standing where it was before.
+        An end vouches that every record produced before it was asked is below it (and all an end below it vouched
+        for), unless the partition's leader is new (another epoch) or its end went back (the broker restarted, or a
+        new leader): such a partition's end is held, and the broker taken for away, its clock standing where it was.
 
         After the broker was away (a reconnect, a restart seen so), no end vouches for `producer_delivery_seconds`:
         the shop's producers keep what they could not send meanwhile and append it once the broker is back, stamped
@@ -521,23 +547,24 @@ class KafkaEventCollector:
         for tp, end in ends.items():
             known = s.ends.get(tp)
             if known is not None and end < known[0]:
-                if fetched or at < s.asked.get(tp, 0.0):
-                    # Two threads learn ends, and the older answer may come in last. One asked before the larger end
-                    # was is overtaken, not a broker gone back; so is a fetch's highwater, which is seen only once
-                    # its records are handled, after the broker may have answered `caught_up` with a larger end
-                    # (the broker's own answers, asked each second, tell an end gone back). Either, taken for a
-                    # broker gone back, held the clock for the settle time several times in bench/load.py's 10
-                    # minutes with no broker restarted (F7's detection p99 9 to 12 s).
+                if fetched or asked < s.answered.get(tp, 0.0):
+                    # Only an end asked after the larger one's answer came in says the broker went back. Two threads
+                    # ask the broker (`caught_up`, the poll's refresh), and a fetch's highwater is taken in only once
+                    # the poll reads its answer, so a smaller end in flight meanwhile may be the older: taken for a
+                    # broker gone back, it held the clock for the settle time in bench/load.py's 10 minutes with no
+                    # broker restarted (F7's detection p99 9 to 12 s). The broker's next answer, asked each second,
+                    # tells.
                     continue
                 self._hold(tp, end, f"end went back from {known[0]} to {end}")
-            s.asked[tp] = max(at, s.asked.get(tp, 0.0))
-            if at < s.settle_until:
+            # The earliest answer of the end known: any end asked after it that is smaller went back.
+            s.answered[tp] = answered if known is None or end != known[0] else min(answered, s.answered.get(tp, 0.0))
+            if asked < s.settle_until:
                 s.ends[tp] = (end, known[1] if known is not None else 0.0)
                 continue
             if (held := s.held.pop(tp, None)) is not None:
                 log.info("kafka partition's end vouched for again", extra={
                     "event": "kafka_end_released", "partition": tp_key(tp), "end": end, "held_at": held})
-            s.ends[tp] = (end, at)
+            s.ends[tp] = (end, max(asked, known[1]) if known is not None and end >= known[0] else asked)
 
     def _hold(self, tp: TopicPartition, end: int, why: str) -> None:
         self._settle()

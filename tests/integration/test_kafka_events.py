@@ -229,6 +229,29 @@ def test_holds_that_change_at_every_poll_never_strand_a_partition(kafka_admin):
         collector.close()
 
 
+def test_a_fetch_answered_while_the_reader_was_held_up_vouches_only_for_what_it_covers(kafka_admin):
+    """A reader held up between two polls (its judge slow, the pipe to it full) reads, once it polls again, the
+    answer of a fetch the broker gave early in the wait. That answer's highwater covers none of what was produced
+    after it: an end taken as of when it was read let the Kafka clock vouch for those records, unread, and past
+    an absence rule's grace they would be judged lost. Every record produced before an end's `end_at` is below it.
+    (The broker's own answer of the ends would cover the stale one here; no refresh asks it meanwhile.)"""
+    topic = create_topic(kafka_admin, "heldup", 2)
+    produce(topic, [(p, None, jsonb(PAID)) for _ in range(10) for p in (0, 1)])
+    reader = KafkaEventCollector(kafka_config([json_topic(topic)], metadata_refresh_seconds=600.0))
+    try:
+        drain(reader, 20, max_records=15)  # the second poll hands on the rest and sends the next fetch
+        sent = produce(topic, [(p, None, jsonb(PAID)) for _ in range(20) for p in (0, 1)])  # the reader held up
+        unread = reader._consumer._fetcher._completed_fetches
+        assert any(f.partition_data.high_watermark < 30 for f in unread), \
+            "no fetch answered early in the wait: kafka-python no longer pipelines as this test needs"
+        reader.poll(timeout_ms=500, max_records=15)
+        ends = {p.partition: p for p in reader.status().partitions}
+        uncovered = [(p, o) for p, o, ts in sent if ts / 1000 < ends[p].end_at and o >= ends[p].end]
+        assert not uncovered, f"produced before their partition's end_at, at or past its end: {uncovered}"
+    finally:
+        reader.close()
+
+
 def test_offsets_deleted_before_they_were_read_are_a_counted_gap(kafka_admin):
     topic = create_topic(kafka_admin, "gap")
     produce(topic, [(0, None, jsonb({**PAID, "order_no": f"O{i}"})) for i in range(10)])

@@ -52,16 +52,16 @@ def test_a_reader_told_what_the_reader_before_it_learned_holds_an_end_gone_back_
     reader = KafkaEventCollector(KAFKA, {"t/0": 90, "t/1": 40}, {"t/0", "t/1"},
                                  BrokerKnown((EndKnown("t/0", 120, 3), EndKnown("t/1", 50, 3))))
     with reader._lock:
-        reader._learn({gone_back: 100, fresh: 60}, 1000.0, {gone_back: 3, fresh: 3})
+        reader._learn({gone_back: 100, fresh: 60}, 1000.0, 1000.1, {gone_back: 3, fresh: 3})
     # the end gone back says the broker restarted: no end vouches for now, the others' neither
     assert reader._s.ends == {gone_back: (100, 0.0), fresh: (60, 0.0)}
     with reader._lock:
-        reader._learn({fresh: 70}, 1001.0, {fresh: 4})  # a new leader: its end is held too
+        reader._learn({fresh: 70}, 1001.0, 1001.1, {fresh: 4})  # a new leader: its end is held too
     assert reader.status().held == ("t/0", "t/1")
     with reader._lock:
         # once the producers' delivery time after the outage is up, each vouches again, moved or not
         later = reader._s.settle_until + 1
-        reader._learn({gone_back: 121, fresh: 70}, later, {gone_back: 3, fresh: 4})
+        reader._learn({gone_back: 121, fresh: 70}, later, later + 0.1, {gone_back: 3, fresh: 4})
     assert reader._s.ends == {gone_back: (121, later), fresh: (70, later)} and not reader._s.held
 
 
@@ -75,40 +75,46 @@ def test_a_reader_told_the_broker_was_away_lets_no_end_vouch_until_the_settle_ti
     reader = KafkaEventCollector(KAFKA, {"t/0": 40, "t/1": 30}, {"t/0", "t/1"}, known)
     assert reader.known() == known and reader.status().held == ("t/0",)
     with reader._lock:
-        reader._learn({held: 40, free: 35}, 1500.0, {held: 2, free: 2})
+        reader._learn({held: 40, free: 35}, 1500.0, 1500.1, {held: 2, free: 2})
     assert reader._s.ends == {held: (40, 0.0), free: (35, 0.0)} and reader.status().held == ("t/0",)  # settling
     with reader._lock:
-        reader._learn({held: 40, free: 35}, 2001.0, {held: 2, free: 2})
+        reader._learn({held: 40, free: 35}, 2001.0, 2001.1, {held: 2, free: 2})
     assert reader._s.ends == {held: (40, 2001.0), free: (35, 2001.0)} and reader.status().held == ()  # settled
 
 
-def test_an_end_asked_before_a_larger_one_was_learned_is_an_older_answer_not_a_broker_gone_back():
-    """Two threads learn ends: the poll's fetches and the broker's answers to `caught_up`. An answer asked before a
-    fetch brought a larger end, and taken in after it, is older, not the broker reporting less (bench/load.py held
-    the Kafka clock for the settle time some ten times in 10 minutes on it, with no broker restarted). One asked
-    after is the broker's end gone back."""
+def test_an_end_asked_before_a_larger_one_came_in_is_an_older_answer_not_a_broker_gone_back():
+    """Two threads ask the broker for the ends (`caught_up` each second, the poll's refresh of its partitions), and
+    a request asked first can be answered last. A smaller end asked before the larger one's answer came in may be
+    the older answer, not the broker reporting less (bench/load.py held the Kafka clock for the settle time on it
+    with no broker restarted: "end went back from 30829 to 30826", two partitions at once). One asked after the
+    larger end came in is the broker's end gone back."""
     tp = TopicPartition("t", 0)
     reader = KafkaEventCollector(KAFKA, {"t/0": 0}, {"t/0"})
     with reader._lock:
-        reader._learn({tp: 7952}, 10.0)  # a fetch's highwater, seen at 10
-        reader._learn({tp: 7949}, 9.5)  # the broker's answer, asked at 9.5, taken in after
-    assert reader._s.ends == {tp: (7952, 10.0)} and not reader._s.held and reader._s.settle_until == 0.0
+        reader._learn({tp: 30829}, 10.0, 10.3)  # caught_up's answer, asked at 10.0, in at 10.3
+        reader._learn({tp: 30826}, 10.1, 10.4)  # the refresh's, asked later (10.1) but answered before
+    assert reader._s.ends == {tp: (30829, 10.0)} and not reader._s.held and reader._s.settle_until == 0.0
     with reader._lock:
-        reader._learn({tp: 7949}, 10.5)  # asked after: the broker reports less than it did
+        reader._learn({tp: 30826}, 10.5, 10.6)  # asked after 30829 came in: the broker reports less than it did
     assert reader.status().held == ("t/0",) and reader._s.settle_until > 0.0
 
 
 def test_a_fetch_s_highwater_below_an_end_the_broker_answered_is_older_not_a_broker_gone_back():
-    """The other order: the broker answers `caught_up` with a larger end while the poll still handles the records of
-    a fetch whose highwater is smaller, seen after it (bench/load.py held the Kafka clock for the settle time three
-    times in 10 minutes on it, with no broker restarted: F7's detection p99 8.9 s). Only the broker's answers tell an
-    end gone back."""
+    """A fetch's highwater is taken in only once the poll reads its answer, and kafka-python does not say when the
+    broker answered: it may have answered `caught_up` with a larger end meanwhile (bench/load.py held the Kafka
+    clock for the settle time three times in 10 minutes on it, with no broker restarted: F7's detection p99 8.9 s).
+    Only the broker's answers tell an end gone back. A fetch's larger end vouches from before the fetch was answered."""
     tp = TopicPartition("t", 0)
     reader = KafkaEventCollector(KAFKA, {"t/0": 0}, {"t/0"})
     with reader._lock:
-        reader._learn({tp: 7272}, 10.0)  # the broker's answer, asked at 10
-        reader._learn({tp: 7269}, 10.4, fetched=True)  # a fetch's highwater, its records handled at 10.4
+        reader._learn({tp: 7272}, 10.0, 10.1)  # the broker's answer, asked at 10
+        reader._learn({tp: 7269}, 10.2, 10.4, fetched=True)  # a fetch answered after 10.2, read at 10.4
     assert reader._s.ends == {tp: (7272, 10.0)} and not reader._s.held and reader._s.settle_until == 0.0
     with reader._lock:
-        reader._learn({tp: 7269}, 10.5)  # the broker's answer asked after: it reports less than it did
+        reader._learn({tp: 7280}, 10.6, 10.7, fetched=True)  # a later fetch's, larger: it vouches from 10.6
+        reader._learn({tp: 7272}, 10.5, 10.8)  # the broker's answer asked before that fetch's end came in
+        reader._learn({tp: 7280}, 10.55, 10.85, fetched=True)  # the same end, answered after 10.55: vouches no less
+    assert reader._s.ends == {tp: (7280, 10.6)} and not reader._s.held
+    with reader._lock:
+        reader._learn({tp: 7269}, 10.9, 11.0)  # the broker's answer asked after: it reports less than it did
     assert reader.status().held == ("t/0",) and reader._s.settle_until > 0.0
