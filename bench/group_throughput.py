@@ -36,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.processes import tree_cpu_memory  # noqa: E402
 from devservices import postgres  # noqa: E402
 from devservices.group_runs import (Member, change_source_holder, compared, difference, first_start,  # noqa: E402
                                     group_config, members_of, pinned, wait_judged_past)
@@ -49,12 +50,6 @@ from oncewatch.core.config import load  # noqa: E402
 RULES = {**SHORT_RULES, "event_delay_seconds": 1.5, "offset_drift_threshold": 1000}
 LONE_IDLE = 2.0  # the lone monitor's --until-idle
 VERDICTS_DUE = max(RULES["stuck_pending_seconds"], RULES["missing_event_grace_seconds"]) + 2
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a live process so far (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def load_average() -> float:
@@ -89,7 +84,7 @@ def read(config: Path, count: int, shards: int, end: float, kill: bool = False, 
             members["added"] = Member(config, "added")
         checkpoints = wait_judged_past(config, shards, end, timeout=1800)
         seconds = time.monotonic() - started_at
-        cpu = sum(cpu_seconds(m.process.pid) for m in members.values() if m.process.poll() is None)
+        cpu = sum(tree_cpu_memory(m.process.pid)[0] for m in members.values() if m.process.poll() is None)
         names = {m.name for m in members.values()}
         shares = {name: row.applied for name, row in members_of(config).items() if name in names}
         # not timed: every verdict due given, the offsets' readings (F11, F12) of the stalled group held

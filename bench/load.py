@@ -7,8 +7,9 @@ services, with `oncewatch run` watching it, and samples once a second (the store
 - detection latency: from the moment a finding became decidable (the commit of the faulty
   change, plus the rule's own threshold for stuck orders and missing/orphan events) to the
   moment it is in the store, i.e. visible on /metrics, which is read from the store per scrape;
-- the monitor process's CPU (user+system seconds per wall second) and resident memory.
-Prints p50/p99 of each, RSS at each quarter of the run (flat means no growth), and how much
+- the monitor's CPU (user+system seconds per wall second) and memory (PSS, which adds up over processes): its
+  process and those below it, its readers' (bench/processes.py).
+Prints p50/p99 of each, memory at each quarter of the run (flat means no growth), and how much
 the shop really placed. With `--catch-up`, the monitor then runs on until it has caught up, and
 the findings are held against the shop's ground truth: any the truth does not explain (such as
 an F11 that was only the monitor's own lag) are listed. Usage:
@@ -19,7 +20,6 @@ an F11 that was only the monitor's own lag) are listed. Usage:
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.processes import tree_cpu_memory  # noqa: E402
 from devservices.shop_monitor import (SHORT_RULES, free_port, new_topic, run_until_idle, shop_config,  # noqa: E402
                                       shop_settings)
 from oncewatch import shop  # noqa: E402
@@ -40,22 +41,11 @@ from oncewatch.store import Store  # noqa: E402
 
 FINDINGS_EVERY = 0.1  # seconds between looks for new findings: what the detection latency's sampling adds
 
-PAGE = os.sysconf("SC_PAGE_SIZE")
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
 def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))]
-
-
-def proc_cpu_rss(pid: int) -> tuple[float, float]:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    cpu = (int(fields[11]) + int(fields[12])) / TICKS
-    rss = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE / 2**20
-    return cpu, rss
 
 
 def decidable_at(f: Finding, delay_of: dict[str, float]) -> float:
@@ -99,10 +89,10 @@ def main() -> None:
     time.sleep(3)
     started = time.time()
     runner.start()
-    binlog_lag, kafka_lag, rss, cpu_rate = [], [], [], []
+    binlog_lag, kafka_lag, memory, cpu_rate = [], [], [], []
     latency: dict[str, list[float]] = {}  # rule -> seconds from decidable to stored
     seen: set[str] = set()
-    cpu0, _ = proc_cpu_rss(monitor.pid)
+    cpu0, _ = tree_cpu_memory(monitor.pid)
     last_cpu, last_at = cpu0, time.time()
     store = Store(str(work / "store.db"), readonly=True)
     delay_of = {"F3": rules.stuck_pending_seconds, "F7": rules.missing_event_grace_seconds,
@@ -132,17 +122,17 @@ def main() -> None:
                 caught_up_at = now
         except OSError:
             pass
-        c, r = proc_cpu_rss(monitor.pid)
+        c, r = tree_cpu_memory(monitor.pid)
         cpu_rate.append((c - last_cpu) / (now - last_at))
         last_cpu, last_at = c, now
-        rss.append(r)
+        memory.append(r)
     elapsed = (shop_done_at or time.time()) - started
     if caught_up_at is not None:
         time.sleep(5)  # the last findings of the timer rules
     monitor.terminate()
     monitor.wait(60)
     truth = result["truth"]
-    quarters = [rss[int(i * (len(rss) - 1) / 4)] for i in range(5)] if rss else []
+    quarters = [memory[int(i * (len(memory) - 1) / 4)] for i in range(5)] if memory else []
     print(f"shop: {truth.orders} orders in {elapsed:.0f} s ({truth.orders / elapsed:.1f}/s asked {args.rate}), "
           f"{len(truth.faults)} faults; stats {truth.stats}")
     print(f"monitor lag, binlog: p50 {pct(binlog_lag, .5):.2f} s, p99 {pct(binlog_lag, .99):.2f} s, "
@@ -155,7 +145,8 @@ def main() -> None:
     for rule, values in sorted(latency.items()):
         print(f"  {rule}: {len(values)} findings, p50 {pct(values, .5):.2f} s, p99 {pct(values, .99):.2f} s")
     print(f"monitor CPU: mean {statistics.fmean(cpu_rate):.2f} cores, p99 {pct(cpu_rate, .99):.2f}; "
-          f"RSS peak {max(rss):.0f} MiB, at 0/25/50/75/100%: {' '.join(f'{q:.0f}' for q in quarters)} MiB")
+          f"memory (PSS, its readers' processes with it) peak {max(memory):.0f} MiB, at 0/25/50/75/100%: "
+          f"{' '.join(f'{q:.0f}' for q in quarters)} MiB")
     if args.catch_up:
         print(f"caught up {caught_up_at - shop_done_at:.0f} s after the shop stopped" if caught_up_at
               else "never caught up", flush=True)

@@ -1,8 +1,8 @@
 """Memory of the real `oncewatch run` under one huge transaction and under a huge first bootstrap (issue 12).
 
 Both runs use the shop's tables in the test schema and a topic of their own on the dev services, and
-sample the monitor process's resident memory (RSS) and its /metrics twice a second, while a producer
-writes one record every 0.2 s to the watched topic:
+sample the monitor's memory (PSS: its process and its readers' processes, bench/processes.py) and its
+/metrics twice a second, while a producer writes one record every 0.2 s to the watched topic:
 
 - `transaction`: a monitor caught up on empty tables, then three transactions of `--rows` rows each,
   one after the other: an INSERT of orders, an UPDATE of every one of them (before and after images),
@@ -10,7 +10,7 @@ writes one record every 0.2 s to the watched topic:
 - `bootstrap`: `--rows` rows in orders, payments and shipments (a third each, every payment
   successful, every order shipped) before the monitor's first start, which bootstraps them.
 
-For each phase it prints the peak RSS, the RSS once caught up, how far behind the monitor read Kafka
+For each phase it prints the peak memory, the memory once caught up, how far behind the monitor read Kafka
 at worst (records between its read offset and the end offset) and the oldest its health got (now
 minus the health row's update time), and checks that every row was read, none twice, and that no
 finding came of it. `--bound` (MiB): exit 1 if any peak passes it. Usage:
@@ -37,15 +37,16 @@ import pymysql  # noqa: E402
 import tomli_w  # noqa: E402
 from kafka import KafkaAdminClient, KafkaProducer  # noqa: E402
 
+from bench.processes import tree_cpu_memory  # noqa: E402
 from devservices import base, mariadb  # noqa: E402
 from devservices.shop_monitor import SCHEMA, free_port, new_topic, shop_config, shop_settings  # noqa: E402
-from load import proc_cpu_rss, scrape  # noqa: E402 - bench/load.py, beside this script
+from load import scrape  # noqa: E402 - bench/load.py, beside this script
 from oncewatch.shop.schema import prepare_tables, prepare_topic  # noqa: E402
 from oncewatch.store import Store  # noqa: E402
 
 
-def rss_mib(pid: int) -> float:
-    return proc_cpu_rss(pid)[1]
+def memory_mib(pid: int) -> float:
+    return tree_cpu_memory(pid)[1]
 
 
 def read_metrics(port: int) -> dict[str, float]:
@@ -78,7 +79,7 @@ def sql(statement: str) -> float:
 
 
 class Sampler:
-    """RSS and /metrics of the monitor twice a second, per phase."""
+    """Memory and /metrics of the monitor twice a second, per phase."""
 
     def __init__(self, pid: int, port: int):
         self.pid, self.port = pid, port
@@ -91,10 +92,10 @@ class Sampler:
 
     def _run(self) -> None:
         while not self._stop.wait(0.5):
-            now, rss = time.time(), rss_mib(self.pid)
+            now, memory = time.time(), memory_mib(self.pid)
             m = read_metrics(self.port)
-            peak = self.peaks.setdefault(self.phase, {"rss": 0.0, "kafka_behind": 0.0, "health_age": 0.0})
-            peak["rss"] = max(peak["rss"], rss)
+            peak = self.peaks.setdefault(self.phase, {"memory": 0.0, "kafka_behind": 0.0, "health_age": 0.0})
+            peak["memory"] = max(peak["memory"], memory)
             if m:
                 self.metrics = m
                 behind = total(m, "oncewatch_kafka_end_offset") - total(m, "oncewatch_kafka_read_offset")
@@ -163,12 +164,12 @@ def run(mode: str, rows: int, bound: float, memory_entries: int | None) -> int:
         if mode == "bootstrap":
             sampler.phase = f"bootstrap of {3 * third:,} rows"
             took = wait_for("the bootstrap", sampler.caught_up, 3600)  # caught up: the tail runs, so it is done
-            report.append((sampler.phase, took, rss_mib(monitor.pid)))
+            report.append((sampler.phase, took, memory_mib(monitor.pid)))
         else:
             wait_for("the monitor to catch up", sampler.caught_up, 120)
             sampler.phase = "idle"
             time.sleep(3)
-            report.append((sampler.phase, 3.0, rss_mib(monitor.pid)))
+            report.append((sampler.phase, 3.0, memory_mib(monitor.pid)))
             base = sampler.binlog_rows()
             for phase, statement in [
                     ("insert", f"INSERT INTO orders SELECT CONCAT('M', seq), seq % 1000, 10.00, 'closed', NOW(3), "
@@ -180,7 +181,7 @@ def run(mode: str, rows: int, bound: float, memory_entries: int | None) -> int:
                 base += rows
                 took = wait_for(phase, lambda: sampler.binlog_rows() >= base and sampler.caught_up(), 3600)
                 time.sleep(3)
-                report.append((sampler.phase, written + took, rss_mib(monitor.pid)))
+                report.append((sampler.phase, written + took, memory_mib(monitor.pid)))
     finally:
         stop_producing.set()
         sampler.stop()
@@ -191,15 +192,15 @@ def run(mode: str, rows: int, bound: float, memory_entries: int | None) -> int:
     findings = store.findings()
     store.close()
     expected = 3 * third if mode == "bootstrap" else 3 * rows
-    print(f"{'phase':<42} {'seconds':>8} {'peak RSS':>9} {'RSS after':>9} {'Kafka behind':>12} {'health age':>10}")
+    print(f"{'phase':<42} {'seconds':>8} {'peak PSS':>9} {'PSS after':>9} {'Kafka behind':>12} {'health age':>10}")
     worst = 0.0
     for phase, took, after in report:
         peak = sampler.peaks[phase]
-        worst = max(worst, peak["rss"])
-        print(f"{phase:<42} {took:>8.0f} {peak['rss']:>7.0f} M {after:>7.0f} M {peak['kafka_behind']:>12.0f} "
+        worst = max(worst, peak["memory"])
+        print(f"{phase:<42} {took:>8.0f} {peak['memory']:>7.0f} M {after:>7.0f} M {peak['kafka_behind']:>12.0f} "
               f"{peak['health_age']:>8.1f} s")
     print(f"rows stored {stored:,} (expected {expected:,}); findings {len(findings)}; "
-          f"peak RSS {worst:.0f} MiB against a bound of {bound:.0f} MiB; log {work / 'monitor.log'}")
+          f"peak memory (PSS) {worst:.0f} MiB against a bound of {bound:.0f} MiB; log {work / 'monitor.log'}")
     ok = stored == expected and not findings and worst <= bound
     print("OK" if ok else "FAILED")
     return 0 if ok else 1
@@ -209,7 +210,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mode", choices=("transaction", "bootstrap"))
     ap.add_argument("--rows", type=int, help="rows per transaction (1,000,000) or in the bootstrap (3,000,000)")
-    ap.add_argument("--bound", type=float, default=300.0, help="MiB the peak RSS must stay under")
+    ap.add_argument("--bound", type=float, default=300.0, help="MiB the peak memory (PSS) must stay under")
     ap.add_argument("--memory-entries", type=int, help="store.memory_entries (default: the config's default)")
     args = ap.parse_args()
     rows = args.rows or (1_000_000 if args.mode == "transaction" else 3_000_000)

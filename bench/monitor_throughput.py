@@ -6,9 +6,10 @@ paid, a shipment and a points grant (5 watched rows, their times those of the wr
 three events that announce them (order.paid, shipment.created, points.granted), stamped 0.1 s
 after their rows. The monitor has taken its first checkpoint on the empty tables before, so it
 tails all of it from the binlog and the topic, as after a night's downtime. Timed from the
-process's start to the moment its store's checkpoints reach the end of both streams; its RSS is
-sampled every half second, its reader processes included (peak, and the peak of each third of the run:
-flat means flat), and its CPU time is read when it has caught up: all its threads and reader processes,
+process's start to the moment its store's checkpoints reach the end of both streams; its memory is
+sampled every half second, its reader processes included (PSS, which adds up over processes forked from one
+another where RSS counts their shared pages in each: bench/processes.py; peak, and the peak of each third of
+the run: flat means flat), and its CPU time is read when it has caught up: all its threads and reader processes,
 each named thread (the main thread, `judge`, runs the engine and the store's writes), each reader
 process (`ow-binlog`, `ow-kafka_events`: oncewatch.monitor.remote), the store's writer (`ow-store`, with `--writer
 process`) and the forkserver they are forked
@@ -46,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kafka import KafkaAdminClient, KafkaProducer  # noqa: E402
 
+from bench.processes import descendants, pss_mib, stat_cpu  # noqa: E402
 from devservices import base, postgres  # noqa: E402
 from devservices.shop_monitor import (ROOT, SCHEMA, new_topic, run_until_idle, shop_config,  # noqa: E402
                                       shop_settings)
@@ -118,23 +120,6 @@ def caught_up(target: str | PostgresTarget, gtid: str, events: int) -> bool:
     return binlog.get("gtid") == gtid and sum(kafka.values()) >= events
 
 
-def rss_mib(pid: int) -> float:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:  # ended meanwhile (a reader's process, as the monitor stops)
-        return 0.0
-    for line in status.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def cpu_seconds(stat: Path) -> float:
-    """User + system CPU time so far from a /proc stat file (a process's: its threads included)."""
-    fields = stat.read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def thread_cpu(pid: int) -> dict[str, float]:
     """CPU seconds per thread name of the live threads of `pid` (the monitor names them:
     oncewatch.monitor.threadnames; threads of one name are summed)."""
@@ -142,32 +127,10 @@ def thread_cpu(pid: int) -> dict[str, float]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             name = (task / "comm").read_text().strip()
-            out[name] = out.get(name, 0.0) + cpu_seconds(task / "stat")
+            out[name] = out.get(name, 0.0) + stat_cpu(task / "stat")
         except OSError:  # the thread ended meanwhile
             continue
     return out
-
-
-def reader_processes(pid: int) -> dict[str, int]:
-    """The monitor's reader processes (oncewatch.monitor.remote names them ow-<reader>), the forkserver they are
-    forked from (oncewatch.core.forkserver) and multiprocessing's resource tracker: all its descendants, name -> pid."""
-    parents: dict[int, tuple[str, int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            name, _, fields = stat.read_text().partition("(")[2].rpartition(")")
-            command = (stat.parent / "cmdline").read_bytes()
-        except OSError:  # ended meanwhile
-            continue
-        # a reader forked from the forkserver has its command line too: it is told by the name it gives itself
-        helper = next((h for h in (b"forkserver", b"resource_tracker") if h in command), None)
-        named = name if name.startswith("ow-") or helper is None else helper.decode()
-        parents[int(stat.parent.name)] = (named, int(fields.split()[1]))
-    found: dict[str, int] = {}
-    below = {pid}
-    while below:
-        below = {child for child, (_, parent) in parents.items() if parent in below}
-        found.update({parents[child][0]: child for child in below})
-    return found
 
 
 def one_run(orders: int, batch: int, on_postgres: bool, scattered: bool, writer: str) -> dict[str, float]:
@@ -206,12 +169,12 @@ def measured(orders: int, batch: int, postgres_store: PostgresTarget | None, sca
         own = 0.0
         load = os.getloadavg()[0]
         while proc.poll() is None:
-            readers = reader_processes(proc.pid)
-            samples.append(rss_mib(proc.pid) + sum(rss_mib(pid) for pid in readers.values()))
+            readers = descendants(proc.pid)
+            samples.append(pss_mib(proc.pid) + sum(pss_mib(pid) for pid in readers.values()))
             if done_at is None and caught_up(store_path, gtid, events):
-                done_at, own = time.perf_counter(), cpu_seconds(Path(f"/proc/{proc.pid}/stat"))
+                done_at, own = time.perf_counter(), stat_cpu(Path(f"/proc/{proc.pid}/stat"))
                 threads, load = thread_cpu(proc.pid), max(load, os.getloadavg()[0])
-                processes = {name: cpu_seconds(Path(f"/proc/{pid}/stat")) for name, pid in readers.items()}
+                processes = {name: stat_cpu(Path(f"/proc/{pid}/stat")) for name, pid in readers.items()}
                 cpu = own + sum(processes.values())
             time.sleep(0.5)
         if proc.returncode != 0:
@@ -252,7 +215,7 @@ def main() -> None:
         results.append(r)
         print(f"run {run + 1}: {r['records']:,} records caught up in {r['seconds']:.1f} s: {r['rate']:,.0f} records/s; "
               f"the monitor's CPU {r['cpu']:.1f} s ({r['records'] / r['cpu']:,.0f} records per CPU-second); "
-              f"RSS peak {r['peak']:.0f} MiB (peak per third: {r['third1']:.0f} / {r['third2']:.0f} / "
+              f"memory (PSS) peak {r['peak']:.0f} MiB (peak per third: {r['third1']:.0f} / {r['third2']:.0f} / "
               f"{r['third3']:.0f} MiB)", flush=True)
         ended = r["own"] - sum(r["threads"].values())  # threads that ended before the monitor caught up
         print(f"  CPU per thread of the monitor's process: "
@@ -268,8 +231,8 @@ def main() -> None:
     peak = statistics.median(r["peak"] for r in results)
     print(f"median over {args.runs} runs: {rate:,.0f} records/s end to end (target >= 30,000), "
           f"{per_cpu:,.0f} per CPU-second of the monitor and its reader processes, {judge:,.0f} per CPU-second of "
-          f"the judge's thread and {own:,.0f} of the monitor's process (target >= 25,000), RSS peak {peak:.0f} MiB "
-          f"(its reader processes included)")
+          f"the judge's thread and {own:,.0f} of the monitor's process (target >= 25,000), memory (PSS) peak "
+          f"{peak:.0f} MiB (its reader processes included)")
 
 
 if __name__ == "__main__":
