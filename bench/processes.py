@@ -29,18 +29,6 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
 
 
-def rss_mib(pid: int) -> float:
-    """Resident memory of a live process, MiB; 0 once it has ended."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0.0
-    for line in status.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def pss_mib(pid: int) -> float:
     """Proportional resident memory of a live process, MiB (each page shared with n processes counts 1/n);
     0 once it has ended."""
