@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kafka import KafkaAdminClient, KafkaProducer  # noqa: E402
 
-from bench.processes import descendants, pss_mib, stat_cpu  # noqa: E402
+from bench.processes import cpu_seconds, descendants, pss_mib, stat_cpu  # noqa: E402
 from devservices import base, postgres  # noqa: E402
 from devservices.shop_monitor import (ROOT, SCHEMA, new_topic, run_until_idle, shop_config,  # noqa: E402
                                       shop_settings)
@@ -172,9 +172,9 @@ def measured(orders: int, batch: int, postgres_store: PostgresTarget | None, sca
             readers = descendants(proc.pid)
             samples.append(pss_mib(proc.pid) + sum(pss_mib(pid) for pid in readers.values()))
             if done_at is None and caught_up(store_path, gtid, events):
-                done_at, own = time.perf_counter(), stat_cpu(Path(f"/proc/{proc.pid}/stat"))
+                done_at, own = time.perf_counter(), cpu_seconds(proc.pid)
                 threads, load = thread_cpu(proc.pid), max(load, os.getloadavg()[0])
-                processes = {name: stat_cpu(Path(f"/proc/{pid}/stat")) for name, pid in readers.items()}
+                processes = {name: cpu_seconds(pid) for name, pid in readers.items()}
                 cpu = own + sum(processes.values())
             time.sleep(0.5)
         if proc.returncode != 0:
