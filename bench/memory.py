@@ -170,7 +170,7 @@ def run(mode: str, rows: int, bound: float, memory_entries: int | None) -> int:
             sampler.phase = "idle"
             time.sleep(3)
             report.append((sampler.phase, 3.0, memory_mib(monitor.pid)))
-            base = sampler.binlog_rows()
+            expected_rows = sampler.binlog_rows()
             for phase, statement in [
                     ("insert", f"INSERT INTO orders SELECT CONCAT('M', seq), seq % 1000, 10.00, 'closed', NOW(3), "
                                f"NOW(3) FROM seq_1_to_{rows}"),
@@ -178,8 +178,8 @@ def run(mode: str, rows: int, bound: float, memory_entries: int | None) -> int:
                     ("delete", "DELETE FROM orders")]:
                 sampler.phase = f"{phase} of {rows:,} rows in one transaction"
                 written = sql(statement)
-                base += rows
-                took = wait_for(phase, lambda: sampler.binlog_rows() >= base and sampler.caught_up(), 3600)
+                expected_rows += rows
+                took = wait_for(phase, lambda: sampler.binlog_rows() >= expected_rows and sampler.caught_up(), 3600)
                 time.sleep(3)
                 report.append((sampler.phase, written + took, memory_mib(monitor.pid)))
     finally:
