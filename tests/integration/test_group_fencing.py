@@ -24,10 +24,15 @@ from devservices.group_runs import (Member, change_source_holder, group_config, 
 from devservices.kafka_connect import CDC_SCHEMA
 from devservices.shop_monitor import SHORT_RULES, new_topic, shop_settings
 from oncewatch import shop
+from oncewatch.monitor.group.membership import REJOIN_SECONDS, SESSION_TIMEOUT_MS
 
 from .conftest import wait_for
 
 SHARDS = 2
+# How long a paused member's work may take to move: its session timeout and a rebalance; or, when kafka-python leaves
+# the successor's consumer outside its group in that rebalance, the time after which it is made again and rejoins
+# (membership.Rebalance), and a rebalance more. On a timeout the successor's log says which way it went.
+TAKEOVER_SECONDS = SESSION_TIMEOUT_MS / 1000 + REJOIN_SECONDS + 20
 
 
 @dataclass(frozen=True)
@@ -88,9 +93,10 @@ def test_a_judge_paused_past_its_session_commits_nothing_of_the_shard_it_lost(gr
     paused(judge)
     try:
         orders(group, 3)
-        wait_for("the shard taken over", lambda: shards_of(config)[shard]["owner"] == successor.name, timeout=40)
+        wait_for("the shard taken over", lambda: shards_of(config)[shard]["owner"] == successor.name,
+                 timeout=TAKEOVER_SECONDS, log=successor.log)
         wait_for("the shard committed by its new owner", lambda: shards_of(config)[shard]["offset"] > before,
-                 timeout=20)
+                 timeout=20, log=successor.log)
         taken = shards_of(config)[shard]
         claimed = max(e["epoch"] for e in logged(successor, "shard_assigned") if e["shard"] == shard)
     finally:
@@ -117,10 +123,10 @@ def test_a_change_router_paused_past_its_session_stores_no_position_behind_its_s
         before = offsets(source_position_of(config, "cdc"))
         orders(group, 4)
         wait_for("the successor reading the change source", lambda: members_of(config)[successor.name]
-                 .routers.change_source, timeout=40)
+                 .routers.change_source, timeout=TAKEOVER_SECONDS, log=successor.log)
         wait_for("the successor storing a position past the pause's", lambda: any(
             offset > before.get(p, -1) for p, offset in offsets(source_position_of(config, "cdc")).items()),
-            timeout=20)
+            timeout=20, log=successor.log)
         newest = offsets(source_position_of(config, "cdc"))
     finally:
         resumed(zombie)
