@@ -35,11 +35,10 @@ UNIT = "tests/unit"
 # four and five lanes started together (942 s, and the dashboard's browser tests failed on a machine that busy in the
 # first minutes, when the stacks start) and other splits (921 s, 990 s); this one, with the fourth lane started once
 # the unit tests are done, gave the best: the first lane 696 s, the restarting 866 s, the chaos 777 s, the fourth
-# 755 s, the suite 882 s. Stop 61's three fresh clones: the first lane about 690 s, the restarting 803 to 824 s (the
-# suite's length), the chaos about 750 s, the fourth 738 to 763 s; so the group's pause tests (about 70 s, they
-# restart no server) moved from the restarting lane to the first.
+# 755 s, the suite 882 s.
 RESTARTING = ("test_under_fire.py", "test_broker_kill.py", "test_monitor_kill.py", "test_kafka_restart.py",
-              "test_binlog_collector.py", "test_cdc_snapshot_kill.py", "test_effect_deletes.py")
+              "test_binlog_collector.py", "test_cdc_snapshot_kill.py", "test_group_fencing.py",
+              "test_effect_deletes.py")
 CHAOS = ("test_chaos.py", "test_group.py", "test_group_start.py", "test_cdc_rebalance.py", "test_cdc_clock.py",
          "test_cdc_replay.py")
 MINUTES = ("test_kafka_security.py", "test_mysql_tls.py", "test_postgres_tls.py", "test_report_money.py",
