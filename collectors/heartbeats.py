@@ -88,6 +88,11 @@ class HeartbeatReader:
             self._busy = (min(low, self._busy[0]), max(high, self._busy[1])) if self._busy else (low, high)
             self._times = []
 
+    @property
+    def waiting(self) -> bool:
+        """Heartbeats read and not taken yet."""
+        return bool(self._beats)
+
     def take(self) -> list[Heartbeat]:
         """The heartbeats read since the last call, in the order written, each placed among the records."""
         if not self._beats:

@@ -40,7 +40,8 @@ class CdcCollector:
     source's counts in `cdc`). Call `stop()` from another thread to end `transactions()`.
 
     With `cdc.heartbeat_topic` the connector's heartbeats are read too (collectors.heartbeats): those read by the
-    time every topic is read to its end and every transaction of the poll handed on wait in `take_heartbeats()`."""
+    time every topic is read to its end (the end the broker gives after they were read) and every transaction of
+    the poll handed on wait in `take_heartbeats()`."""
 
     def __init__(self, cfg: MySQLConfig, kafka: KafkaConfig, cdc: CdcConfig, *,
                  positions: dict[str, int] | None = None, start_gtid: str = "", copies: bool = False):
@@ -169,7 +170,7 @@ class CdcCollector:
                 for tx in handed:
                     yield self._handed_on(tx, now)
                 self.caught_up = caught_up
-                if caught_up and hb is not None:
+                if caught_up and hb is not None and hb.waiting and self._at_ends(consumer, assigned):
                     self._beats += hb.take()
                 if idle and not handed:
                     yield None
@@ -192,6 +193,24 @@ class CdcCollector:
             hb.on_record(timestamp, a.begun is not None, a.newest_end)
         else:
             hb.on_record(timestamp)
+
+    def _at_ends(self, consumer: Any, assigned: set[Any]) -> bool:
+        """Every partition read to the end the broker gives now, asked after the heartbeats waiting were read.
+        A fetch's high watermark is as old as the fetch's answer, and one partition's answer can be older than
+        another's: kafka-python leaves a partition out of the next fetch while it holds records of it not yet
+        read, so a heartbeat can come in a fetch answered after a record the connector wrote before it, to a
+        partition whose last answer came before that record. Placed then, the heartbeat would count that record
+        out of its gap and could make a busy gap look quiet (checks.clocks.heartbeat_watermark). The broker's ends,
+        asked now, cover every record written before the heartbeats; a failed ask leaves them waiting for the next
+        poll and is counted as a disconnect."""
+        from kafka.errors import KafkaError
+
+        try:
+            ends = consumer.end_offsets(list(assigned))
+        except KafkaError as exc:
+            self._disconnected(exc)
+            return False
+        return all(consumer.position(tp) >= end for tp, end in ends.items())
 
     def _disconnected(self, exc: BaseException) -> None:
         self.state.last_alive = time.time()  # a reconnect attempt: the reader is not stuck (monitor.remote)

@@ -12,12 +12,15 @@ And a connector's snapshot seeds a first start as the binlog mode's bootstrap do
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 import time
+from collections.abc import Callable
 from decimal import Decimal
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
 
 from devservices import base, kafka_connect
 from devservices.kafka_connect import CDC_SCHEMA, TOPIC_PREFIX, TRANSACTION_TOPIC, table_topic
@@ -28,8 +31,11 @@ from oncewatch.core.config import CdcConfig, KafkaConfig, TopicConfig
 from oncewatch.core.records import Transaction
 
 from .conftest import admin_connection, monitor_config
+from .kafka_fixtures import kafka_admin, unique
 from .test_binlog_collector import start_position
 from .test_row_images import same
+
+__all__ = ["kafka_admin"]  # the fixture, imported so pytest finds it
 
 BOOTSTRAP = f"{base.HOST}:{base.KAFKA_PORT}"
 KAFKA = KafkaConfig(bootstrap_servers=(BOOTSTRAP,), client_id="oncewatch-test", topics=(), consumer_groups=(),
@@ -217,3 +223,70 @@ def test_the_connector_s_snapshot_seeds_the_monitor_as_its_bootstrap_does(cdc_co
     assert all(t.snapshot for t in snapshot) and snapshot[-1].complete and not any(t.complete for t in snapshot[:-1])
     assert all(r.snapshot and r.op == "insert" for r in rows)
     assert same([r.after for r in rows], [r.after for t in bootstrap(cfg.mysql) for r in t.rows])
+
+
+def test_a_heartbeat_is_placed_only_once_every_record_written_before_it_is_read(kafka_admin, tmp_path):
+    """kafka-python leaves a partition out of the next fetch while it holds records of it not yet read, so a
+    heartbeat can come in a fetch answered after a record the connector wrote before it, to a partition whose last
+    fetch was answered before that record. That partition then looks read to its end (its high watermark is the
+    old answer's). A heartbeat placed then counted the record out of its gap: a busy gap looked quiet, which is
+    what lets the change clock vouch for a time (checks.clocks.heartbeat_watermark). Here, on the real broker: a
+    heartbeat; then more records than one poll takes, to the transaction topic; one poll; then, while the reader
+    waits, one more record and a heartbeat after it. The two gaps between the three heartbeats count every record
+    written in them."""
+    prefix = unique("hb").replace(".", "_")
+    transactions, beats = f"{prefix}.transaction", f"__debezium-heartbeat.{prefix}"
+    kafka_admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1) for t in (transactions, beats)])
+    kafka_admin.wait_for_topics([transactions, beats], timeout_ms=10_000)
+    producer = KafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", linger_ms=20)
+    at = int(time.time() * 1000)
+
+    def send(topic: str, value: bytes, ms: int) -> None:
+        producer.send(topic, value=value, partition=0, timestamp_ms=ms)
+
+    def beat(ms: int) -> None:
+        send(beats, json.dumps({"ts_ms": ms}).encode(), ms)
+
+    cfg = monitor_config([f"{CDC_SCHEMA}.{prefix}"], tmp_path)  # a table with no topic: none is read
+    cdc = CdcCollector(cfg.mysql, KAFKA, CdcConfig("debezium", prefix, heartbeat_topic=beats))
+    reader = cdc.transactions(poll_ms=200, idle=True)
+    placed: list = []
+
+    def step_until(done: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 20
+        while not done():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            next(reader)
+            placed.extend(cdc.take_heartbeats())
+
+    try:
+        beat(at)
+        producer.flush()
+        step_until(lambda: len(placed) == 1, "the first heartbeat placed")
+        written = 1200  # more than a poll takes (max_poll_records 500): the rest stays in the fetch answer
+        for _ in range(written):
+            send(transactions, b"not a transaction marker", at + 1)
+        producer.flush()
+        fetcher = reader.gi_frame.f_locals["consumer"]._fetcher
+        tp = TopicPartition(transactions, 0)
+
+        def held() -> bool:  # the topic partly read, the rest of its fetch answer held unread by the consumer
+            current = fetcher._next_partition_records
+            return 0 < cdc.next[f"{transactions}/0"] < written and (
+                (current is not None and current.topic_partition == tp)
+                or any(f.topic_partition == tp for f in fetcher._completed_fetches))
+
+        step_until(held, "a poll that leaves records of the transaction topic in its fetch answer")
+        # the reader waits: its next fetch, sent at the end of that poll, asks for the heartbeats alone
+        send(transactions, b"not a transaction marker", at + 2)
+        producer.flush()
+        beat(at + 3)
+        producer.flush()
+        time.sleep(1.0)  # the fetch's answer, the new heartbeat in it, taken in by the consumer's I/O thread
+        step_until(lambda: len(placed) == 2, "the second heartbeat placed")
+        # (the records read when the heartbeat was placed, each heartbeat's count of records since the one before)
+        assert (cdc.next[f"{transactions}/0"], [b.between for b in placed]) == (written + 1, [-1, written + 1])
+    finally:
+        cdc.stop()
+        reader.close()
+        producer.close()
