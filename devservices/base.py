@@ -122,7 +122,7 @@ def stop(svc: Service, timeout: float = 60.0, sig: int = signal.SIGTERM) -> bool
     os.kill(pid, sig)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if read_pid(svc) is None:
+        if read_pid(svc) is None and exited(pid):
             break
         try:
             os.waitpid(pid, os.WNOHANG)
@@ -134,6 +134,17 @@ def stop(svc: Service, timeout: float = 60.0, sig: int = signal.SIGTERM) -> bool
         time.sleep(0.5)
     svc.pidfile.unlink(missing_ok=True)
     return True
+
+
+def exited(pid: int) -> bool:
+    """The process is gone, or a zombie: its files, its listening ports among them, are closed. A process that is
+    being killed loses its command line before its files (read_pid says None while its port still answers: a
+    Connect worker SIGKILLed and started again at once found its own port taken)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return True
+    return state in ("Z", "X")
 
 
 def port_open(port: int) -> bool:
