@@ -231,9 +231,9 @@ def test_a_heartbeat_is_placed_only_once_every_record_written_before_it_is_read(
     fetch was answered before that record. That partition then looks read to its end (its high watermark is the
     old answer's). A heartbeat placed then counted the record out of its gap: a busy gap looked quiet, which is
     what lets the change clock vouch for a time (checks.clocks.heartbeat_watermark). Here, on the real broker: a
-    heartbeat; then more records than one poll takes, to the transaction topic; one poll; then, while the reader
-    waits, one more record and a heartbeat after it. The two gaps between the three heartbeats count every record
-    written in them."""
+    heartbeat; then more records than one poll takes, to the transaction topic; polls until part of them is read and
+    the rest held in a fetch answer; then, while the reader waits, one more record and a heartbeat after it. That
+    heartbeat is placed once every record written before it is read, and counts them all."""
     prefix = unique("hb").replace(".", "_")
     transactions, beats = f"{prefix}.transaction", f"__debezium-heartbeat.{prefix}"
     kafka_admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1) for t in (transactions, beats)])
