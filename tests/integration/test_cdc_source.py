@@ -238,7 +238,8 @@ def test_a_heartbeat_is_placed_only_once_every_record_written_before_it_is_read(
     transactions, beats = f"{prefix}.transaction", f"__debezium-heartbeat.{prefix}"
     kafka_admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1) for t in (transactions, beats)])
     kafka_admin.wait_for_topics([transactions, beats], timeout_ms=10_000)
-    producer = KafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", linger_ms=20)
+    # one batch for all the records sent before a flush: one fetch answer holds them all
+    producer = KafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", linger_ms=100, batch_size=1 << 20)
     at = int(time.time() * 1000)
 
     def send(topic: str, value: bytes, ms: int) -> None:
