@@ -115,3 +115,20 @@ def test_an_open_skew_stays_open_across_a_restart_while_it_holds_again():
     assert again.drain() == []  # neither resolved nor raised again until it has held once more
     again.on_offsets(snapshot(60, [4, 5, 6, None]))
     assert [(f.rule, f.status) for f in again.drain()] == [("F12", "resolved")]
+
+
+def test_a_skew_s_hold_is_watched_by_readings_and_starts_again_after_a_failed_one():
+    """Seen on the real broker (test_broker_kill.py): a skew read before the broker was killed and again as it came
+    back, its consumers catching up, raised F12 at the first reading after it, its hold counted over 20 s of
+    readings that failed."""
+    engine = Engine(shop_settings(partition_skew_threshold=3.0, partition_skew_seconds=10))
+    engine.on_offsets(snapshot(10, [0, 0, 20]))
+    engine.on_offsets(OffsetsSnapshot(polled_at=15, error="offsets: KafkaConnectionError: 111 ECONNREFUSED"))
+    engine.on_offsets(snapshot(30, [0, 0, 20]))
+    assert engine.drain() == []  # held since 30, not since 10
+    engine.on_offsets(OffsetsSnapshot.from_dict({"polled_at": 35, "error": "group shipping-service: timed out",
+        "partitions": [], "groups": [{"group": "shipping-service", "state": None, "partitions": []}]}))
+    engine.on_offsets(snapshot(41, [0, 0, 20]))
+    assert engine.drain() == []  # the group's own reading failed at 35: held since 41
+    engine.on_offsets(snapshot(51, [0, 0, 20]))
+    assert [(f.rule, f.status, f.first_seen) for f in engine.drain()] == [("F12", "open", 51)]
