@@ -148,6 +148,9 @@ class Rules:
     partition_skew_threshold: float = 3.0
     partition_skew_relative: float = 0.5  # and the deviation over the mean lag: a uniform stall is not skew
     partition_skew_seconds: float = 60.0  # for this long: a stall's first seconds look uneven too
+    # a group's lag read again after a reading of it failed (the broker away) is not judged (F11, F12) for this
+    # long: its consumers catching up after a broker's restart are maintenance
+    lag_settle_seconds: float = 30.0
     horizon_seconds: float = 86400.0
     horizon_max_entries: int = 1_000_000
     ack_timeout_seconds: float = 14400.0  # an acknowledgement of a still open finding lapses then: it pages again
@@ -327,6 +330,7 @@ def parse_rules(s: Section) -> Rules:
         partition_skew_threshold=s.float("partition_skew_threshold", d.partition_skew_threshold),
         partition_skew_relative=s.float("partition_skew_relative", d.partition_skew_relative),
         partition_skew_seconds=s.float("partition_skew_seconds", d.partition_skew_seconds),
+        lag_settle_seconds=s.float("lag_settle_seconds", d.lag_settle_seconds, minimum=0.0),
         horizon_seconds=s.float("horizon_seconds", d.horizon_seconds, minimum=1.0),
         horizon_max_entries=s.int("horizon_max_entries", d.horizon_max_entries, minimum=1),
         ack_timeout_seconds=s.float("ack_timeout_seconds", d.ack_timeout_seconds, minimum=1.0),
