@@ -136,9 +136,10 @@ def test_the_overview_in_chromium(demo: DemoRun, shown: dict[str, Finding], narr
 
     # The tile is as of its fragment's last rerun (every REFRESH_SECONDS, longer on a loaded machine), and the demo
     # adds criticals in bursts (its F7s at their grace: 6 in one on a fresh clone), so the tile may lag the store by
-    # a burst; it shows exactly the store's figure once the burst is drawn.
+    # a burst; it shows exactly the store's figure once the burst is drawn (on a fresh clone's loaded first minutes
+    # the tile still showed 77 of 80 after 30 s).
     low, page, high = reading(lambda: between(open_critical, tile), ok=lambda got: got[0] <= got[1] <= got[2],
-                              timeout=30)
+                              timeout=60)
     assert low <= page <= high, (low, page, high)
     assert page > 0
     assert narrow.evaluate(CUT_OFF) == []
