@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -65,19 +66,41 @@ def url(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> str:
     return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
 
 
+def listens(pid: int, port: int) -> bool | None:
+    """Whether process `pid` holds the listening TCP socket on `port`; None where Linux's /proc cannot say."""
+    inodes: set[str] = set()
+    try:
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with open(table) as rows:
+                next(rows)
+                for row in rows:
+                    cols = row.split()
+                    if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                        inodes.add(cols[9])
+        held = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    except OSError:
+        return None
+    return any(f"socket:[{inode}]" in held for inode in inodes)
+
+
 def wait_ready(proc: subprocess.Popen, base_url: str, timeout: float = 60.0) -> None:
-    """Return once /_stcore/health answers ok; LaunchError if the process dies or time runs out. Its body must say
-    "ok": another server holding the port (a monitor's /metrics answers any path) is not the dashboard."""
+    """Return once /_stcore/health answers ok from `proc`; LaunchError if the process dies, another process answers
+    on its port, or time runs out. Its body must say "ok": another server holding the port (a monitor's /metrics
+    answers any path) is not the dashboard. Nor is another Streamlit that holds it (ours then cannot bind it)."""
+    port = urllib.parse.urlsplit(base_url).port or DEFAULT_PORT
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise LaunchError(f"streamlit exited with {proc.returncode} before answering on {base_url}")
         try:
             with urllib.request.urlopen(f"{base_url}/_stcore/health", timeout=2) as resp:
-                if resp.status == 200 and resp.read().strip() == b"ok":
-                    return
+                answered = resp.status == 200 and resp.read().strip() == b"ok"
         except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
+            answered = False
+        if answered:
+            if listens(proc.pid, port) is False:
+                raise LaunchError(f"another process answers on {base_url}, not this dashboard: give it a free port")
+            return
         time.sleep(0.2)
     raise LaunchError(f"the dashboard did not answer on {base_url} within {timeout:.0f} s")
 

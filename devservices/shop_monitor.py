@@ -7,10 +7,14 @@ for runs of a minute or two, smaller thresholds; the monitor runs as the real `o
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 import tomllib
 import uuid
 from collections.abc import Callable
@@ -47,20 +51,41 @@ def unique_server_id() -> int:
     return random.randrange(100_000, 2**31)
 
 
+# Ports for the tests' monitors and dashboards: below Linux's ephemeral range (32768 up), which the kernel hands to
+# outgoing connections and to bind(0), and clear of the stacks' ports (13xxx to 23xxx). A port handed out is claimed
+# by a file in CLAIMS for the hour, so that the suite's sessions, which pick ports at once, never pick the same one.
+PORTS = range(25_000, 32_000)
+CLAIMS = Path(tempfile.gettempdir()) / "oncewatch-ports"
+
+
 def free_port() -> int:
-    """A loopback port nothing listens on right now, for a monitor's /metrics or a dashboard."""
-    with socket.socket() as s:
-        s.bind((base.HOST, 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on right now and no other caller on this machine was given this hour or the
+    last, for a monitor's /metrics or a dashboard."""
+    hour = int(time.time() // 3600)
+    for stale in CLAIMS.glob("*"):
+        if stale.name.isdigit() and int(stale.name) < hour - 1:
+            shutil.rmtree(stale, ignore_errors=True)
+    (CLAIMS / str(hour)).mkdir(parents=True, exist_ok=True)
+    for _ in range(len(PORTS)):
+        port = random.choice(PORTS)
+        if (CLAIMS / str(hour - 1) / str(port)).exists():
+            continue
+        try:
+            os.close(os.open(CLAIMS / str(hour) / str(port), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((base.HOST, port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port left in {PORTS.start}-{PORTS.stop - 1}: clear {CLAIMS}")
 
 
 def free_ports(n: int) -> list[int]:
-    """`n` loopback ports nothing listens on right now, no two alike: free_port() may hand back the one it gave
-    before, which nothing has taken yet."""
-    ports: set[int] = set()
-    while len(ports) < n:
-        ports.add(free_port())
-    return sorted(ports)
+    """`n` of free_port(), no two alike."""
+    return [free_port() for _ in range(n)]
 
 
 def _retarget(value: Any, prefix: str, schema: str) -> Any:

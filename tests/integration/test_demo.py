@@ -93,6 +93,19 @@ def shoot(tools: DevTools, name: str) -> None:
     assert (ARTIFACTS / f"{name}.png").stat().st_size > 10_000
 
 
+def visit(tools: DevTools, demo: DemoRun, path: str = "") -> None:
+    """Open one of the demo's pages; fail at once, with the demo's own account, when its dashboard no longer answers
+    (a page that cannot be reached would otherwise be waited for to its timeout)."""
+    try:
+        with urllib.request.urlopen(f"{demo.url}/_stcore/health", timeout=10) as resp:
+            resp.read()
+    except OSError as exc:
+        log = demo.work / "dashboard.log"
+        pytest.fail(f"the demo's dashboard does not answer ({exc}); the demo's output ends:\n{demo.output()[-2000:]}\n"
+                    f"its dashboard.log ends:\n{log.read_text(errors='replace')[-2000:] if log.exists() else '(none)'}")
+    tools.call("Page.navigate", url=f"{demo.url}{path}")
+
+
 @pytest.fixture(scope="module")
 def narrow(browser: DevTools) -> DevTools:
     browser.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=HEIGHT, deviceScaleFactor=1, mobile=False)
@@ -112,7 +125,7 @@ def reading(read: Callable[[], Any], want: Any = None, timeout: float = 10.0,
 
 
 def test_the_overview_in_chromium(demo: DemoRun, shown: dict[str, Finding], narrow: DevTools) -> None:
-    narrow.call("Page.navigate", url=demo.url)
+    visit(narrow, demo)
     # the first lane's busiest minutes: the Overview of the demo's store once took more than 30 s to draw its charts
     text = wait_for(narrow, ["Monitor ", "Open critical findings", "Findings timeline", "Consumer-group lag"], 5,
                     timeout=60)
@@ -152,7 +165,7 @@ def test_the_drilldown_of_each_rule_in_chromium(demo: DemoRun, shown: dict[str, 
     finding = shown[rule]
     entity = views.entity_of(finding.keys)
     assert entity, (rule, finding.keys)
-    narrow.call("Page.navigate", url=f"{demo.url}/drilldown?q={urllib.parse.quote(entity)}")
+    visit(narrow, demo, f"/drilldown?q={urllib.parse.quote(entity)}")
     store = Store(str(demo.store), readonly=True)
     try:
         if queries.reading_of(entity):
@@ -185,7 +198,7 @@ OTHER_PAGES = {"findings": "findings match", "incidents": "incidents from", "dri
 @pytest.mark.parametrize("page", list(OTHER_PAGES))
 def test_the_other_pages_at_1280_px_cut_nothing_off(demo: DemoRun, shown: dict[str, Finding], narrow: DevTools,
                                                     page: str) -> None:
-    narrow.call("Page.navigate", url=f"{demo.url}/{page}")
+    visit(narrow, demo, f"/{page}")
     text = wait_for(narrow, [page.capitalize(), "Monitor ", OTHER_PAGES[page]], 0)
     assert "Traceback" not in text
     assert narrow.evaluate(CUT_OFF) == []
