@@ -18,7 +18,7 @@ from oncewatch.core.records import Heartbeat, PartitionStatus
 
 
 def kafka_watermark(partitions: Iterable[PartitionStatus], applied: dict[str, int], newest_ms: dict[str, int],
-                    previous: float) -> float:
+                    previous: float, settling: bool = False) -> float:
     """A time such that every event stamped earlier has been applied, while the stream is busy.
 
     `applied` is the next offset the engine has taken in per partition key, `newest_ms` the
@@ -27,7 +27,14 @@ def kafka_watermark(partitions: Iterable[PartitionStatus], applied: dict[str, in
     the newest event applied from it. A partition with nothing applied vouches for nothing, and
     the clock stays at `previous`. Under steady traffic the stream is never "caught up" at the
     instant it is asked, so without the first rule the clock would stand still and lost events
-    would never be judged."""
+    would never be judged.
+
+    `settling`: the broker was away and its producers may still be appending what they kept meanwhile (the events
+    collector's settle, `producer_delivery_seconds`). Nothing vouches then, a partition behind neither: each producer
+    appends its own backlog, stamped when it was sent, so a partition's newest event says nothing of the older ones
+    another producer has still to append."""
+    if settling:
+        return previous
     marks: list[float] = []
     for part in partitions:
         if applied.get(part.key, 0) >= part.end:

@@ -273,7 +273,8 @@ class Writer:
             kafka_time = now
         else:
             partitions = status.partitions if status is not None else ()
-            kafka_time = kafka_watermark(partitions, p.kafka, p.newest_event_ms, p.kafka_time)
+            settling = status is not None and status.known.settle_until > now
+            kafka_time = kafka_watermark(partitions, p.kafka, p.newest_event_ms, p.kafka_time, settling)
         p.kafka_time = max(p.kafka_time, kafka_time)
         self.engine.tick(now, binlog_time, p.kafka_time)
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
 from kafka import TopicPartition
+from kafka.errors import KafkaConnectionError
 
 from oncewatch.checks.clocks import kafka_watermark
 from oncewatch.collectors.kafka_events import KafkaEventCollector
@@ -41,6 +44,37 @@ def test_an_empty_partition_has_nothing_to_wait_for():
 
 def test_no_partitions_assigned_yet_holds_the_clock():
     assert kafka_watermark([], {}, {}, 50.0) == 50.0
+
+
+def test_while_the_broker_s_return_settles_nothing_vouches_not_even_a_partition_behind():
+    """Producers append what they kept while the broker was away, each its own backlog stamped when it was sent: a
+    partition's newest event, read from one producer's, says nothing of another's still to come."""
+    parts = [part(0, 10, 105.0), part(1, 9, 105.0)]
+    assert kafka_watermark(parts, {"t/0": 7, "t/1": 7}, {"t/0": 104_000, "t/1": 99_250}, 50.0, settling=True) == 50.0
+    assert kafka_watermark(parts, {"t/0": 10, "t/1": 9}, {}, 50.0, settling=True) == 50.0
+
+
+def test_a_fetch_that_comes_in_while_the_reader_takes_the_broker_for_away_settles_before_it_vouches():
+    """The consumer reconnects on its own: after a broker's restart its fetches can bring records and highwaters
+    before the reader's next refresh finds the broker back. Such a highwater vouches for nothing until the
+    producers may have appended what they kept (the chaos soak's cdc-check monitor took one for a fresh end and
+    raised F7 on 55 events on time, still in a producer's hands)."""
+    tp = TopicPartition("t", 0)
+    reader = KafkaEventCollector(KAFKA, {"t/0": 100}, {"t/0"})
+    now = time.time()
+    with reader._lock:
+        reader._learn({tp: 130}, now - 60, now - 59.9)
+    reader._connected()
+    reader._disconnected(KafkaConnectionError("111 ECONNREFUSED"))
+    with reader._lock:
+        reader._learn({tp: 190}, now, now + 0.1, fetched=True)
+    assert reader._s.ends == {tp: (190, now - 60)}  # the end taken in, vouching for no more than before
+    assert reader._s.settle_until >= now + KAFKA.producer_delivery_seconds
+    reader._connected()  # the refresh finds the broker back: the settle counts from then
+    with reader._lock:
+        later = reader._s.settle_until + 1
+        reader._learn({tp: 250}, later, later + 0.1, fetched=True)
+    assert reader._s.ends == {tp: (250, later)}
 
 
 def test_a_reader_told_what_the_reader_before_it_learned_holds_an_end_gone_back_or_of_a_new_epoch():

@@ -7,6 +7,7 @@ finding is saved at once, with the records and the engine's state behind it; a c
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from oncewatch.core.config import load
 from oncewatch.core.exact_json import from_json, to_json
 from oncewatch.core.names import BINLOG_CHECKPOINT
 from oncewatch.core.protocol import BrokerKnown, EndKnown, KafkaEventsStatus
+from oncewatch.core.records import PartitionStatus
 from oncewatch.monitor.entities import EntityIndex
 from oncewatch.monitor.writer import Writer
 from oncewatch.store import Store, engine_state
@@ -121,4 +123,17 @@ def test_what_the_events_reader_knew_of_the_broker_is_kept_for_the_next_run_from
 
     restarted, store = writer_over(tmp_path / "store.db", checkpoint_seconds=0)
     assert restarted.progress.kafka_known == settling
+    store.close()
+
+
+def test_the_kafka_clock_stands_while_the_broker_s_return_settles(tmp_path):
+    """The events reader settling after the broker was away (`producer_delivery_seconds`): no end it reports moves
+    the Kafka clock, nor any event, until the producers may have appended what they kept."""
+    writer, store = writer_over(tmp_path / "store.db", checkpoint_seconds=0)
+    empty = (PartitionStatus("events", 0, position=0, end=0, end_at=150.0),)
+    settling = BrokerKnown((), settle_until=time.time() + 30)
+    writer.apply([], lambda: KafkaEventsStatus(connected=True, partitions=empty, known=settling))
+    assert writer.progress.kafka_time == 0.0
+    writer.apply([], lambda: KafkaEventsStatus(connected=True, partitions=empty, known=BrokerKnown((), 0.0)))
+    assert writer.progress.kafka_time == 150.0
     store.close()
