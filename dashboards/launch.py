@@ -66,8 +66,28 @@ def url(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> str:
     return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
 
 
+def _family(pid: int) -> set[int]:
+    """`pid` and its descendants, as Linux's /proc lists them now (`oncewatch dashboard` runs Streamlit as a child)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # a process that ended meanwhile
+            children.setdefault(ppid, []).append(int(entry))
+    family, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        family.add(p)
+        todo.extend(children.get(p, ()))
+    return family
+
+
 def listens(pid: int, port: int) -> bool | None:
-    """Whether process `pid` holds the listening TCP socket on `port`; None where Linux's /proc cannot say."""
+    """Whether process `pid` or one of its descendants holds the listening TCP socket on `port`; None where Linux's
+    /proc cannot say."""
     inodes: set[str] = set()
     try:
         for table in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -77,9 +97,15 @@ def listens(pid: int, port: int) -> bool | None:
                     cols = row.split()
                     if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
                         inodes.add(cols[9])
-        held = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        family = _family(pid)
     except OSError:
         return None
+    held: set[str] = set()
+    for p in family:
+        try:
+            held.update(os.readlink(f"/proc/{p}/fd/{fd}") for fd in os.listdir(f"/proc/{p}/fd"))
+        except OSError:
+            continue  # ended meanwhile, or not ours to look into
     return any(f"socket:[{inode}]" in held for inode in inodes)
 
 

@@ -4,6 +4,8 @@ demo would say its dashboard is up while its browser tests find nothing there on
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -55,3 +57,16 @@ def test_another_process_answering_on_the_port_is_refused(answering: tuple[subpr
     finally:
         ours.kill()
         ours.wait()
+
+
+def test_a_dashboard_run_by_a_child_of_the_process_started_is_ready() -> None:
+    """`oncewatch dashboard` runs Streamlit as its child: the port is held in the family of the process started."""
+    port = free_port()
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.run([sys.executable, '-c', "
+                                                     f"{HEALTH!r}, '{port}'])"], start_new_session=True)
+    try:
+        launch.wait_ready(parent, launch.url(port=port), timeout=20)
+        assert launch.listens(parent.pid, port) is True
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
