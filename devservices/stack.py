@@ -1,11 +1,13 @@
-"""`python -m devservices.stack up|down|status`: the development services, all on loopback, started or stopped
+"""`python -m devservices.stack up [--no-paging]|down|status`: the development services, all on loopback, started or stopped
 together. A real MariaDB (devservices.mariadb), a real Kafka broker (devservices.broker), PostgreSQL for the shared
 store (devservices.postgres), a Kafka Connect worker with Debezium's MariaDB connector (devservices.kafka_connect),
 and the paging path, Debian's Prometheus and Alertmanager (devservices.paging).
 
 `up` installs what is missing (Debian packages, the Kafka, Connect and Debezium jars from Maven Central), initialises
 data dirs once under `.devstack/`, starts each service in the background, waits until it really answers and prints
-where it listens; it is a no-op for a service that already runs. `down` stops only processes this command started
+where it listens; it is a no-op for a service that already runs. `--no-paging` leaves Prometheus and the Alertmanager
+out (`make test`'s lanes whose tests page nothing: an idle Prometheus evaluating the alert rules every second uses
+a core's hundredth). `down` stops only processes this command started
 (their pid files live in `.devstack/`). This module is the command alone: nothing imports it.
 """
 
@@ -19,13 +21,14 @@ from devservices.base import (HOST, KAFKA_PORT, MARIADB_PORT, StackError, ensure
                               read_pid)
 
 
-def up() -> None:
+def up(with_paging: bool = True) -> None:
     ensure_debian_packages()
     mariadb.mariadb_up()
     postgres.up()
     broker.kafka_up()
     kafka_connect.up()
-    paging.up()
+    if with_paging:
+        paging.up()
 
 
 def down() -> None:
@@ -50,12 +53,12 @@ def status() -> int:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1 or argv[0] not in ("up", "down", "status"):
-        print("usage: python -m devservices.stack up|down|status", file=sys.stderr)
+    if argv not in (["up"], ["up", "--no-paging"], ["down"], ["status"]):
+        print("usage: python -m devservices.stack up [--no-paging]|down|status", file=sys.stderr)
         return 2
     try:
         if argv[0] == "up":
-            up()
+            up(with_paging=argv[1:] != ["--no-paging"])
         elif argv[0] == "down":
             down()
         else:

@@ -7,7 +7,8 @@ short chaos soak, the groups' tests and the CDC tests that pause or kill the con
 other tests that restart, kill or pause a server, with two short ones that do not (RESTARTING, on a second stack),
 the tests that restart nothing but take minutes (MINUTES, on a fourth stack: the secured connections', the CDC
 pipeline's and the shape changes') and the rest, the demo's among them (on the stack `make services` started). The suite
-starts the second to fourth stacks in the background (`.devstack-2` to `.devstack-4`, on the ports of LANES). The unit
+starts the second to fourth stacks in the background (`.devstack-2` to `.devstack-4`, on the ports of LANES), the
+second and third without the paging path, which none of their tests use. The unit
 tests run meanwhile in a session of their own, with their PostgreSQL cases (marked integration: each on a schema of
 its own on the first stack, which `make test` starts before the suite) among them; they keep both cores busy, so the
 fourth lane starts once they are done. Each session's header says when it ended after the suite's start and the
@@ -59,14 +60,15 @@ class Lane:
     tests: tuple[str, ...]
     stack: dict[str, str]
     after_unit: bool = False  # the session starts once the unit tests' has ended (they keep both cores busy)
+    paging: bool = True  # Prometheus and the Alertmanager on its stack: only the lanes whose tests page need them
 
 
 LANES = (Lane("chaos", "the short chaos soak, the groups and the connector's pauses and kills (third stack)", CHAOS,
               {"ONCEWATCH_DEV_STATE": ".devstack-3", "ONCEWATCH_DEV_MARIADB_PORT": "17306",
-               "ONCEWATCH_DEV_KAFKA_PORT": "17092"}),
+               "ONCEWATCH_DEV_KAFKA_PORT": "17092"}, paging=False),
          Lane("restarting", "the integration tests that restart servers (second stack)", RESTARTING,
               {"ONCEWATCH_DEV_STATE": ".devstack-2", "ONCEWATCH_DEV_MARIADB_PORT": "14306",
-               "ONCEWATCH_DEV_KAFKA_PORT": "14092"}),
+               "ONCEWATCH_DEV_KAFKA_PORT": "14092"}, paging=False),
          Lane("minutes", "the integration tests that take minutes and restart nothing (fourth stack)", MINUTES,
               {"ONCEWATCH_DEV_STATE": ".devstack-4", "ONCEWATCH_DEV_MARIADB_PORT": "21306",
                "ONCEWATCH_DEV_KAFKA_PORT": "21092"}, after_unit=True))
@@ -107,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     stacks = {}
     for lane in LANES:
         with open(work / f"{lane.name}-stack.out", "wb") as f:
-            stacks[lane.name] = subprocess.Popen([sys.executable, "-m", "devservices.stack", "up"], stdout=f,
+            stacks[lane.name] = subprocess.Popen([sys.executable, "-m", "devservices.stack", "up",
+                                                  *(() if lane.paging else ("--no-paging",))], stdout=f,
                                                  stderr=subprocess.STDOUT, env={**os.environ, **lane.stack},
                                                  cwd=ROOT)
     unit = session("unit", [UNIT])
