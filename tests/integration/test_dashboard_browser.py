@@ -178,6 +178,11 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevTools]:
         proc.wait(10)
 
 
+# The page's text, its Plotly charts drawn, and whether a script run is under way (its status icon, or a skeleton).
+SNAPSHOT = ("[document.body.innerText, document.querySelectorAll('.js-plotly-plot .main-svg').length, "
+            "!!document.querySelector('[data-testid=\"stStatusWidgetRunningIcon\"], [data-testid=\"stSkeleton\"]')]")
+
+
 def wait_for(tools: DevTools, expected: list[str], charts: int, timeout: float = 30.0,
              store: Path | None = None) -> str:
     """The page's visible text once every expected string is in it and the charts are drawn. `store`: its health
@@ -189,10 +194,9 @@ def wait_for(tools: DevTools, expected: list[str], charts: int, timeout: float =
         if store is not None and time.monotonic() - written >= 1.0:
             health_written_now(store)
             written = time.monotonic()
-        text = tools.evaluate("document.body.innerText") or ""
-        drawn = tools.evaluate("document.querySelectorAll('.js-plotly-plot .main-svg').length") or 0
-        running = tools.evaluate("!!document.querySelector('[data-testid=\"stStatusWidgetRunningIcon\"], "
-                                 "[data-testid=\"stSkeleton\"]')")
+        # one snapshot of the page: read in three round trips, a rerun that began between them (every few seconds on
+        # a loaded machine, a live page's fragment reruns back to back) mixed two states of it
+        text, drawn, running = tools.evaluate(SNAPSHOT) or ("", 0, True)
         if all(e in text for e in expected) and drawn >= charts and not running:
             return text
         time.sleep(0.25)
