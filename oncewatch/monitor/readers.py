@@ -11,10 +11,10 @@ Failures are loud, never a monitor that looks alive with a dead reader:
   code 3, since a person has to act;
 - any other exception is a bug. It is logged once with its traceback and put on the queue as
   `ReaderFailed`, behind everything the reader had read (so the writer applies those first and
-  the checkpoint is exact), the part's `up` is 0 on /metrics and its failures are counted,
-  and the monitor starts the reader again from the checkpoint after a backoff
-  (RESTART_BACKOFF_SECONDS, doubling). A reader that fails MAX_FAILURES times within
-  FAILURE_WINDOW_SECONDS ends the monitor with exit code 1 (`ReaderFailedError`).
+  the checkpoint is exact). The part's `up` is 0 on /metrics and its failures are counted at once, not once the
+  writer reaches that item (a judge behind, its queue full, took 9 s on a loaded machine), and the monitor starts
+  the reader again from the checkpoint after a backoff (RESTART_BACKOFF_SECONDS, doubling). A reader that fails
+  MAX_FAILURES times within FAILURE_WINDOW_SECONDS ends the monitor with exit code 1 (`ReaderFailedError`).
 Why a restart and not an exit at once: one transient bug must not stop a monitor meant to run
 for months, and a restart from the checkpoint loses and doubles nothing. Why bounded: a bug
 that strikes again at once (a record that always fails) would otherwise loop forever while
@@ -56,8 +56,9 @@ class Reader:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._recent: list[float] = []  # failure times inside the window
-        self.failures = 0
+        self.failures = 0  # counted by the reader's thread as it fails, for /metrics at once
         self.last_failure: str | None = None
+        self.failing = False  # this start's part has failed: not running, whether or not its thread has ended
         self.restart_at: float | None = None
         self.started_at = 0.0
         self.seen_alive_at: float | None = None  # when the monitor first saw this start's part alive (`live_for`)
@@ -67,7 +68,7 @@ class Reader:
     def start(self) -> None:
         self._stop = threading.Event()
         self.part = self._factory()
-        self.restart_at = None
+        self.restart_at, self.failing = None, False
         self.started_at, self.seen_alive_at = time.time(), None
         self._thread = threading.Thread(target=self._run, args=(self.part, self._stop), name=self.name, daemon=True)
         self._thread.start()
@@ -85,7 +86,7 @@ class Reader:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive() and self.restart_at is None
+        return self._thread is not None and self._thread.is_alive() and self.restart_at is None and not self.failing
 
     def live_for(self, now: float) -> float:
         """Seconds since the monitor first saw this start's part alive (0 before): a reader in a process of its own
@@ -108,6 +109,8 @@ class Reader:
             raise RuntimeError(f"the {self.name} reader's loop ended on its own")
         except Exception as exc:  # noqa: BLE001 - every failure is reported, none ends the thread silently
             failure = ReaderFailed(self.name, exc, time.time(), fatal=isinstance(exc, FATAL))
+            self.failures += 1
+            self.last_failure, self.failing = f"{type(exc).__name__}: {exc}", True
             extra = {"reader": self.name, "error": f"{type(exc).__name__}: {exc}"}
             if failure.fatal:  # the message says what to do; a traceback would only hide it
                 log.error("source refused the reader", extra={"event": "reader_refused", **extra})
@@ -119,9 +122,7 @@ class Reader:
             self._put(failure, stop)
 
     def failed(self, failure: ReaderFailed) -> None:
-        """Count a failure and schedule the restart; ReaderFailedError once the budget is spent."""
-        self.failures += 1
-        self.last_failure = f"{type(failure.error).__name__}: {failure.error}"
+        """Schedule the restart after a failure (counted as it struck); ReaderFailedError once the budget is spent."""
         self._recent = [t for t in self._recent if failure.at - t < FAILURE_WINDOW_SECONDS] + [failure.at]
         if len(self._recent) >= MAX_FAILURES:
             raise ReaderFailedError(
