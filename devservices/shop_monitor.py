@@ -80,7 +80,7 @@ def free_port() -> int:
             except OSError:
                 continue
         return port
-    raise RuntimeError(f"no free port left in {PORTS.start}-{PORTS.stop - 1}: clear {CLAIMS}")
+    raise base.StackError(f"no free port left in {PORTS.start}-{PORTS.stop - 1} this hour: clear {CLAIMS}")
 
 
 def free_ports(n: int) -> list[int]:

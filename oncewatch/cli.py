@@ -23,6 +23,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from contextlib import closing
@@ -35,6 +36,7 @@ from oncewatch.core.config import Config, ConfigError, describe, load
 from oncewatch.store import StoreError, StoreFullError, is_store_file, open_reader, open_writer, reviews
 
 EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_SOURCE, EXIT_DISK_FULL, EXIT_TAMPERED = 0, 1, 2, 3, 4, 5
+SIGNAL_POLL_SECONDS = 0.1  # how soon after SIGINT or SIGTERM the stop begins (_on_signals)
 
 
 class OutRefusedError(ValueError):
@@ -433,8 +435,20 @@ def _force_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _on_signals(stop: Callable[[], None]) -> None:
+    """SIGINT and SIGTERM call `stop` from a thread of their own, soon after. Not from the handler: Python runs it in
+    the main thread between two of its steps, and `stop` takes locks the main thread may be holding just then (a
+    monitor sent SIGTERM as it switched from the bootstrap to the binlog tail hung for good, its handler waiting in
+    Event.set for the lock its own thread held in Event.set). The handler only notes the signal: no lock, no I/O."""
+    signalled: list[int] = []
+
+    def watch() -> None:
+        while not signalled:
+            time.sleep(SIGNAL_POLL_SECONDS)
+        stop()
+
+    threading.Thread(target=watch, name="signals", daemon=True).start()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop())
+        signal.signal(sig, lambda signum, _frame: signalled.append(signum))
 
 
 def build_parser() -> argparse.ArgumentParser:
