@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from oncewatch.core import processes
+
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -45,22 +47,17 @@ def pss_mib(pid: int) -> float:
 def descendants(pid: int) -> dict[str, int]:
     """Every process below `pid`, name -> pid: the monitor's readers and store writer (named ow-<part> by
     oncewatch.monitor.remote), the forkserver they are forked from and multiprocessing's resource tracker."""
-    parents: dict[int, tuple[str, int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    found: dict[str, int] = {}
+    for child in processes.descendants(pid):
+        stat = Path(f"/proc/{child}/stat")
         try:
-            name, _, fields = stat.read_text().partition("(")[2].rpartition(")")
+            name = stat.read_text().partition("(")[2].rpartition(")")[0]
             command = (stat.parent / "cmdline").read_bytes()
         except OSError:  # ended meanwhile
             continue
         # a reader forked from the forkserver has its command line too: it is told by the name it gives itself
         helper = next((h for h in (b"forkserver", b"resource_tracker") if h in command), None)
-        named = name if name.startswith("ow-") or helper is None else helper.decode()
-        parents[int(stat.parent.name)] = (named, int(fields.split()[1]))
-    found: dict[str, int] = {}
-    below = {pid}
-    while below:
-        below = {child for child, (_, parent) in parents.items() if parent in below}
-        found.update({parents[child][0]: child for child in below})
+        found[name if name.startswith("ow-") or helper is None else helper.decode()] = child
     return found
 
 

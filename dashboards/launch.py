@@ -21,7 +21,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from oncewatch.core import exposure
+from oncewatch.core import exposure, processes
 from oncewatch.dashboards.views import ENV_CONFIG, ENV_STORE
 
 logger = logging.getLogger("oncewatch.dashboards.launch")
@@ -66,25 +66,6 @@ def url(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> str:
     return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
 
 
-def _family(pid: int) -> set[int]:
-    """`pid` and its descendants, as Linux's /proc lists them now (`oncewatch dashboard` runs Streamlit as a child)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue  # a process that ended meanwhile
-            children.setdefault(ppid, []).append(int(entry))
-    family, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        family.add(p)
-        todo.extend(children.get(p, ()))
-    return family
-
-
 def listens(pid: int, port: int) -> bool | None:
     """Whether process `pid` or one of its descendants holds the listening TCP socket on `port`; None where Linux's
     /proc cannot say."""
@@ -97,7 +78,7 @@ def listens(pid: int, port: int) -> bool | None:
                     cols = row.split()
                     if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
                         inodes.add(cols[9])
-        family = _family(pid)
+        family = {pid, *processes.descendants(pid)}
     except OSError:
         return None
     held: set[str] = set()

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from devservices.shop_monitor import free_port
+from oncewatch.core.processes import descendants, parent_of
 from oncewatch.store import Store, StoreError
 
 from .conftest import admin_connection, monitor_config_toml, wait_for
@@ -20,14 +21,10 @@ from .test_monitor_kill import checkpoint, poll, run_until_idle, start_monitor
 
 def store_writer_pid(monitor: int) -> int | None:
     """The pid of `monitor`'s store writer process (`ow-store`, forked from the monitor's forkserver)."""
-    def parent(pid: int) -> int:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-    for entry in Path("/proc").iterdir():
+    for pid in descendants(monitor):
         try:
-            if entry.name.isdigit() and (entry / "comm").read_text().strip() == "ow-store" \
-                    and parent(parent(int(entry.name))) == monitor:
-                return int(entry.name)
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "ow-store" and parent_of(parent_of(pid)) == monitor:
+                return pid
         except (OSError, ValueError, IndexError):  # a process that ended meanwhile
             continue
     return None
