@@ -1,7 +1,7 @@
-"""`python -m devservices.stack up [--no-paging]|down|status`: the development services, all on loopback, started or stopped
-together. A real MariaDB (devservices.mariadb), a real Kafka broker (devservices.broker), PostgreSQL for the shared
-store (devservices.postgres), a Kafka Connect worker with Debezium's MariaDB connector (devservices.kafka_connect),
-and the paging path, Debian's Prometheus and Alertmanager (devservices.paging).
+"""`python -m devservices.stack up [--no-paging]|down|status`: the development services, all on loopback, started or
+stopped together. A real MariaDB (devservices.mariadb), a real Kafka broker (devservices.broker), PostgreSQL for the
+shared store (devservices.postgres), a Kafka Connect worker with Debezium's MariaDB connector
+(devservices.kafka_connect), and the paging path, Debian's Prometheus and Alertmanager (devservices.paging).
 
 `up` installs what is missing (Debian packages, the Kafka, Connect and Debezium jars from Maven Central), initialises
 data dirs once under `.devstack/`, starts each service in the background, waits until it really answers and prints

@@ -4,10 +4,10 @@ The integration tests share their stack's services, and some restart or kill the
 after another in one session (tests/integration/conftest.py orders them and starts the demo beside the first ones).
 They mostly wait on servers and timers, not on a core, so they run in lanes, each a session on a stack of its own: the
 short chaos soak, the groups' tests and the CDC tests that pause or kill the connector, with the shape changes' (CHAOS,
-on a third stack), the other tests that restart, kill or pause a server, with two short ones that do not (RESTARTING, on a second stack),
-the tests that restart nothing but take minutes (MINUTES, on a fourth stack: the secured connections' and the CDC
-pipeline's) and the rest, the demo's among them (on the stack `make services` started). The suite
-starts the second to fourth stacks in the background (`.devstack-2` to `.devstack-4`, on the ports of LANES), the
+on a third stack), the other tests that restart, kill or pause a server, with two short ones that do not (RESTARTING,
+on a second stack), the tests that restart nothing but take minutes (MINUTES, on a fourth stack: the secured
+connections' and the CDC pipeline's) and the rest, the demo's among them (on the stack `make services` started). The
+suite starts the second to fourth stacks in the background (`.devstack-2` to `.devstack-4`, on the ports of LANES), the
 second and third without the paging path, which none of their tests use. The unit
 tests run meanwhile in a session of their own, with their PostgreSQL cases (marked integration: each on a schema of
 its own on the first stack, which `make test` starts before the suite) among them; they keep both cores busy, so the

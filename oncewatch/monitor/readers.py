@@ -111,7 +111,7 @@ class Reader:
             failure = ReaderFailed(self.name, exc, time.time(), fatal=isinstance(exc, FATAL))
             self.failures += 1
             self.last_failure, self.failing = f"{type(exc).__name__}: {exc}", True
-            extra = {"reader": self.name, "error": f"{type(exc).__name__}: {exc}"}
+            extra = {"reader": self.name, "error": self.last_failure}
             if failure.fatal:  # the message says what to do; a traceback would only hide it
                 log.error("source refused the reader", extra={"event": "reader_refused", **extra})
             elif (trace := remote_traceback(exc)) is not None:  # its frames are in the reader's process
